@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what the tests need into .venv and run the whole suite, lint and types included.
+# This is the README's test command, and exactly what .ci/run runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e ".[test]"
+
+.venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff format --check src tests benchmarks
+.venv/bin/mypy
+
+# pytest exits 5 when it collects nothing: that is a failure here, never a pass.
+set +e
+.venv/bin/python -m pytest "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "test.sh: pytest collected no tests" >&2
+  exit 1
+fi
+exit "$status"

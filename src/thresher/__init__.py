@@ -1,0 +1,53 @@
+"""thresher: run a trained model over a large dataset, exactly once per record.
+
+>>> import thresher
+>>> spec = thresher.load_spec("score.toml")            # doctest: +SKIP
+>>> result = thresher.run(spec)                          # doctest: +SKIP
+>>> result.manifest["rows_out"]                          # doctest: +SKIP
+1000000
+"""
+
+from __future__ import annotations
+
+from thresher.engine.job import JobResult
+from thresher.errors import (
+    BadInputError,
+    JobFailed,
+    ModelLoadError,
+    ModelOutputError,
+    SinkError,
+    SourceError,
+    SpecError,
+    ThresherError,
+)
+from thresher.progress import Reporter
+from thresher.spec import JobSpec, load_spec, parse_spec
+
+__all__ = [
+    "BadInputError",
+    "JobFailed",
+    "JobResult",
+    "JobSpec",
+    "ModelLoadError",
+    "ModelOutputError",
+    "SinkError",
+    "SourceError",
+    "SpecError",
+    "ThresherError",
+    "load_spec",
+    "parse_spec",
+    "run",
+]
+__version__ = "0.1.0"
+
+
+def run(spec: JobSpec | dict[str, object], reporter: Reporter | None = None) -> JobResult:
+    """Run a job to its end and return how it went.
+
+    `spec` is a JobSpec or the same as a mapping (validated here). Raises SpecError
+    before any work when the spec or the input's columns do not fit.
+    """
+    from thresher.engine.job import run_job
+
+    job = spec if isinstance(spec, JobSpec) else parse_spec(spec)
+    return run_job(job, reporter)

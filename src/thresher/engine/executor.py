@@ -1,0 +1,53 @@
+"""The executor contract, and the one function that picks an executor for a run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from thresher.engine.tasks import Event, ShardTask, WorkerSetup
+from thresher.spec import RunSection
+
+
+class Executor(Protocol):
+    """Runs shard tasks somewhere and reports what happens, never touching job state."""
+
+    def start(self, setup: WorkerSetup) -> None: ...
+
+    def submit(self, task: ShardTask) -> None: ...
+
+    def pending(self) -> int:
+        """Submitted tasks not yet reported done or failed."""
+        ...
+
+    def events(self, timeout: float = 1.0) -> Iterator[Event]: ...
+
+    def shutdown(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How many worker processes, and how many compute threads in each."""
+
+    workers: int
+    threads: int
+
+    def describe(self) -> str:
+        return f"{self.workers} worker(s) x {self.threads} thread(s)"
+
+
+def plan_placement(run: RunSection, shard_count: int) -> Placement:
+    """One worker per core unless the spec says otherwise, never more workers than shards;
+    the cores are shared out as threads so none is oversubscribed."""
+    cores = os.cpu_count() or 1
+    workers = max(1, min(run.workers or cores, max(shard_count, 1)))
+    return Placement(workers=workers, threads=max(1, cores // workers))
+
+
+def make_executor(run: RunSection, placement: Placement) -> Executor:
+    """The executor a `[run]` section asks for."""
+    from thresher.engine.local import LocalExecutor
+
+    return LocalExecutor(workers=placement.workers, threads=placement.threads)

@@ -1,0 +1,184 @@
+"""The local executor: N worker processes on this machine, each loading the model once.
+
+Each worker owns one duplex pipe: tasks go down, events come up. The coordinator waits on
+every pipe and every process sentinel at once, so a worker that dies (killed, segfault,
+out of memory) is noticed at once; its shard is reported lost and a fresh worker takes its
+place. Workers are spawned, not forked: forking a process that holds Arrow or BLAS thread
+pools is a known source of deadlocks.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from thresher.engine.tasks import (
+    Event,
+    Progress,
+    ShardDone,
+    ShardFailed,
+    ShardTask,
+    WorkerBroken,
+    WorkerSetup,
+)
+from thresher.errors import BadInputError, ModelOutputError
+
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+NOT_RETRYABLE = (BadInputError, ModelOutputError)
+
+
+@dataclass
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    task: ShardTask | None = None
+
+
+@dataclass
+class LocalExecutor:
+    """Runs shard tasks on `workers` processes with `threads` compute threads each."""
+
+    workers: int
+    threads: int = 1
+    _setup: WorkerSetup | None = field(default=None, init=False)
+    _pool: list[_Worker] = field(default_factory=list, init=False)
+    _queue: deque[ShardTask] = field(default_factory=deque, init=False)
+
+    def start(self, setup: WorkerSetup) -> None:
+        self._setup = setup
+        self._pool = [self._spawn() for _ in range(self.workers)]
+
+    def submit(self, task: ShardTask) -> None:
+        self._queue.append(task)
+        self._dispatch()
+
+    def pending(self) -> int:
+        """Tasks submitted and not yet reported done, failed or lost."""
+        return len(self._queue) + sum(1 for w in self._pool if w.task is not None)
+
+    def events(self, timeout: float = 1.0) -> Iterator[Event]:
+        """Events that arrive within `timeout` seconds (none if nothing happens)."""
+        by_handle: dict[Any, _Worker] = {}
+        for worker in self._pool:
+            by_handle[worker.conn] = worker
+            by_handle[worker.process.sentinel] = worker
+        for handle in wait(list(by_handle), timeout):
+            worker = by_handle[handle]
+            if worker not in self._pool:
+                continue  # already replaced through its other handle
+            if handle is worker.conn:
+                yield from self._receive(worker)
+            else:
+                yield from self._lost(worker)
+        self._dispatch()
+
+    def shutdown(self) -> None:
+        for worker in self._pool:
+            with suppress(BrokenPipeError, OSError):
+                worker.conn.send(None)
+        for worker in self._pool:
+            worker.process.join(timeout=5)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.conn.close()
+        self._pool = []
+
+    def _receive(self, worker: _Worker) -> Iterator[Event]:
+        try:
+            event = worker.conn.recv()
+        except (EOFError, OSError):
+            yield from self._lost(worker)
+            return
+        if isinstance(event, ShardDone | ShardFailed):
+            worker.task = None
+        yield event
+
+    def _lost(self, worker: _Worker) -> Iterator[Event]:
+        worker.process.join(timeout=1)
+        code = worker.process.exitcode
+        self._pool.remove(worker)
+        worker.conn.close()
+        self._pool.append(self._spawn())
+        if worker.task is not None:
+            yield ShardFailed(
+                worker.task, "WorkerLost", f"worker process died (exit code {code})", retry=True
+            )
+
+    def _dispatch(self) -> None:
+        for worker in self._pool:
+            if worker.task is None and self._queue:
+                worker.task = self._queue.popleft()
+                worker.conn.send(worker.task)
+
+    def _spawn(self) -> _Worker:
+        assert self._setup is not None
+        parent, child = mp.get_context("spawn").Pipe(duplex=True)
+        process = mp.get_context("spawn").Process(
+            target=worker_main,
+            args=(self._setup, child, self.threads),
+            name=f"thresher-worker-{uuid.uuid4().hex[:6]}",
+            daemon=True,
+        )
+        with _thread_limits(self.threads):
+            process.start()
+        child.close()
+        return _Worker(process=process, conn=parent)
+
+
+@contextmanager
+def _thread_limits(threads: int) -> Iterator[None]:
+    """Children read BLAS/OpenMP thread limits from the environment at import time, so set
+    them for the moment of spawning (the coordinator's own environment is restored)."""
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
+    """A worker process: load the model once, then run shards until told to stop."""
+    import pyarrow as pa
+
+    from thresher.engine.worker import run_shard
+    from thresher.models import load_model
+
+    pa.set_cpu_count(max(1, threads))
+    try:
+        model = load_model(setup.model, setup.context)
+    except Exception as exc:
+        conn.send(WorkerBroken(type(exc).__name__, str(exc)))
+        return
+    while (task := conn.recv()) is not None:
+
+        def report(rows: int, shard: int = task.shard.index) -> None:
+            conn.send(Progress(shard, rows))
+
+        try:
+            conn.send(ShardDone(run_shard(setup, model, task, report)))
+        except Exception as exc:
+            message = str(exc) or traceback.format_exc(limit=3)
+            conn.send(
+                ShardFailed(task, type(exc).__name__, message, not isinstance(exc, NOT_RETRYABLE))
+            )

@@ -1,0 +1,138 @@
+"""One batch through the model: bad rows isolated, outputs checked, output rows assembled.
+
+A batch whose predict raises is split in halves until each failing row stands alone, so a
+single row the model rejects costs about 2·log2(batch) extra calls and the other rows of
+its batch still get their predictions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from thresher.errors import ModelOutputError
+from thresher.models.base import Column, Model
+
+
+@dataclass
+class Predicted:
+    """The rows that got predictions (`rows`: their indices in the batch) and those that
+    did not (`failed`: index -> (error type, message))."""
+
+    rows: np.ndarray
+    columns: dict[str, pa.Array]
+    failed: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+
+def predict_isolating(model: Model, features: pa.Table, model_name: str) -> Predicted:
+    """Predict every row that the model accepts; isolate the ones that make it raise."""
+    segments: list[tuple[int, dict[str, pa.Array]]] = []
+    failed: dict[int, tuple[str, str]] = {}
+
+    def bisect(part: pa.Table, offset: int) -> None:
+        if part.num_rows == 0:
+            return
+        try:
+            outputs = model.predict(part)
+        except MemoryError:
+            raise
+        except Exception as exc:
+            if part.num_rows == 1:
+                failed[offset] = (type(exc).__name__, str(exc) or type(exc).__name__)
+                return
+            half = part.num_rows // 2
+            bisect(part.slice(0, half), offset)
+            bisect(part.slice(half), offset + half)
+            return
+        segments.append((offset, check_outputs(outputs, part.num_rows, model_name)))
+
+    bisect(features, 0)
+    rows = np.concatenate(
+        [np.arange(lo, lo + _length(cols), dtype=np.int64) for lo, cols in segments]
+        or [np.empty(0, dtype=np.int64)]
+    )
+    predicted = Predicted(rows=rows, columns=_concat([c for _, c in segments]), failed=failed)
+    _flag_non_finite(predicted)
+    return predicted
+
+
+def check_outputs(outputs: Mapping[str, Column], rows: int, model_name: str) -> dict[str, pa.Array]:
+    """Output columns as Arrow arrays, each exactly `rows` long, or a ModelOutputError."""
+    if not outputs:
+        raise ModelOutputError(f"model {model_name} returned no output columns")
+    checked: dict[str, pa.Array] = {}
+    for name, values in outputs.items():
+        array = _to_arrow(values, name, model_name)
+        if len(array) != rows:
+            raise ModelOutputError(
+                f"model {model_name} returned {len(array)} values for column {name!r} "
+                f"but the batch has {rows} rows; predictions must line up with input rows"
+            )
+        checked[name] = array
+    if "prediction" in checked:  # the main output first, whatever order the model used
+        checked = {"prediction": checked.pop("prediction"), **checked}
+    return checked
+
+
+def _to_arrow(values: Column, name: str, model_name: str) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values
+    array = np.asarray(values)
+    if array.ndim == 2:
+        flat = pa.array(np.ascontiguousarray(array).reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(flat, array.shape[1])
+    if array.ndim != 1:
+        raise ModelOutputError(f"model {model_name}: column {name!r} has shape {array.shape}")
+    return pa.array(array)
+
+
+def _flag_non_finite(predicted: Predicted) -> None:
+    """A NaN or infinite prediction is a failed row, not silently invalid JSON downstream."""
+    bad = np.zeros(len(predicted.rows), dtype=bool)
+    culprit: dict[int, str] = {}  # row position -> the first non-finite column
+    for name, array in predicted.columns.items():
+        values = array.flatten() if pa.types.is_fixed_size_list(array.type) else array
+        if not pa.types.is_floating(values.type):
+            continue
+        finite = pc.is_finite(values).to_numpy(zero_copy_only=False)
+        if pa.types.is_fixed_size_list(array.type):
+            width = array.type.list_size
+            finite = finite.reshape(-1, width).all(axis=1) if width else finite
+        for where in np.flatnonzero(~finite & ~bad).tolist():
+            culprit[where] = name
+        bad |= ~finite
+    if not bad.any():
+        return
+    for where, name in culprit.items():
+        predicted.failed[int(predicted.rows[where])] = (
+            "NonFinitePrediction",
+            f"column {name!r} is NaN or infinite",
+        )
+    keep = pa.array(~bad)
+    predicted.rows = predicted.rows[~bad]
+    predicted.columns = {k: v.filter(keep) for k, v in predicted.columns.items()}
+
+
+def _length(columns: dict[str, pa.Array]) -> int:
+    return len(next(iter(columns.values())))
+
+
+def _concat(segments: list[dict[str, pa.Array]]) -> dict[str, pa.Array]:
+    if not segments:
+        return {}
+    if len(segments) == 1:
+        return segments[0]
+    return {name: pa.concat_arrays([s[name] for s in segments]) for name in segments[0]}
+
+
+def row_as_text(table: pa.Table, index: int) -> str:
+    """A row as JSON, for the `raw` field of an error record."""
+    row = table.slice(index, 1).to_pylist()[0]
+    return json.dumps(row, default=str, allow_nan=True)

@@ -1,0 +1,96 @@
+"""What travels between the coordinator and its workers: setup, tasks, results, events.
+
+Everything here is a small frozen dataclass and picklable, so any executor (local
+processes, Ray actors) can carry it. Workers never see job state, only these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from thresher.models.base import LoadContext
+from thresher.sinks.base import PartTarget
+from thresher.sinks.parts import PartLayout, StagedPart
+from thresher.sources.base import Shard, ShardReader
+from thresher.spec import ModelSection
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """Everything a worker needs before its first shard; sent once per worker."""
+
+    reader: ShardReader
+    model: ModelSection
+    context: LoadContext
+    id_column: str | None
+    keep_columns: tuple[str, ...]
+    batch_size: int
+    parts: PartTarget
+    errors: PartLayout
+    on_bad_input: Literal["skip", "fail"]
+
+    @property
+    def read_columns(self) -> list[str]:
+        """id, then keep_columns, then features: each once, in that order."""
+        ordered = [self.id_column, *self.keep_columns, *self.context.features]
+        return list(dict.fromkeys(c for c in ordered if c))
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One attempt at one shard. `attempt` is unique per try and names its staging files."""
+
+    shard: Shard
+    attempt: str
+    number: int = 1
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """A finished attempt: its staged output and error parts, and its counts."""
+
+    shard: int
+    attempt: str
+    part: StagedPart
+    errors: StagedPart
+    rows_in: int
+    rows_out: int
+    rows_error: int
+    seconds: float
+
+
+# Events, worker -> coordinator.
+
+
+@dataclass(frozen=True)
+class Progress:
+    shard: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class ShardDone:
+    result: ShardResult
+
+
+@dataclass(frozen=True)
+class ShardFailed:
+    """An attempt failed. `retry` is False when trying again cannot help (bad input with
+    `on_bad_input = "fail"`, a model that returns the wrong number of rows)."""
+
+    task: ShardTask
+    error: str
+    message: str
+    retry: bool
+
+
+@dataclass(frozen=True)
+class WorkerBroken:
+    """A worker could not start (the model does not load): the job cannot go on."""
+
+    error: str
+    message: str
+
+
+Event = Progress | ShardDone | ShardFailed | WorkerBroken

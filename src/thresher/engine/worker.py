@@ -1,0 +1,145 @@
+"""A shard through a worker: read -> batch -> predict -> write part, bad rows aside.
+
+This is the whole data path of a worker, and it knows nothing of processes or Ray: the
+local executor and the Ray actor both call `run_shard` with a model loaded once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from thresher.engine.predict import predict_isolating, row_as_text
+from thresher.engine.tasks import ShardResult, ShardTask, WorkerSetup
+from thresher.errors import BadInputError, ModelOutputError
+from thresher.models.base import Model
+from thresher.records import BadRecord, Stage
+from thresher.sinks.parts import StagedPart, open_for_write
+from thresher.sources.base import Chunk, Shard
+
+
+class ErrorPart:
+    """A shard's bad records, staged as JSONL beside its output part."""
+
+    def __init__(self, setup: WorkerSetup, task: ShardTask) -> None:
+        self._path = setup.errors.staging(task.shard.index, task.attempt)
+        self._fail_fast = setup.on_bad_input == "fail"
+        self._file: Any = None
+        self.count = 0
+
+    def add(self, record: BadRecord) -> None:
+        if self._fail_fast:
+            raise BadInputError(
+                f"bad record at {record.where()}: {record.message} "
+                '(errors.on_bad_input = "fail"; set it to "skip" to route such records '
+                "to _errors/ and go on)"
+            )
+        if self._file is None:
+            self._file = open_for_write(self._path)
+        self._file.write((record.to_json() + "\n").encode("utf-8"))
+        self.count += 1
+
+    def close(self, shard: int, attempt: str) -> StagedPart:
+        if self._file is None:
+            return StagedPart(shard, attempt, None, 0)
+        self._file.close()
+        return StagedPart(shard, attempt, self._path, self.count)
+
+
+def run_shard(
+    setup: WorkerSetup, model: Model, task: ShardTask, report: Callable[[int], None]
+) -> ShardResult:
+    """Run one shard attempt to its staged output; `report(rows)` after every batch."""
+    started = time.perf_counter()
+    shard = task.shard
+    part = setup.parts.open(shard.index, task.attempt)
+    errors = ErrorPart(setup, task)
+    rows_in = rows_out = 0
+    for chunk in setup.reader.read(shard, setup.batch_size):
+        rows_in += chunk.table.num_rows + len(chunk.bad)
+        for record in chunk.bad:
+            errors.add(record)
+        output = _predict_chunk(setup, model, shard, chunk, errors)
+        part.write(output)
+        rows_out += output.num_rows
+        report(chunk.table.num_rows + len(chunk.bad))
+    return ShardResult(
+        shard=shard.index,
+        attempt=task.attempt,
+        part=part.close(),
+        errors=errors.close(shard.index, task.attempt),
+        rows_in=rows_in,
+        rows_out=rows_out,
+        rows_error=errors.count,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _predict_chunk(
+    setup: WorkerSetup, model: Model, shard: Shard, chunk: Chunk, errors: ErrorPart
+) -> pa.Table:
+    rows = _drop_missing(_Rows(setup, shard, chunk.table, chunk.positions), errors)
+    table = rows.table
+    predicted = predict_isolating(
+        model, table.select(list(setup.context.features)), setup.model.uri
+    )
+    for index, (error, message) in sorted(predicted.failed.items()):
+        errors.add(rows.bad(index, "predict", error, message))
+    if len(predicted.rows) < table.num_rows:
+        table = table.take(pa.array(predicted.rows))
+    kept = [c for c in (setup.id_column, *setup.keep_columns) if c]
+    clash = set(kept) & set(predicted.columns)
+    if clash:
+        raise ModelOutputError(
+            f"model {setup.model.uri}: output column(s) {sorted(clash)} clash with "
+            "the id or keep columns; rename them in the model or drop them from keep_columns"
+        )
+    columns = {name: table.column(name) for name in kept} | predicted.columns
+    return pa.table(columns) if columns else table.select([])
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A chunk's rows with what it takes to report any of them as a bad record."""
+
+    setup: WorkerSetup
+    shard: Shard
+    table: pa.Table
+    positions: np.ndarray
+
+    def bad(self, index: int, stage: Stage, error: str, message: str) -> BadRecord:
+        kind, number = self.setup.reader.locate(self.shard, int(self.positions[index]))
+        id_column = self.setup.id_column
+        return BadRecord(
+            source=self.shard.path,
+            stage=stage,
+            error=error,
+            message=message,
+            raw=row_as_text(self.table, index),
+            line=number if kind == "line" else None,
+            row=number if kind == "row" else None,
+            id=self.table.column(id_column)[index].as_py() if id_column else None,
+        )
+
+
+def _drop_missing(rows: _Rows, errors: ErrorPart) -> _Rows:
+    """Rows with a missing (null) model input become decode errors naming the column."""
+    table = rows.table
+    missing: np.ndarray | None = None
+    for name in rows.setup.context.features:
+        column = table.column(name)
+        if column.null_count:
+            nulls = pc.is_null(column).to_numpy(zero_copy_only=False)
+            missing = nulls if missing is None else missing | nulls
+    if missing is None:
+        return rows
+    for index in np.flatnonzero(missing).tolist():
+        empty = [n for n in rows.setup.context.features if not table.column(n)[index].is_valid]
+        errors.add(rows.bad(index, "decode", "MissingValue", f"column {empty[0]!r}: missing value"))
+    return replace(rows, table=table.filter(pa.array(~missing)), positions=rows.positions[~missing])

@@ -1,0 +1,132 @@
+"""Model adapters: the `[model]` section's `kind` picks a loader, the loader returns a Model.
+
+    >>> model = load_model(spec.model, LoadContext(features=("age", "income"), threads=4))
+    >>> columns = model.predict(batch)          # {"prediction": array, ...}
+
+Built-in kinds are listed in `ADAPTERS` as dotted paths and imported only when used, so
+importing thresher never imports scikit-learn or onnxruntime. A kind containing `:` is
+a third party's loader, `"mypkg.adapters:load_mine"`: any callable
+`(spec: ModelSection, context: LoadContext) -> Model`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from importlib.machinery import PathFinder
+from pathlib import Path
+from typing import Any
+
+from thresher.errors import ModelLoadError, ThresherError
+from thresher.models.base import LoadContext, Model, ModelLoader
+from thresher.spec import ModelSection
+
+__all__ = ["ADAPTERS", "LoadContext", "Model", "ModelLoader", "load_model", "model_fingerprint"]
+
+ADAPTERS: dict[str, str] = {
+    "sklearn": "thresher.models.sklearn:load_sklearn",
+    "onnx": "thresher.models.onnx:load_onnx",
+    "python": "thresher.models.python:load_python",
+}
+# The extra that installs what a built-in kind imports, for a missing-module message.
+_EXTRAS = {"sklearn": "sklearn", "onnx": "onnx"}
+_HASH_CHUNK = 1024 * 1024
+
+
+def load_model(spec: ModelSection, context: LoadContext) -> Model:
+    """Load the model the `[model]` section describes, once per worker.
+
+    Every failure is a ModelLoadError that names the kind and uri and says what to do.
+    """
+    if not spec.outputs:
+        raise ModelLoadError("model.outputs: is empty; list 'prediction', 'proba' or both")
+    loader = resolve_loader(spec.kind)
+    try:
+        model = loader(spec, context)
+    except ThresherError:
+        raise
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get(spec.kind)
+        hint = f"pip install 'thresher[{extra}]'" if extra else f"install {exc.name}"
+        raise ModelLoadError(f"model.kind: {spec.kind} needs {exc.name}; {hint}") from exc
+    except Exception as exc:
+        # A corrupt file or a failing setup() raises anything; the engine needs one error
+        # type at the load stage, and the user needs the file and the original message.
+        raise ModelLoadError(
+            f"model.uri: cannot load {spec.uri} as {spec.kind}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not callable(getattr(model, "predict", None)):
+        raise ModelLoadError(
+            f"model.kind: {spec.kind} returned a {type(model).__name__}, which has no predict()"
+        )
+    return model
+
+
+def resolve_loader(kind: str) -> ModelLoader:
+    """The loader a kind names: a built-in from `ADAPTERS`, or `module:function`."""
+    path = ADAPTERS.get(kind, kind if ":" in kind else None)
+    if path is None:
+        raise ModelLoadError(
+            f"model.kind: unknown kind {kind!r}; use one of {', '.join(sorted(ADAPTERS))},"
+            " or a loader of your own as 'package.module:function'"
+        )
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if kind in ADAPTERS:  # the adapter exists; one of its dependencies does not
+            extra = _EXTRAS.get(kind, kind)
+            raise ModelLoadError(
+                f"model.kind: {kind} needs {exc.name}; pip install 'thresher[{extra}]'"
+            ) from exc
+        raise ModelLoadError(f"model.kind: cannot import {module_name}: {exc}") from exc
+    loader = getattr(module, attribute, None)
+    if not callable(loader):
+        raise ModelLoadError(f"model.kind: {module_name} has no loader function {attribute!r}")
+    return loader  # type: ignore[no-any-return]
+
+
+def model_fingerprint(spec: ModelSection) -> dict[str, str | None]:
+    """`{"uri": ..., "sha256": ...}` for the run manifest.
+
+    The digest is of the model file; for a python model, of the source file that defines
+    the class (`file.py:Class`, or `pkg.module:Class` when the module's file can be found
+    without importing it). It is None when there is no local file to hash.
+    """
+    path: Path | None = Path(spec.uri)
+    if spec.kind == "python" and not Path(spec.uri).is_file():
+        target = spec.uri.rpartition(":")[0]
+        path = Path(target) if target.endswith(".py") else _module_file(target)
+    digest = _sha256(path) if path is not None and path.is_file() else None
+    return {"uri": spec.uri, "sha256": digest}
+
+
+def _module_file(dotted: str) -> Path | None:
+    """The file of module `a.b.c`, found package by package without running any of them.
+
+    `importlib.util.find_spec` would import `a` and `a.b` to look inside them.
+    """
+    parts = dotted.split(".")
+    search: list[str] | None = None
+    found: Any = None
+    for depth in range(len(parts)):
+        if depth and search is None:  # `a` is a plain module, so `a.b` cannot exist
+            return None
+        try:
+            found = PathFinder.find_spec(".".join(parts[: depth + 1]), search)
+        except (ImportError, ValueError):
+            return None
+        if found is None:
+            return None
+        locations = found.submodule_search_locations
+        search = list(locations) if locations is not None else None
+    origin = getattr(found, "origin", None)
+    return Path(origin) if isinstance(origin, str) else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,135 @@
+"""Part files in a directory: their names, their staging names, and the atomic commit.
+
+`part-00042.parquet` is shard 42's output; while a worker writes it, it lives under
+`_staging/part-00042.<attempt>.parquet`. Committing renames it into place (atomic on local
+disks), so a reader never sees half a part and a retried shard never leaves two.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from thresher.sources.files import filesystem
+
+STAGING = "_staging"
+
+
+@dataclass(frozen=True)
+class StagedPart:
+    """What a worker left for the coordinator: one shard's output under an attempt name."""
+
+    shard: int
+    attempt: str
+    path: str | None  # None when the shard produced no rows
+    rows: int
+
+
+@dataclass(frozen=True)
+class PartLayout:
+    """Names of one job's parts under `root`. `prefix` carries the job id in append mode."""
+
+    root: str
+    prefix: str
+    suffix: str
+    width: int = 5
+
+    def final(self, shard: int) -> str:
+        return f"{self.root}/{self.prefix}{shard:0{self.width}d}{self.suffix}"
+
+    def staging(self, shard: int, attempt: str) -> str:
+        name = f"{self.prefix}{shard:0{self.width}d}.{attempt}{self.suffix}"
+        return f"{self.root}/{STAGING}/{name}"
+
+
+def commit_file(staged: StagedPart, layout: PartLayout) -> None:
+    """Rename a staged part to its final name. Idempotent: if the staging file is gone and
+    the final file exists, an earlier commit already did it."""
+    if staged.path is None:
+        return
+    fs, src = filesystem(staged.path)
+    _, dst = filesystem(layout.final(staged.shard))
+    if not fs.exists(src):
+        if fs.exists(dst):
+            return
+        raise FileNotFoundError(f"staged part {staged.path} is missing")
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        os.replace(src, dst)
+    else:
+        fs.mv(src, dst)
+
+
+class FilePartWriter:
+    """Writes a shard's tables to one staging file in Parquet, CSV or JSONL."""
+
+    def __init__(self, path: str, shard: int, attempt: str, file_format: str) -> None:
+        self._path, self._shard, self._attempt = path, shard, attempt
+        self._format = file_format
+        self._file: Any = None
+        self._writer: TableWriter | None = None
+        self._rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        if self._writer is None:
+            self._file = open_for_write(self._path)
+            self._writer = _WRITERS[self._format](self._file, table.schema)
+        self._writer.write_table(table)
+        self._rows += table.num_rows
+
+    def close(self) -> StagedPart:
+        if self._writer is None:
+            return StagedPart(self._shard, self._attempt, None, 0)
+        self._writer.close()
+        self._file.close()
+        return StagedPart(self._shard, self._attempt, self._path, self._rows)
+
+
+def open_for_write(url: str) -> Any:
+    """A new binary file at `url`, its folder made first."""
+    fs, path = filesystem(url)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    return fs.open(path, "wb")
+
+
+class TableWriter(Protocol):
+    def write_table(self, table: pa.Table) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class JsonlWriter:
+    """One JSON object per row. NaN and infinity are refused, never written as bad JSON."""
+
+    def __init__(self, file: Any, schema: pa.Schema) -> None:
+        self._file = file
+
+    def write_table(self, table: pa.Table) -> None:
+        lines = (json.dumps(row, default=str, allow_nan=False) for row in table.to_pylist())
+        self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
+
+    def close(self) -> None:
+        """The file is closed by its owner."""
+
+
+def _parquet_writer(file: Any, schema: pa.Schema) -> TableWriter:
+    return pq.ParquetWriter(file, schema, compression="zstd")  # type: ignore[no-any-return]
+
+
+def _csv_writer(file: Any, schema: pa.Schema) -> TableWriter:
+    return pacsv.CSVWriter(file, schema)  # type: ignore[no-any-return]
+
+
+_WRITERS: dict[str, Callable[[Any, pa.Schema], TableWriter]] = {
+    "parquet": _parquet_writer,
+    "csv": _csv_writer,
+    "jsonl": JsonlWriter,
+}

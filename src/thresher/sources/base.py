@@ -1,0 +1,81 @@
+"""The source contract: plan input into shards once, then read any shard anywhere.
+
+A shard is a small, picklable description of a slice of input (a file and a range of row
+groups or bytes). Planning never reads the data itself, only metadata and a few bytes
+around each boundary; reading a shard streams it in bounded chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from thresher.records import BadRecord
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A slice of one input file: row groups [start, stop) for Parquet, bytes for text.
+
+    `index` is the shard's place in input order; outputs are named by it.
+    """
+
+    index: int
+    path: str
+    start: int
+    stop: int
+    # Parquet: the file row number of the shard's first row, and how many rows it holds
+    # (text formats know neither until they read).
+    first_row: int = 0
+    rows: int | None = None
+
+
+@dataclass
+class Chunk:
+    """Rows read from a shard: the good ones as a table, the bad ones as records.
+
+    `positions` locate each good row for error reports: the file row for Parquet, the
+    0-based line offset from the shard's start for text (see ShardReader.locate).
+    """
+
+    table: pa.Table
+    positions: np.ndarray
+    bad: list[BadRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The frozen result of planning: the shards and the schema every shard is read with."""
+
+    shards: list[Shard]
+    schema: pa.Schema
+
+
+class ShardReader(Protocol):
+    """Reads shards in a worker. Picklable: it travels to worker processes and Ray actors."""
+
+    def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
+        """Stream the shard's rows, at most `rows_per_chunk` good rows per chunk."""
+        ...
+
+    def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
+        """Turn a chunk position into what a person looks up: (`line`, 1-based) or
+        (`row`, 0-based within the file)."""
+        ...
+
+
+class Source(Protocol):
+    """A planned input: where the rows are and how to read them."""
+
+    def plan(self) -> Plan:
+        """Split the input into shards, deterministically, reading metadata only."""
+        ...
+
+    def reader(self, schema: pa.Schema, columns: list[str]) -> ShardReader:
+        """A reader of just `columns`, in that order, for any shard of a plan whose
+        schema is `schema`."""
+        ...

@@ -1,0 +1,70 @@
+"""Finding input files: one file, a directory or a glob, on local disk or any fsspec URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from thresher.errors import SourceError
+
+HIDDEN_PREFIXES = ("_", ".")
+
+
+def filesystem(uri: str) -> tuple[Any, str]:
+    """The fsspec filesystem for a URI and the path within it."""
+    try:
+        return url_to_fs(uri)  # type: ignore[no-any-return]
+    except (ImportError, ValueError) as exc:
+        raise SourceError(f"source.uri: cannot open {uri!r}: {exc}") from exc
+
+
+def list_files(uri: str, suffixes: tuple[str, ...]) -> list[str]:
+    """Every input file the URI names, in a stable (sorted) order, as full URLs.
+
+    A directory yields its files with a matching suffix (hidden and `_`-prefixed files
+    such as `_SUCCESS` are skipped); a glob yields its matches; a file yields itself.
+    """
+    fs, path = filesystem(uri)
+    try:
+        if any(ch in path for ch in "*?["):
+            paths = sorted(fs.glob(path))
+        elif fs.isdir(path):
+            found = fs.find(path)
+            paths = sorted(p for p in found if _is_data_file(p, suffixes))
+        elif fs.exists(path):
+            paths = [path]
+        else:
+            paths = []
+    except OSError as exc:
+        raise SourceError(f"source.uri: cannot list {uri!r}: {exc}") from exc
+    if not paths:
+        raise SourceError(f"source.uri: no input files at {uri!r}")
+    return [_as_url(fs, p) for p in paths]
+
+
+def open_file(url: str, mode: str = "rb") -> Any:
+    """Open one input file for reading (a file-like object from fsspec)."""
+    return fsspec.open(url, mode).open()
+
+
+def file_size(url: str) -> int:
+    fs, path = filesystem(url)
+    return int(fs.size(path))
+
+
+def _is_data_file(path: str, suffixes: tuple[str, ...]) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    parts = path.split("/")
+    hidden = any(part.startswith(HIDDEN_PREFIXES) for part in parts[-2:-1]) or name.startswith(
+        HIDDEN_PREFIXES
+    )
+    return not hidden and name.lower().endswith(suffixes)
+
+
+def _as_url(fs: Any, path: str) -> str:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        return path
+    return f"{protocol}://{path}"

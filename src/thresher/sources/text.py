@@ -1,0 +1,274 @@
+"""Line-oriented input (CSV, JSONL): shards are byte ranges aligned to line starts.
+
+Planning seeks to each boundary and reads forward to the next newline, so it touches a few
+bytes per shard, never the whole file. Reading parses whole blocks with Arrow; a block that
+fails is split in halves until each bad line stands alone, so one bad record costs a few
+re-parses and never the rest of its block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any, Literal, Protocol
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+
+from thresher.errors import SourceError
+from thresher.records import BadRecord
+from thresher.sources.base import Chunk, Plan, Shard
+from thresher.sources.files import file_size, list_files
+
+SAMPLE_BYTES = 1 << 20
+READ_BLOCK = 4 << 20
+INFER_LINES = 10_000
+COMPRESSED = (".gz", ".bz2", ".zst", ".xz")
+
+
+class TextFormat(Protocol):
+    """How one line-oriented format is sniffed and parsed."""
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """File name endings this format reads from a directory."""
+        ...
+
+    def header(self, first_line: bytes) -> list[str] | None:
+        """Column names if the format has a header line (CSV), else None."""
+        ...
+
+    def infer(self, sample: bytes, names: list[str] | None) -> pa.Schema:
+        """The schema of complete lines `sample`."""
+        ...
+
+    def parse(self, data: bytes, schema: pa.Schema) -> pa.Table:
+        """Parse complete lines into a table of `schema` (for CSV, also the header's
+        column order); raise on any bad line."""
+        ...
+
+
+@dataclass(frozen=True)
+class TextSource:
+    uri: str
+    format: TextFormat
+    shard_bytes: int
+    # Model inputs are read as float64 whatever the sample suggests: a sample that holds
+    # only whole numbers (or one bad value) must not decide how later rows parse. With no
+    # explicit `features`, every column but `not_features` is a model input.
+    features: tuple[str, ...] | None = None
+    not_features: frozenset[str] = frozenset()
+
+    def plan(self) -> Plan:
+        urls = list_files(self.uri, self.format.suffixes)
+        names, sample = self._sniff(urls[0])
+        inferred = self._infer(sample, names)
+        floats = self.features or [n for n in inferred.names if n not in self.not_features]
+        schema = _as_floats(inferred, frozenset(floats))
+        shards: list[Shard] = []
+        for url in urls:
+            shards.extend(self._split(url, names, len(shards)))
+        return Plan(shards=shards, schema=schema)
+
+    def reader(self, schema: pa.Schema, columns: list[str]) -> TextReader:
+        return TextReader(format=self.format, schema=schema, columns=tuple(columns))
+
+    def _sniff(self, url: str) -> tuple[list[str] | None, bytes]:
+        with _open_text(url) as f:
+            sample = f.read(SAMPLE_BYTES)
+        first, _, rest = sample.partition(b"\n")
+        names = self.format.header(first)
+        body = rest if names is not None else sample
+        if len(sample) >= SAMPLE_BYTES and b"\n" in body:
+            body = body[: body.rindex(b"\n") + 1]  # only complete lines
+        if not body.strip():
+            raise SourceError(f"{url}: no records to infer the columns from")
+        return names, body
+
+    def _infer(self, sample: bytes, names: list[str] | None) -> pa.Schema:
+        """The sample's schema; bad lines in the sample are left out rather than fatal."""
+        try:
+            return self.format.infer(sample, names)
+        except (pa.ArrowException, ValueError):
+            pass
+        good = []
+        for line in sample.splitlines()[:INFER_LINES]:
+            try:
+                self.format.infer(line + b"\n", names)
+                good.append(line)
+            except (pa.ArrowException, ValueError):
+                continue
+        if not good:
+            raise SourceError(f"source.uri: no readable record in the first lines of {self.uri}")
+        return self.format.infer(b"\n".join(good) + b"\n", names)
+
+    def _split(self, url: str, names: list[str] | None, first_index: int) -> list[Shard]:
+        start = 0
+        with _open_text(url) as f:
+            if names is not None:
+                header = f.readline()
+                if self.format.header(header.rstrip(b"\r\n")) != names:
+                    raise SourceError(f"{url} line 1: header differs from the first file's")
+                start = len(header)
+            if url.lower().endswith(COMPRESSED):
+                return [Shard(first_index, url, start, -1)]  # no seeking inside a stream
+            size = file_size(url)
+            bounds = [start]
+            while bounds[-1] + self.shard_bytes < size:
+                f.seek(bounds[-1] + self.shard_bytes)
+                f.readline()  # finish the line we landed in
+                if f.tell() >= size:
+                    break
+                bounds.append(f.tell())
+        bounds.append(size)
+        return [
+            Shard(first_index + i, url, lo, hi)
+            for i, (lo, hi) in enumerate(pairwise(bounds))
+            if hi > lo
+        ] or [Shard(first_index, url, start, size)]
+
+
+@dataclass
+class TextReader:
+    format: TextFormat
+    schema: pa.Schema
+    columns: tuple[str, ...]
+    _line_cache: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
+
+    def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
+        line_offset = 0
+        for block in _blocks(shard):
+            table, positions, bad = self._parse_block(shard, block, line_offset)
+            line_offset += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+            for lo in range(0, max(table.num_rows, 1), rows_per_chunk):
+                yield Chunk(
+                    table=table.slice(lo, rows_per_chunk),
+                    positions=positions[lo : lo + rows_per_chunk],
+                    bad=bad if lo == 0 else [],
+                )
+
+    def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
+        return "line", self._first_line(shard) + position
+
+    def _parse_block(
+        self, shard: Shard, block: bytes, line_offset: int
+    ) -> tuple[pa.Table, np.ndarray, list[BadRecord]]:
+        try:
+            table = self.format.parse(block, self.schema)
+            lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+            if table.num_rows == lines:
+                positions = np.arange(line_offset, line_offset + lines, dtype=np.int64)
+                return table.select(list(self.columns)), positions, []
+        except (pa.ArrowException, ValueError):
+            pass
+        return self._parse_lines(shard, block, line_offset)
+
+    def _parse_lines(
+        self, shard: Shard, block: bytes, line_offset: int
+    ) -> tuple[pa.Table, np.ndarray, list[BadRecord]]:
+        """The slow path: parse halves of the block until each bad line stands alone."""
+        lines = block.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        tables: list[pa.Table] = []
+        good: list[int] = []
+        bad: list[BadRecord] = []
+
+        def bisect(part: list[tuple[int, bytes]]) -> None:
+            if not part:
+                return
+            try:
+                table = self.format.parse(b"\n".join(ln for _, ln in part) + b"\n", self.schema)
+                if table.num_rows != len(part):
+                    raise ValueError(f"expected {len(part)} records, parsed {table.num_rows}")
+            except (pa.ArrowException, ValueError) as exc:
+                if len(part) == 1:
+                    bad.append(self._bad_line(shard, line_offset + part[0][0], part[0][1], exc))
+                    return
+                bisect(part[: len(part) // 2])
+                bisect(part[len(part) // 2 :])
+                return
+            tables.append(table)
+            good.extend(i for i, _ in part)
+
+        bisect([(i, ln) for i, ln in enumerate(lines) if ln.strip()])  # blank lines are no records
+        table = pa.concat_tables(tables) if tables else self.schema.empty_table()
+        positions = np.asarray(good, dtype=np.int64) + line_offset
+        return table.select(list(self.columns)), positions, bad
+
+    def _bad_line(self, shard: Shard, position: int, raw: bytes, exc: Exception) -> BadRecord:
+        try:
+            raw.decode("utf-8")
+            error, message = type(exc).__name__, str(exc).strip()
+        except UnicodeDecodeError as decode_error:
+            error, message = "UnicodeDecodeError", f"invalid UTF-8: {decode_error.reason}"
+        return BadRecord(
+            source=shard.path,
+            stage="decode",
+            error=error,
+            message=message.splitlines()[0] if message else error,
+            raw=raw.decode("utf-8", errors="backslashreplace"),
+            line=self._first_line(shard) + position,
+        )
+
+    def _first_line(self, shard: Shard) -> int:
+        """1-based line number of the shard's first line, counted only when first needed."""
+        key = (shard.path, shard.start)
+        if key not in self._line_cache:
+            newlines = 0
+            with _open_text(shard.path) as f:
+                remaining = shard.start
+                while remaining > 0:
+                    data = f.read(min(READ_BLOCK, remaining))
+                    if not data:
+                        break
+                    newlines += data.count(b"\n")
+                    remaining -= len(data)
+            self._line_cache[key] = newlines + 1
+        return self._line_cache[key]
+
+
+def _blocks(shard: Shard) -> Iterator[bytes]:
+    """The shard's bytes in blocks of whole lines, about READ_BLOCK each."""
+    with _open_text(shard.path) as f:
+        f.seek(shard.start)
+        remaining = shard.stop - shard.start if shard.stop >= 0 else -1
+        carry = b""
+        while remaining != 0:
+            want = READ_BLOCK if remaining < 0 else min(READ_BLOCK, remaining)
+            data = f.read(want)
+            if not data:
+                break
+            if remaining > 0:
+                remaining -= len(data)
+            data = carry + data
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                carry = data
+                continue
+            carry = data[cut:]
+            yield data[:cut]
+        if carry:
+            yield carry
+
+
+def _open_text(url: str) -> Any:
+    """A binary file, decompressed on the fly when its name says it is compressed."""
+    compression = "infer" if url.lower().endswith(COMPRESSED) else None
+    return fsspec.open(url, "rb", compression=compression)
+
+
+def _as_floats(schema: pa.Schema, float_columns: frozenset[str]) -> pa.Schema:
+    """Model inputs as float64; bytes as text (Arrow infers bytes only from invalid UTF-8,
+    which must then be a bad record, not a column type)."""
+    fields = []
+    for column in schema:
+        if column.name in float_columns:
+            fields.append(column.with_type(pa.float64()))
+        elif pa.types.is_binary(column.type) or pa.types.is_null(column.type):
+            fields.append(column.with_type(pa.string()))
+        else:
+            fields.append(column)
+    return pa.schema(fields)

@@ -1,0 +1,255 @@
+"""The job spec: what to read, which model, how to batch and run, where to write.
+
+A spec is TOML, YAML or JSON on disk and the same thing as typed objects in Python:
+
+    >>> spec = JobSpec.model_validate({
+    ...     "source": {"uri": "customers.parquet", "id_column": "customer_id"},
+    ...     "model": {"kind": "sklearn", "uri": "model.skops"},
+    ...     "sink": {"uri": "out/"},
+    ... })
+    >>> spec.batch.size
+    4096
+
+Relative paths in a spec file are resolved against the file's folder, so a spec and its
+data can move together.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from thresher.errors import SpecError
+
+FileFormat = Literal["parquet", "csv", "jsonl"]
+FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
+SUFFIX_FORMATS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+}
+
+
+class Section(BaseModel):
+    """A spec section: unknown keys are errors, so a typo never passes silently."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class JobSection(Section):
+    name: str = "job"
+
+
+class SourceSection(Section):
+    uri: str
+    format: FileFormat | None = None
+    id_column: str | None = None
+    columns: list[str] | None = None
+    csv_delimiter: str = Field(default=",", min_length=1, max_length=1)
+    shard_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+    @model_validator(mode="after")
+    def _infer_format(self) -> SourceSection:
+        if self.format is None:
+            inferred = infer_format(self.uri)
+            if inferred is None:
+                formats = ", ".join(FILE_FORMATS)
+                raise ValueError(f"format: cannot infer it from {self.uri!r}; set one of {formats}")
+            self.format = inferred  # type: ignore[assignment]
+        return self
+
+
+def _default_outputs() -> list[Literal["prediction", "proba"]]:
+    return ["prediction"]
+
+
+class ModelSection(Section):
+    kind: str
+    uri: str
+    trust: bool = False
+    trusted_types: list[str] = Field(default_factory=list)
+    batch_format: Literal["pandas", "numpy", "arrow"] = "pandas"
+    outputs: list[Literal["prediction", "proba"]] = Field(default_factory=_default_outputs)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class BatchSection(Section):
+    size: int = Field(default=4096, ge=1)
+
+
+class RunSection(Section):
+    executor: Literal["local"] = "local"
+    workers: int | None = Field(default=None, ge=1)
+    max_attempts: int = Field(default=3, ge=1)
+
+
+class SinkSection(Section):
+    uri: str
+    format: Literal["parquet", "csv", "jsonl", "sqlite"] | None = None
+    mode: Literal["overwrite", "append"] = "overwrite"
+    keep_columns: list[str] = Field(default_factory=list)
+    force: bool = False
+
+    @model_validator(mode="after")
+    def _infer_format(self) -> SinkSection:
+        if self.uri.startswith("sqlite://"):
+            if self.format not in (None, "sqlite"):
+                raise ValueError(f"format: a sqlite:// uri writes a table, not {self.format}")
+            self.format = "sqlite"
+        elif self.format == "sqlite":
+            raise ValueError("uri: a sqlite sink needs sqlite:///path/file.db?table=name")
+        elif self.format is None:
+            self.format = "parquet"
+        return self
+
+
+class ErrorsSection(Section):
+    on_bad_input: Literal["skip", "fail"] = "skip"
+    max_error_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class JobSpec(Section):
+    """A whole job. Only `source`, `model` and `sink` are required."""
+
+    job: JobSection = Field(default_factory=JobSection)
+    source: SourceSection
+    model: ModelSection
+    batch: BatchSection = Field(default_factory=BatchSection)
+    run: RunSection = Field(default_factory=RunSection)
+    sink: SinkSection
+    errors: ErrorsSection = Field(default_factory=ErrorsSection)
+
+    @field_validator("sink")
+    @classmethod
+    def _no_reserved_keep(cls, sink: SinkSection) -> SinkSection:
+        clash = sorted({"prediction"} & set(sink.keep_columns))
+        if clash:
+            raise ValueError(f"keep_columns: {clash[0]!r} would clash with a prediction column")
+        return sink
+
+    @model_validator(mode="after")
+    def _id_not_in_features(self) -> JobSpec:
+        source = self.source
+        if source.id_column and source.columns and source.id_column in source.columns:
+            raise ValueError(
+                f"source.columns: the id column {source.id_column!r} must not be a model input"
+            )
+        return self
+
+
+def infer_format(uri: str) -> str | None:
+    """The file format a path's suffix implies (`data/*.csv` -> `csv`), or None."""
+    name = uri.rstrip("/").rsplit("/", 1)[-1].lower()
+    for suffix in (".gz", ".zst", ".bz2"):
+        name = name.removesuffix(suffix)
+    return SUFFIX_FORMATS.get(Path(name).suffix)
+
+
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
+    """Read a spec file (TOML, YAML or JSON), apply `section.key=value` overrides, validate.
+
+    Raises SpecError listing every problem, each naming its field.
+    """
+    path = Path(path)
+    try:
+        raw = _read_mapping(path)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise SpecError([f"{path}: {exc}"]) from exc
+    for item in overrides:
+        apply_override(raw, item)
+    _resolve_paths(raw, path.parent)
+    return parse_spec(raw)
+
+
+def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
+    """Validate a spec given as a mapping; raise SpecError naming each bad field."""
+    try:
+        return JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(_describe(exc)) from None
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply one `section.key=value` to a raw spec; the value is read as TOML when it can be."""
+    key, sep, text = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or len(parts) < 2 or not all(parts):
+        raise SpecError([f"--set {item}: expected section.key=value"])
+    try:
+        value: Any = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    node = raw
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise SpecError([f"--set {item}: {part} is not a section"])
+        node = child
+    node[parts[-1]] = value
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8")
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        data: Any = tomllib.loads(text)
+    elif suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(text)
+    elif suffix == ".json":
+        data = json.loads(text)
+    else:
+        raise ValueError("a job spec must end in .toml, .yaml, .yml or .json")
+    if not isinstance(data, dict):
+        raise ValueError("a job spec must be a mapping of sections")
+    return data
+
+
+def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
+    """Make relative local paths in uri fields relative to the spec file's folder."""
+    for section in ("source", "model", "sink"):
+        node = raw.get(section)
+        if isinstance(node, dict) and isinstance(node.get("uri"), str):
+            node["uri"] = resolve_uri(node["uri"], base)
+
+
+def resolve_uri(uri: str, base: Path) -> str:
+    """`data/x.parquet` -> `<base>/data/x.parquet`; URLs, absolute paths and modules stay."""
+    if "://" in uri:
+        if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+            return "sqlite:///" + str((base / uri[len("sqlite:///") :]).resolve())
+        return uri
+    target, colon, attr = uri.rpartition(":") if uri.count(":") == 1 else (uri, "", "")
+    if colon and not target.endswith(".py"):
+        return uri  # pkg.module:Class
+    path = Path(target)
+    resolved = str(path if path.is_absolute() else (base / path))
+    trailing = "/" if uri.endswith("/") and not resolved.endswith("/") else ""
+    return f"{resolved}{trailing}{colon}{attr}"
+
+
+def _describe(exc: ValidationError) -> list[str]:
+    problems = []
+    for error in exc.errors():
+        loc = ".".join(str(p) for p in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "literal_error":
+            expected = error.get("ctx", {}).get("expected", "")
+            message = f"must be one of {expected.replace(' or ', ', ')}"
+        elif error["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling)"
+        elif error["type"] == "missing":
+            message = "required"
+        if ":" in message.split(" ", 1)[0]:  # a validator that names a sub-field itself
+            sub, _, message = message.partition(": ")
+            loc = f"{loc}.{sub}" if loc else sub
+        problems.append(f"{loc}: {message.strip()}")
+    return problems

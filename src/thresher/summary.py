@@ -1,0 +1,23 @@
+"""The end-of-job summary a person reads."""
+
+from __future__ import annotations
+
+import click
+
+from thresher.engine.job import JobResult
+
+
+def print_result(result: JobResult) -> None:
+    """Counts, rate and where things are; on failure, each problem on its own line."""
+    m = result.manifest
+    state = "succeeded" if result.succeeded else "FAILED"
+    rate = m["rows_per_second"] or 0
+    click.echo(
+        f"job {result.job_id} {state}: {m['rows_in']:,} rows in, {m['rows_out']:,} out, "
+        f"{m['rows_error']:,} errors in {m['seconds']:.1f}s ({rate:,.0f} rows/s)"
+    )
+    click.echo(f"  output: {result.output}")
+    if m["rows_error"]:
+        click.echo(f"  errors: {result.errors}")
+    for problem in result.problems:
+        click.echo(f"  problem: {problem}", err=True)
