@@ -17,6 +17,7 @@ data can move together.
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -42,7 +43,8 @@ SUFFIX_FORMATS = {
 class Section(BaseModel):
     """A spec section: unknown keys are errors, so a typo never passes silently."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # `--set job.name=2024` reads the value as TOML, an int; a text field takes it as text.
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
 
 class JobSection(Section):
@@ -187,7 +189,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     try:
         value: Any = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
-        value = text
+        value = text.strip()
     node = raw
     for part in parts[:-1]:
         child = node.setdefault(part, {})
@@ -225,13 +227,13 @@ def resolve_uri(uri: str, base: Path) -> str:
     """`data/x.parquet` -> `<base>/data/x.parquet`; URLs, absolute paths and modules stay."""
     if "://" in uri:
         if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-            return "sqlite:///" + str((base / uri[len("sqlite:///") :]).resolve())
+            return "sqlite:///" + os.path.abspath(base / uri[len("sqlite:///") :])
         return uri
     target, colon, attr = uri.rpartition(":") if uri.count(":") == 1 else (uri, "", "")
     if colon and not target.endswith(".py"):
         return uri  # pkg.module:Class
     path = Path(target)
-    resolved = str(path if path.is_absolute() else (base / path))
+    resolved = str(path) if path.is_absolute() else os.path.abspath(base / path)
     trailing = "/" if uri.endswith("/") and not resolved.endswith("/") else ""
     return f"{resolved}{trailing}{colon}{attr}"
 

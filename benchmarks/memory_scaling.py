@@ -1,0 +1,179 @@
+"""Peak memory of `thresher run` as the input grows: it should stay roughly flat.
+
+    python benchmarks/memory_scaling.py --rows 1000000 5000000 --model sklearn onnx
+
+For each size it writes a Parquet file of `rows` x 30 float features (plus an id), trains a
+small model once, runs the real CLI under `/usr/bin/time -v`, and samples the summed RSS of
+the whole process tree (coordinator + workers) every 50 ms. It checks the output against a
+direct model call on the same rows, then prints a Markdown table: rows, peak RSS of the
+largest process (what `time -v` reports), peak summed RSS of the tree, and their ratio to
+the smallest input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FEATURES = [f"f{i}" for i in range(30)]
+TRAIN_ROWS = 20_000
+CHUNK = 500_000
+
+
+def write_input(path: Path, rows: int, seed: int = 0) -> None:
+    """Write in chunks so the generator itself never holds the whole table."""
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("id", pa.int64())] + [(f, pa.float64()) for f in FEATURES])
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, rows, CHUNK):
+            n = min(CHUNK, rows - start)
+            data = {"id": np.arange(start, start + n, dtype=np.int64)}
+            data |= {f: rng.standard_normal(n) for f in FEATURES}
+            writer.write_table(pa.table(data, schema=schema), row_group_size=131_072)
+
+
+def train(directory: Path, kind: str) -> Path:
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((TRAIN_ROWS, len(FEATURES)))
+    y = (x[:, 0] + 0.5 * x[:, 1] - x[:, 2] > 0).astype(np.int64)
+    model = LogisticRegression(max_iter=200).fit(x, y)
+    if kind == "sklearn":
+        import skops.io as sio
+
+        path = directory / "model.skops"
+        sio.dump(model, path)
+        return path
+    from skl2onnx import to_onnx
+
+    onx = to_onnx(model, x[:1].astype(np.float32), options={"zipmap": False})
+    path = directory / "model.onnx"
+    path.write_bytes(onx.SerializeToString())
+    return path
+
+
+def tree_rss(pid: int) -> int:
+    """Summed RSS in bytes of `pid` and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        total += rss.get(p, 0)
+        stack.extend(children.get(p, []))
+    return total
+
+
+def run_job(spec: Path, env: dict[str, str]) -> tuple[int, int, float]:
+    """(max RSS of one process from time -v, peak summed tree RSS, seconds)."""
+    thresher = Path(sys.executable).parent / "thresher"
+    cmd = ["/usr/bin/time", "-v", str(thresher), "run", str(spec)]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, tree_rss(proc.pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    done.set()
+    sampler.join()
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"thresher failed:\n{out}\n{err}")
+    max_rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)[1])  # type: ignore[index]
+    return max_rss_kb * 1024, peak, seconds
+
+
+def check_output(out_dir: Path, data: Path, model_path: Path, kind: str) -> None:
+    """The output equals a direct model call on the same rows, in input order (sampled)."""
+    got = pq.read_table(sorted(out_dir.glob("part-*.parquet")))
+    ids = got.column("id").to_numpy()
+    assert np.array_equal(ids, np.arange(len(ids))), "ids out of order or missing"
+    head = pq.ParquetFile(data).read_row_group(0)
+    x = np.column_stack([head.column(f).to_numpy() for f in FEATURES])
+    if kind == "sklearn":
+        import skops.io as sio
+
+        expected = sio.load(model_path).predict(x)
+    else:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+        expected = session.run(None, {session.get_inputs()[0].name: x.astype(np.float32)})[0]
+    actual = got.column("prediction").to_numpy()[: len(expected)]
+    assert np.array_equal(actual, np.asarray(expected).reshape(-1)), "predictions differ"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000])
+    parser.add_argument("--model", nargs="+", default=["sklearn", "onnx"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args()
+    root = args.dir or Path(tempfile.mkdtemp(prefix="thresher-mem-"))
+    root.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    rows_table = []
+    for kind in args.model:
+        model_path = train(root, kind)
+        for rows in args.rows:
+            data = root / f"input-{rows}.parquet"
+            if not data.exists():
+                write_input(data, rows)
+            out = root / f"out-{kind}-{rows}"
+            spec = root / f"job-{kind}-{rows}.toml"
+            spec.write_text(
+                f'[source]\nuri = "{data}"\nid_column = "id"\n'
+                f'[model]\nkind = "{kind}"\nuri = "{model_path}"\n'
+                f"[batch]\nsize = 8192\n[run]\nworkers = {args.workers}\n"
+                f'[sink]\nuri = "{out}/"\nforce = true\n'
+            )
+            one, tree, seconds = run_job(spec, env)
+            check_output(out, data, model_path, kind)
+            rows_table.append((kind, rows, one, tree, seconds))
+    print("| model | rows | max RSS, one process (time -v) | peak RSS, whole tree | seconds |")
+    print("|---|---:|---:|---:|---:|")
+    for kind, rows, one, tree, seconds in rows_table:
+        print(
+            f"| {kind} | {rows:,} | {one / 2**20:,.0f} MiB | {tree / 2**20:,.0f} MiB | {seconds:.1f} |"
+        )
+    for kind in args.model:
+        runs = [r for r in rows_table if r[0] == kind]
+        if len(runs) > 1:
+            ratio = runs[-1][3] / runs[0][3]
+            grow = runs[-1][1] / runs[0][1]
+            print(f"{kind}: input x{grow:.0f} -> peak tree RSS x{ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
