@@ -164,9 +164,8 @@ def main() -> None:
     print("| model | rows | max RSS, one process (time -v) | peak RSS, whole tree | seconds |")
     print("|---|---:|---:|---:|---:|")
     for kind, rows, one, tree, seconds in rows_table:
-        print(
-            f"| {kind} | {rows:,} | {one / 2**20:,.0f} MiB | {tree / 2**20:,.0f} MiB | {seconds:.1f} |"
-        )
+        mib = f"{one / 2**20:,.0f} MiB | {tree / 2**20:,.0f} MiB"
+        print(f"| {kind} | {rows:,} | {mib} | {seconds:.1f} |")
     for kind in args.model:
         runs = [r for r in rows_table if r[0] == kind]
         if len(runs) > 1:

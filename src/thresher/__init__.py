@@ -36,18 +36,31 @@ __all__ = [
     "ThresherError",
     "load_spec",
     "parse_spec",
+    "resume",
     "run",
 ]
 __version__ = "0.1.0"
 
 
-def run(spec: JobSpec | dict[str, object], reporter: Reporter | None = None) -> JobResult:
+def run(
+    spec: JobSpec | dict[str, object], store: str | None = None, reporter: Reporter | None = None
+) -> JobResult:
     """Run a job to its end and return how it went.
 
-    `spec` is a JobSpec or the same as a mapping (validated here). Raises SpecError
-    before any work when the spec or the input's columns do not fit.
+    `spec` is a JobSpec or the same as a mapping (validated here); `store` a store URL
+    (default: `$THRESHER_STORE` or the user's SQLite store). Raises SpecError before any
+    work when the spec or the input's columns do not fit.
     """
     from thresher.engine.job import run_job
+    from thresher.store import open_store
 
     job = spec if isinstance(spec, JobSpec) else parse_spec(spec)
-    return run_job(job, reporter)
+    return run_job(job, open_store(store), reporter)
+
+
+def resume(job_id: str, store: str | None = None, reporter: Reporter | None = None) -> JobResult:
+    """Finish a stopped job from its stored plan (see `thresher resume`)."""
+    from thresher.engine.job import resume_job
+    from thresher.store import open_store
+
+    return resume_job(job_id, open_store(store), reporter)

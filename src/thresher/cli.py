@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -15,12 +16,21 @@ EXIT_USAGE = 2
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="thresher")
-def cli() -> None:
+@click.option(
+    "--store",
+    envvar="THRESHER_STORE",
+    metavar="URL",
+    help="Job store: sqlite:///path.db or postgresql://… "
+    "[env THRESHER_STORE; default ~/.local/share/thresher/store.db]",
+)
+@click.pass_context
+def cli(ctx: click.Context, store: str | None) -> None:
     """thresher: batch inference, exactly once per record.
 
     Run a model over every record of a dataset and write the predictions to files or a
     database. Start with `thresher demo`, then `thresher run JOB.toml`.
     """
+    ctx.obj = store
 
 
 @cli.command()
@@ -32,23 +42,69 @@ def cli() -> None:
     metavar="SECTION.KEY=VALUE",
     help="Override a spec value, e.g. --set batch.size=1024 (repeatable).",
 )
-def run(spec_file: Path, overrides: tuple[str, ...]) -> None:
+@click.pass_obj
+def run(store_url: str | None, spec_file: Path, overrides: tuple[str, ...]) -> None:
     """Run the job that SPEC_FILE (TOML, YAML or JSON) describes."""
     from thresher.engine.job import run_job
     from thresher.progress import reporter_for
     from thresher.spec import load_spec
-    from thresher.summary import print_result
+    from thresher.store import open_store
 
     try:
         spec = load_spec(spec_file, overrides)
-        result = run_job(spec, reporter_for(sys.stderr))
+        result = run_job(spec, open_store(store_url), reporter_for(sys.stderr))
     except SpecError as exc:
         _fail(str(exc), EXIT_USAGE)
     except ThresherError as exc:
         _fail(f"job failed: {exc}", EXIT_FAILED)
-    print_result(result)
-    if not result.succeeded:
-        sys.exit(EXIT_FAILED)
+    _report(result)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--force", is_flag=True, help="Resume even if the job looks owned by a live process.")
+@click.pass_obj
+def resume(store_url: str | None, job_id: str, force: bool) -> None:
+    """Finish a stopped job from its stored plan: done shards are kept, the rest rerun."""
+    from thresher.engine.job import resume_job
+    from thresher.progress import reporter_for
+    from thresher.store import open_store
+
+    try:
+        result = resume_job(job_id, open_store(store_url), reporter_for(sys.stderr), force=force)
+    except ThresherError as exc:
+        _fail(f"cannot resume: {exc}", EXIT_FAILED)
+    _report(result)
+
+
+@cli.command()
+@click.argument("job_id", required=False)
+@click.option("--limit", default=20, show_default=True, help="Jobs to list.")
+@click.pass_obj
+def status(store_url: str | None, job_id: str | None, limit: int) -> None:
+    """List recent jobs, or show one job's shards, rows, errors and rate."""
+    from thresher.status import show_job, show_jobs
+    from thresher.store import open_store
+
+    try:
+        store = open_store(store_url)
+        show_job(store, job_id) if job_id else show_jobs(store, limit)
+    except ThresherError as exc:
+        _fail(str(exc), EXIT_FAILED)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.pass_obj
+def cancel(store_url: str | None, job_id: str) -> None:
+    """Stop a running job; its coordinator stops within a second. Resume continues it."""
+    from thresher.store import open_store
+
+    try:
+        state = open_store(store_url).request_cancel(job_id)
+    except ThresherError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    click.echo(f"job {job_id}: {state.value}")
 
 
 @cli.command()
@@ -61,19 +117,31 @@ def run(spec_file: Path, overrides: tuple[str, ...]) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Where the data, model, spec and results go.",
 )
-def demo(rows: int, directory: Path) -> None:
+@click.pass_obj
+def demo(store_url: str | None, rows: int, directory: Path) -> None:
     """Score a synthetic credit table end to end, offline: data, model, spec, results."""
     from thresher.demo import run_demo
+    from thresher.store import open_store
 
     try:
-        ok = run_demo(directory, rows)
+        ok = run_demo(directory, rows, open_store(store_url))
     except ThresherError as exc:
         _fail(f"demo failed: {exc}", EXIT_FAILED)
     if not ok:
         sys.exit(EXIT_FAILED)
 
 
-def _fail(message: str, code: int) -> None:
+def _report(result: object) -> None:
+    from thresher.engine.job import JobResult
+    from thresher.summary import print_result
+
+    assert isinstance(result, JobResult)
+    print_result(result)
+    if not result.succeeded:
+        sys.exit(EXIT_FAILED)
+
+
+def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"thresher: {message}", err=True)
     sys.exit(code)
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thresher.errors import ModelLoadError
+from thresher.store import Store
 
 FEATURES = [
     "age",
@@ -119,7 +120,7 @@ def train_model(table: pa.Table, path: Path, sample: int = 50_000) -> None:
     sio.dump(model, path)
 
 
-def run_demo(directory: Path, rows: int) -> bool:
+def run_demo(directory: Path, rows: int, store: Store | None = None) -> bool:
     """Generate, train, write the spec, run it, and print where the results are."""
     from thresher.engine.job import run_job
     from thresher.progress import reporter_for
@@ -141,7 +142,7 @@ def run_demo(directory: Path, rows: int) -> bool:
         f"demo: {rows:,} customers and a model in {time.perf_counter() - clock:.1f}s "
         f"({directory}/customers.parquet, model.skops, score.toml)"
     )
-    result = run_job(load_spec(spec_path), reporter_for())
+    result = run_job(load_spec(spec_path), store, reporter_for())
     print_result(result)
     if result.succeeded:
         _show_sample(directory / "scores")

@@ -92,6 +92,7 @@ class RunSection(Section):
     executor: Literal["local"] = "local"
     workers: int | None = Field(default=None, ge=1)
     max_attempts: int = Field(default=3, ge=1)
+    shard_timeout: float = Field(default=600.0, gt=0)
 
 
 class SinkSection(Section):

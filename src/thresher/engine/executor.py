@@ -50,4 +50,6 @@ def make_executor(run: RunSection, placement: Placement) -> Executor:
     """The executor a `[run]` section asks for."""
     from thresher.engine.local import LocalExecutor
 
-    return LocalExecutor(workers=placement.workers, threads=placement.threads)
+    return LocalExecutor(
+        workers=placement.workers, threads=placement.threads, shard_timeout=run.shard_timeout
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import time
 import traceback
 import uuid
 from collections import deque
@@ -31,6 +32,7 @@ from thresher.engine.tasks import (
     WorkerSetup,
 )
 from thresher.errors import BadInputError, ModelOutputError
+from thresher.faults import crash_point
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -47,6 +49,7 @@ class _Worker:
     process: BaseProcess
     conn: Connection
     task: ShardTask | None = None
+    last_heard: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -55,6 +58,7 @@ class LocalExecutor:
 
     workers: int
     threads: int = 1
+    shard_timeout: float = 600.0
     _setup: WorkerSetup | None = field(default=None, init=False)
     _pool: list[_Worker] = field(default_factory=list, init=False)
     _queue: deque[ShardTask] = field(default_factory=deque, init=False)
@@ -84,7 +88,8 @@ class LocalExecutor:
             if handle is worker.conn:
                 yield from self._receive(worker)
             else:
-                yield from self._lost(worker)
+                yield from self._lost(worker, "worker process died")
+        yield from self._stalled()
         self._dispatch()
 
     def shutdown(self) -> None:
@@ -103,27 +108,36 @@ class LocalExecutor:
         try:
             event = worker.conn.recv()
         except (EOFError, OSError):
-            yield from self._lost(worker)
+            yield from self._lost(worker, "worker process died")
             return
+        worker.last_heard = time.monotonic()
         if isinstance(event, ShardDone | ShardFailed):
             worker.task = None
         yield event
 
-    def _lost(self, worker: _Worker) -> Iterator[Event]:
+    def _stalled(self) -> Iterator[Event]:
+        """A worker that reported nothing for `shard_timeout` seconds is stuck: kill it."""
+        now = time.monotonic()
+        for worker in list(self._pool):
+            if worker.task is not None and now - worker.last_heard > self.shard_timeout:
+                worker.process.kill()
+                why = f"no progress for {self.shard_timeout:g}s (run.shard_timeout); worker killed"
+                yield from self._lost(worker, why, error="ShardTimeout")
+
+    def _lost(self, worker: _Worker, why: str, error: str = "WorkerLost") -> Iterator[Event]:
         worker.process.join(timeout=1)
         code = worker.process.exitcode
         self._pool.remove(worker)
         worker.conn.close()
         self._pool.append(self._spawn())
         if worker.task is not None:
-            yield ShardFailed(
-                worker.task, "WorkerLost", f"worker process died (exit code {code})", retry=True
-            )
+            yield ShardFailed(worker.task, error, f"{why} (exit code {code})", retry=True)
 
     def _dispatch(self) -> None:
         for worker in self._pool:
             if worker.task is None and self._queue:
                 worker.task = self._queue.popleft()
+                worker.last_heard = time.monotonic()
                 worker.conn.send(worker.task)
 
     def _spawn(self) -> _Worker:
@@ -176,7 +190,9 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
             conn.send(Progress(shard, rows))
 
         try:
-            conn.send(ShardDone(run_shard(setup, model, task, report)))
+            result = run_shard(setup, model, task, report)
+            crash_point("worker_after_stage", task.shard.index)
+            conn.send(ShardDone(result))
         except Exception as exc:
             message = str(exc) or traceback.format_exc(limit=3)
             conn.send(

@@ -2,8 +2,9 @@
 
 Lifecycle, all in the coordinating process except `PartTarget.open`:
 
-    start(job_id, shard_count) -> [workers: part_target().open(shard, attempt).write(...).close()]
-                  -> commit_part(staged) per shard -> finish(manifest) | abort()
+    start(job_id, shard_count, resume)
+      -> [workers: part_target().open(shard, attempt).write(...).close()]
+      -> commit_part(staged) per shard -> finish(manifest) | abort()
 
 A staged part is invisible to readers until `commit_part`, which is idempotent: committing
 the same shard twice (a crash between commit and bookkeeping) still leaves it there once.
@@ -35,8 +36,9 @@ class PartTarget(Protocol):
 class Sink(Protocol):
     """The coordinator's half of a sink."""
 
-    def start(self, job_id: str, shard_count: int) -> None:
-        """Prepare the output for a job: check it may be written, clear it on overwrite."""
+    def start(self, job_id: str, shard_count: int, resume: bool) -> None:
+        """Prepare the output for a job: check it may be written, clear it on overwrite.
+        On resume, keep what is committed and remove stale staging files instead."""
         ...
 
     def part_target(self) -> PartTarget: ...

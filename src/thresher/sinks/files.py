@@ -40,14 +40,34 @@ class FileSink:
     def root(self) -> str:
         return self.uri.rstrip("/")
 
-    def start(self, job_id: str, shard_count: int) -> None:
+    def start(self, job_id: str, shard_count: int, resume: bool) -> None:
         fs, root = filesystem(self.root)
-        prepare_directory(fs, root, self.mode, self.force, self.root)
-        _write_json(fs, f"{root}/{MARKER}", {"job_id": job_id, "format": self.file_format})
+        if resume:
+            self._check_still_ours(fs, root, job_id)
+            _remove_staging(fs, root)
+        else:
+            prepare_directory(fs, root, self.mode, self.force, self.root)
+            _write_json(fs, f"{root}/{MARKER}", {"job_id": job_id, "format": self.file_format})
         prefix = "part-" if self.mode == "overwrite" else f"part-{job_id}-"
         width = max(5, len(str(max(shard_count - 1, 0))))
         self.layout = PartLayout(self.root, prefix, SUFFIX[self.file_format], width)
         self.errors = PartLayout(f"{self.root}/{ERRORS}", prefix, ".jsonl", width)
+
+    def _check_still_ours(self, fs: Any, root: str, job_id: str) -> None:
+        """In overwrite mode a later job clears the directory: resuming over it would mix
+        two jobs' parts, so refuse."""
+        if self.mode != "overwrite":
+            return
+        try:
+            with fs.open(f"{root}/{MARKER}", "r") as f:
+                owner = json.load(f).get("job_id")
+        except FileNotFoundError:
+            owner = None
+        if owner != job_id:
+            raise SinkError(
+                f"sink.uri: {self.uri} now holds job {owner or 'unknown'}'s output, not job "
+                f"{job_id}'s; run the job again instead of resuming it"
+            )
 
     def part_target(self) -> FilePartTarget:
         return FilePartTarget(self._layout(), self.file_format)

@@ -51,11 +51,14 @@ class PartLayout:
 
 def commit_file(staged: StagedPart, layout: PartLayout) -> None:
     """Rename a staged part to its final name. Idempotent: if the staging file is gone and
-    the final file exists, an earlier commit already did it."""
+    the final file exists, an earlier commit already did it. An attempt with no rows
+    removes whatever an earlier attempt of the shard left, so the latest attempt decides."""
+    fs, dst = filesystem(layout.final(staged.shard))
     if staged.path is None:
+        if fs.exists(dst):
+            fs.rm(dst)
         return
-    fs, src = filesystem(staged.path)
-    _, dst = filesystem(layout.final(staged.shard))
+    _, src = filesystem(staged.path)
     if not fs.exists(src):
         if fs.exists(dst):
             return

@@ -50,7 +50,7 @@ class SqliteSink:
     def side_dir(self) -> str:
         return f"{self.db_path}.{self.table}"
 
-    def start(self, job_id: str, shard_count: int) -> None:
+    def start(self, job_id: str, shard_count: int, resume: bool) -> None:
         self.job_id = job_id
         width = max(5, len(str(max(shard_count - 1, 0))))
         self.layout = PartLayout(self.side_dir, f"part-{job_id}-", ".parquet", width)
@@ -58,6 +58,12 @@ class SqliteSink:
         fs.makedirs(side, exist_ok=True)
         if fs.exists(f"{side}/{SUCCESS}"):
             fs.rm(f"{side}/{SUCCESS}")
+        if resume:
+            _remove_staging(fs, side)  # the ledger table knows what was committed
+            return
+        self._prepare_table(fs, side)
+
+    def _prepare_table(self, fs: Any, side: str) -> None:
         with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
             cur.execute(
                 f"CREATE TABLE IF NOT EXISTS {PARTS_TABLE} "

@@ -7,9 +7,10 @@ around each boundary; reading a shard streams it in bounded chunks.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -49,10 +50,25 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Plan:
-    """The frozen result of planning: the shards and the schema every shard is read with."""
+    """The frozen result of planning: the shards and the schema every shard is read with.
+
+    A plan is stored with its job (`to_json`) so that resume never plans again: the same
+    shard index always means the same slice of input.
+    """
 
     shards: list[Shard]
     schema: pa.Schema
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shards": [asdict(s) for s in self.shards],
+            "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data["schema"])))
+        return cls(shards=[Shard(**s) for s in data["shards"]], schema=schema)
 
 
 class ShardReader(Protocol):

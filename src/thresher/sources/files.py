@@ -31,8 +31,9 @@ def list_files(uri: str, suffixes: tuple[str, ...]) -> list[str]:
         if any(ch in path for ch in "*?["):
             paths = sorted(fs.glob(path))
         elif fs.isdir(path):
+            root = path.rstrip("/") + "/"
             found = fs.find(path)
-            paths = sorted(p for p in found if _is_data_file(p, suffixes))
+            paths = sorted(p for p in found if _is_data_file(_below(p, root), suffixes))
         elif fs.exists(path):
             paths = [path]
         else:
@@ -54,13 +55,15 @@ def file_size(url: str) -> int:
     return int(fs.size(path))
 
 
-def _is_data_file(path: str, suffixes: tuple[str, ...]) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    parts = path.split("/")
-    hidden = any(part.startswith(HIDDEN_PREFIXES) for part in parts[-2:-1]) or name.startswith(
-        HIDDEN_PREFIXES
-    )
-    return not hidden and name.lower().endswith(suffixes)
+def _is_data_file(relative: str, suffixes: tuple[str, ...]) -> bool:
+    """A path below the listed directory: hidden if any part of it is (not the root's)."""
+    hidden = any(part.startswith(HIDDEN_PREFIXES) for part in relative.split("/"))
+    return not hidden and relative.lower().endswith(suffixes)
+
+
+def _below(path: str, root: str) -> str:
+    """`path` relative to the directory `root` (its name alone if it is not below it)."""
+    return path[len(root) :] if path.startswith(root) else path.rsplit("/", 1)[-1]
 
 
 def _as_url(fs: Any, path: str) -> str:

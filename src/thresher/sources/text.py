@@ -8,6 +8,7 @@ re-parses and never the rest of its block.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -93,16 +94,20 @@ class TextSource:
             return self.format.infer(sample, names)
         except (pa.ArrowException, ValueError):
             pass
-        good = []
+        good, schemas = [], []
         for line in sample.splitlines()[:INFER_LINES]:
             try:
-                self.format.infer(line + b"\n", names)
+                schemas.append(self.format.infer(line + b"\n", names))
                 good.append(line)
             except (pa.ArrowException, ValueError):
                 continue
         if not good:
             raise SourceError(f"source.uri: no readable record in the first lines of {self.uri}")
-        return self.format.infer(b"\n".join(good) + b"\n", names)
+        try:
+            return self.format.infer(b"\n".join(good) + b"\n", names)
+        except (pa.ArrowException, ValueError):
+            # Lines that parse alone can still disagree (JSON `1` here, `"high"` there).
+            return _most_common_types(schemas)
 
     def _split(self, url: str, names: list[str] | None, first_index: int) -> list[Shard]:
         start = 0
@@ -199,6 +204,7 @@ class TextReader:
         return table.select(list(self.columns)), positions, bad
 
     def _bad_line(self, shard: Shard, position: int, raw: bytes, exc: Exception) -> BadRecord:
+        raw = raw.removesuffix(b"\r")  # the line without its CRLF ending
         try:
             raw.decode("utf-8")
             error, message = type(exc).__name__, str(exc).strip()
@@ -258,6 +264,17 @@ def _open_text(url: str) -> Any:
     """A binary file, decompressed on the fly when its name says it is compressed."""
     compression = "infer" if url.lower().endswith(COMPRESSED) else None
     return fsspec.open(url, "rb", compression=compression)
+
+
+def _most_common_types(schemas: list[pa.Schema]) -> pa.Schema:
+    """Each column's most frequent type over per-line schemas (null only if always null);
+    the lines of the other types then become bad records."""
+    votes: dict[str, Counter[pa.DataType]] = {}
+    for schema in schemas:
+        for column in schema:
+            counts = votes.setdefault(column.name, Counter())
+            counts[column.type] += 0 if pa.types.is_null(column.type) else 1
+    return pa.schema([(name, counts.most_common(1)[0][0]) for name, counts in votes.items()])
 
 
 def _as_floats(schema: pa.Schema, float_columns: frozenset[str]) -> pa.Schema:

@@ -1,0 +1,116 @@
+"""The coordinator's loop: hand shards to an executor, commit what comes back, record it.
+
+The order of the three steps on a finished shard is the exactly-once protocol:
+
+1. the sink commits the staged part (atomic rename, or one transaction);
+2. the error part is committed the same way;
+3. the store marks the shard done.
+
+A crash after 1 or 2 leaves the shard not done in the store; resume redoes it, and the
+redo lands under the same final names (or is skipped by the SQL sink's ledger): once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+
+from thresher.engine.executor import Executor
+from thresher.engine.tasks import (
+    Event,
+    Progress,
+    ShardDone,
+    ShardFailed,
+    ShardResult,
+    ShardTask,
+    WorkerBroken,
+    WorkerSetup,
+)
+from thresher.errors import JobFailed
+from thresher.faults import crash_point
+from thresher.progress import Reporter
+from thresher.sinks import Sink
+from thresher.sinks.parts import commit_file
+from thresher.sources import Shard
+from thresher.store import JobState, Store
+
+HEARTBEAT_SECONDS = 1.0
+
+
+@dataclass
+class LoopOutcome:
+    """What one run of the loop saw: shards that failed for good, and whether it was
+    cancelled. Counts live in the store, which also knows earlier runs' shards."""
+
+    failures: list[str] = field(default_factory=list)
+    cancelled: bool = False
+    rows_seen: int = 0
+
+
+@dataclass
+class ShardLoop:
+    """Feeds one job's shards to an executor and turns its events into commits."""
+
+    job_id: str
+    store: Store
+    sink: Sink
+    executor: Executor
+    reporter: Reporter
+    max_attempts: int
+    outcome: LoopOutcome = field(default_factory=LoopOutcome)
+
+    def run(self, shards: list[Shard], setup: WorkerSetup) -> LoopOutcome:
+        self.executor.start(setup)
+        for shard in shards:
+            self._submit(shard, number=1)
+        beat = time.monotonic()
+        while self.executor.pending():
+            for event in self.executor.events(timeout=HEARTBEAT_SECONDS):
+                self._handle(event)
+            if time.monotonic() - beat >= HEARTBEAT_SECONDS:
+                beat = time.monotonic()
+                if self.store.heartbeat(self.job_id) == JobState.CANCELLED:
+                    self.outcome.cancelled = True
+                    break
+        return self.outcome
+
+    def _submit(self, shard: Shard, number: int) -> None:
+        task = ShardTask(shard=shard, attempt=f"a{number}-{secrets.token_hex(4)}", number=number)
+        self.store.attempt_started(self.job_id, shard.index, task.attempt, number)
+        self.executor.submit(task)
+
+    def _handle(self, event: Event) -> None:
+        if isinstance(event, Progress):
+            self.outcome.rows_seen += event.rows
+            self.reporter.advance(event.rows)
+        elif isinstance(event, ShardDone):
+            self._commit(event.result)
+            self.reporter.shard_done()
+        elif isinstance(event, ShardFailed):
+            self._failed(event)
+        elif isinstance(event, WorkerBroken):
+            raise JobFailed(f"a worker could not start: {event.error}: {event.message}")
+
+    def _failed(self, event: ShardFailed) -> None:
+        task = event.task
+        message = f"{event.error}: {event.message}"
+        final = not event.retry or task.number >= self.max_attempts
+        self.store.attempt_failed(self.job_id, task.shard.index, task.attempt, message, final)
+        if not final:
+            self.reporter.note(f"shard {task.shard.index}: {message}; retrying")
+            self._submit(task.shard, task.number + 1)
+            return
+        self.outcome.failures.append(
+            f"shard {task.shard.index} ({task.shard.path}) failed after {task.number} "
+            f"attempt(s): {message}"
+        )
+
+    def _commit(self, result: ShardResult) -> None:
+        crash_point("before_commit", result.shard)
+        self.sink.commit_part(result.part)
+        crash_point("mid_commit", result.shard)
+        commit_file(result.errors, self.sink.error_layout)
+        crash_point("after_commit", result.shard)
+        counts = (result.rows_in, result.rows_out, result.rows_error)
+        self.store.shard_done(self.job_id, result.shard, result.attempt, counts, result.seconds)

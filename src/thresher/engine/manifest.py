@@ -1,0 +1,64 @@
+"""The `_SUCCESS` manifest: what a job read, wrote and rejected, with what, how fast."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from thresher.engine.executor import Placement
+from thresher.models import model_fingerprint
+from thresher.spec import JobSpec
+from thresher.store import Totals
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What this run of a job did: how it was placed, when it started, how long it took,
+    and how many rows it read (a resumed run reads only the shards left)."""
+
+    placement: Placement
+    started: datetime
+    seconds: float
+    rows: int
+
+
+def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) -> dict[str, Any]:
+    """Counts come from the store, so a resumed job's manifest covers every run of it;
+    the rate is this run's (rows it read over its wall time)."""
+    spec_json = spec.model_dump_json()
+    return {
+        "job_id": job_id,
+        "name": spec.job.name,
+        "rows_in": totals.rows_in,
+        "rows_out": totals.rows_out,
+        "rows_error": totals.rows_error,
+        "shards": totals.shards_done,
+        "shards_failed": totals.shards_failed,
+        "model": {"kind": spec.model.kind, **model_fingerprint(spec.model)},
+        "spec_sha256": hashlib.sha256(spec_json.encode()).hexdigest(),
+        "spec": json.loads(spec_json),
+        "batch_size": spec.batch.size,
+        "workers": run.placement.workers,
+        "threads_per_worker": run.placement.threads,
+        "started_at": run.started.isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "seconds": round(run.seconds, 3),
+        "rows_per_second": round(run.rows / run.seconds, 1) if run.seconds > 0 else None,
+    }
+
+
+def error_rate_problem(spec: JobSpec, totals: Totals) -> list[str]:
+    """The `errors.max_error_rate` verdict: empty, or one problem saying by how much."""
+    limit = spec.errors.max_error_rate
+    if limit is None or totals.rows_in == 0:
+        return []
+    rate = totals.rows_error / totals.rows_in
+    if rate <= limit:
+        return []
+    return [
+        f"{totals.rows_error:,} of {totals.rows_in:,} rows were bad ({rate:.2%}), more than "
+        f"errors.max_error_rate = {limit:.2%}; see the error files"
+    ]

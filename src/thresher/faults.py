@@ -1,0 +1,29 @@
+"""Named crash points, so fault-injection tests can kill a process at an exact moment.
+
+`THRESHER_FAULT=point` (or `point:shard`) makes the process that reaches that point send
+itself SIGKILL — a real, unclean death, as if the machine pulled the plug. Unset (always,
+outside tests), `crash_point` is a dictionary lookup and nothing else.
+
+Points: `worker_after_stage` (a worker staged its part, the coordinator has not heard),
+`before_commit`, `mid_commit` (data part renamed, error part not yet), `after_commit`
+(committed, not yet recorded in the store), `resume_start` (a resume claimed the job).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = frozenset(
+    {"worker_after_stage", "before_commit", "mid_commit", "after_commit", "resume_start"}
+)
+
+
+def crash_point(point: str, shard: int | None = None) -> None:
+    """Die here if THRESHER_FAULT names this point (and this shard, when it names one)."""
+    wanted = os.environ.get("THRESHER_FAULT")
+    if not wanted:
+        return
+    name, _, at_shard = wanted.partition(":")
+    if name == point and (not at_shard or shard is None or int(at_shard) == shard):
+        os.kill(os.getpid(), signal.SIGKILL)

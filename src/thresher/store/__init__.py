@@ -1,0 +1,39 @@
+"""The job store: what the coordinator remembers across crashes.
+
+By default a SQLite file (WAL mode) at `$THRESHER_STORE`, else
+`$XDG_DATA_HOME/thresher/store.db` (`~/.local/share/thresher/store.db`). Any
+`postgresql://` URL works too, for a store shared by several machines.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from thresher.store.db import Database, StoreError
+from thresher.store.jobs import JobRecord, JobState, ShardRecord, ShardState, Store, Totals
+
+__all__ = [
+    "JobRecord",
+    "JobState",
+    "ShardRecord",
+    "ShardState",
+    "Store",
+    "StoreError",
+    "Totals",
+    "default_store_url",
+    "open_store",
+]
+
+
+def default_store_url() -> str:
+    """`$THRESHER_STORE`, else a SQLite file under the user's data directory."""
+    if os.environ.get("THRESHER_STORE"):
+        return os.environ["THRESHER_STORE"]
+    data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return f"sqlite:///{data_home / 'thresher' / 'store.db'}"
+
+
+def open_store(url: str | None = None) -> Store:
+    """The store at `url` (or the default one), its tables created if needed."""
+    return Store(Database(url or default_store_url()))

@@ -1,0 +1,115 @@
+"""The one data layer under the store: plain DB-API over SQLite (stdlib) or PostgreSQL
+(psycopg). SQL is written once with `?` placeholders; PostgreSQL gets `%s`."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from thresher.errors import ThresherError
+
+
+class StoreError(ThresherError):
+    """The job store cannot be opened or does not hold what was asked for."""
+
+    stage = "store"
+
+
+class Database:
+    """A connection to the store's database, safe to share between this process's threads."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.RLock()
+        parsed = urlparse(url)
+        if parsed.scheme == "sqlite":
+            self.dialect = "sqlite"
+            self._conn: Any = _connect_sqlite(parsed.path)
+        elif parsed.scheme in ("postgresql", "postgres"):
+            self.dialect = "postgresql"
+            self._conn = _connect_postgres(url)
+        else:
+            raise StoreError(f"--store: expected sqlite:///path.db or postgresql://…, got {url}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Cursor]:
+        """Run statements atomically: all of them commit, or none."""
+        with self._lock:
+            cursor = Cursor(self._conn.cursor(), self.dialect)
+            try:
+                yield cursor
+                self._conn.commit()
+            except BaseException:
+                self._conn.rollback()
+                raise
+            finally:
+                cursor.close()
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.transaction() as cur:
+            return cur.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class Cursor:
+    """A DB-API cursor that takes `?` placeholders whatever the database."""
+
+    def __init__(self, cursor: Any, dialect: str) -> None:
+        self._cursor, self._dialect = cursor, dialect
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        if self._dialect == "postgresql":
+            sql = sql.replace("?", "%s")
+        self._cursor.execute(sql, tuple(params))
+        return self
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        row = self._cursor.fetchone()
+        return None if row is None else tuple(row)
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._cursor.fetchall()]
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cursor.rowcount)
+
+    def close(self) -> None:
+        self._cursor.close()
+
+
+def _connect_sqlite(path: str) -> sqlite3.Connection:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None + explicit BEGIN would also do; the default deferred
+    # transactions plus WAL let `thresher status` read while a job writes.
+    conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def _connect_postgres(url: str) -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise StoreError("a PostgreSQL store needs `pip install thresher[postgres]`") from exc
+    try:
+        return psycopg.connect(url)
+    except psycopg.Error as exc:
+        raise StoreError(f"--store: cannot connect to {_redact(url)}: {exc}") from exc
+
+
+def _redact(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.password:
+        return url.replace(f":{parsed.password}@", ":***@")
+    return url

@@ -1,0 +1,322 @@
+"""The job store: jobs, their frozen plans, shard states, attempts and counts.
+
+Only the coordinating process writes here. A shard is marked `done` only after its part is
+committed to the sink, so after any crash the store never claims more than the sink holds;
+the sink's own commit is idempotent, so redoing a shard the store does not know is done
+never writes it twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from thresher.store.db import Database, StoreError
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS thresher_jobs (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
+        spec TEXT NOT NULL, plan TEXT NOT NULL, shard_count INTEGER NOT NULL,
+        created_at TEXT NOT NULL, finished_at TEXT, message TEXT,
+        owner TEXT, heartbeat_at TEXT, manifest TEXT)""",
+    """CREATE TABLE IF NOT EXISTS thresher_shards (
+        job_id TEXT NOT NULL, idx INTEGER NOT NULL, state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0, rows_in BIGINT, rows_out BIGINT,
+        rows_error BIGINT, seconds DOUBLE PRECISION, error TEXT,
+        PRIMARY KEY (job_id, idx))""",
+    """CREATE TABLE IF NOT EXISTS thresher_attempts (
+        job_id TEXT NOT NULL, idx INTEGER NOT NULL, attempt TEXT NOT NULL,
+        number INTEGER NOT NULL, started_at TEXT NOT NULL, finished_at TEXT,
+        outcome TEXT, message TEXT, PRIMARY KEY (job_id, attempt))""",
+]
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class ShardState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    name: str
+    state: JobState
+    spec: dict[str, Any]
+    plan: dict[str, Any]
+    shard_count: int
+    created_at: str
+    finished_at: str | None
+    message: str | None
+    owner: str | None
+    manifest: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    index: int
+    state: ShardState
+    attempts: int
+    rows_in: int
+    rows_out: int
+    rows_error: int
+    seconds: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Totals:
+    shards_done: int
+    shards_failed: int
+    rows_in: int
+    rows_out: int
+    rows_error: int
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def this_owner() -> str:
+    """Who coordinates a job: host and process, so a dead owner can be told from a live one."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Store:
+    """Jobs and shards in a Database. Every method is one transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        with db.transaction() as cur:
+            for statement in SCHEMA:
+                cur.execute(statement)
+
+    @property
+    def url(self) -> str:
+        return self.db.url
+
+    def create_job(
+        self, job_id: str, name: str, spec: dict[str, Any], plan: dict[str, Any]
+    ) -> None:
+        shard_count = len(plan["shards"])
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO thresher_jobs (id, name, state, spec, plan, shard_count, created_at,"
+                " owner, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    name,
+                    JobState.RUNNING.value,
+                    json.dumps(spec),
+                    json.dumps(plan),
+                    shard_count,
+                    now(),
+                    this_owner(),
+                    now(),
+                ),
+            )
+            for index in range(shard_count):
+                cur.execute(
+                    "INSERT INTO thresher_shards (job_id, idx, state) VALUES (?, ?, ?)",
+                    (job_id, index, ShardState.PENDING.value),
+                )
+
+    def job(self, job_id: str) -> JobRecord:
+        rows = self.db.query(f"SELECT {_JOB_COLUMNS} FROM thresher_jobs WHERE id = ?", (job_id,))
+        if not rows:
+            raise StoreError(f"no job {job_id!r} in the store at {self.url}")
+        return _job_record(rows[0])
+
+    def jobs(self, limit: int = 20) -> list[JobRecord]:
+        rows = self.db.query(
+            f"SELECT {_JOB_COLUMNS} FROM thresher_jobs ORDER BY created_at DESC LIMIT ?", (limit,)
+        )
+        return [_job_record(r) for r in rows]
+
+    def shards(self, job_id: str) -> list[ShardRecord]:
+        rows = self.db.query(
+            "SELECT idx, state, attempts, rows_in, rows_out, rows_error, seconds, error"
+            " FROM thresher_shards WHERE job_id = ? ORDER BY idx",
+            (job_id,),
+        )
+        return [
+            ShardRecord(
+                r[0], ShardState(r[1]), r[2], r[3] or 0, r[4] or 0, r[5] or 0, r[6] or 0.0, r[7]
+            )
+            for r in rows
+        ]
+
+    def claim(self, job_id: str, force: bool = False) -> JobRecord:
+        """Make this process the job's coordinator (for resume). Refused while another live
+        process on this host coordinates it, unless forced."""
+        job = self.job(job_id)
+        if job.state == JobState.SUCCEEDED:
+            raise StoreError(f"job {job_id} already succeeded; nothing to resume")
+        if job.state == JobState.RUNNING and not force and _owner_alive(job.owner):
+            raise StoreError(
+                f"job {job_id} is being run by {job.owner}; wait for it, cancel it, "
+                "or resume with --force if that process is gone"
+            )
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_jobs SET state = ?, owner = ?, heartbeat_at = ?,"
+                " finished_at = NULL, message = NULL WHERE id = ?",
+                (JobState.RUNNING.value, this_owner(), now(), job_id),
+            )
+        return self.job(job_id)
+
+    def heartbeat(self, job_id: str) -> JobState:
+        """Note that the coordinator is alive; returns the job's state (to see a cancel)."""
+        with self.db.transaction() as cur:
+            cur.execute("UPDATE thresher_jobs SET heartbeat_at = ? WHERE id = ?", (now(), job_id))
+            row = cur.execute("SELECT state FROM thresher_jobs WHERE id = ?", (job_id,)).fetchone()
+        return JobState(row[0]) if row else JobState.CANCELLED
+
+    def attempt_started(self, job_id: str, index: int, attempt: str, number: int) -> None:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_shards SET state = ?, attempts = attempts + 1"
+                " WHERE job_id = ? AND idx = ?",
+                (ShardState.RUNNING.value, job_id, index),
+            )
+            cur.execute(
+                "INSERT INTO thresher_attempts (job_id, idx, attempt, number, started_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (job_id, index, attempt, number, now()),
+            )
+
+    def shard_done(
+        self, job_id: str, index: int, attempt: str, counts: tuple[int, int, int], seconds: float
+    ) -> None:
+        """Record a committed shard: call only after the sink committed its part."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_shards SET state = ?, rows_in = ?, rows_out = ?, rows_error = ?,"
+                " seconds = ?, error = NULL WHERE job_id = ? AND idx = ?",
+                (ShardState.DONE.value, *counts, seconds, job_id, index),
+            )
+            self._end_attempt(cur, job_id, attempt, "done", None)
+
+    def attempt_failed(
+        self, job_id: str, index: int, attempt: str, message: str, final: bool
+    ) -> None:
+        with self.db.transaction() as cur:
+            if final:
+                cur.execute(
+                    "UPDATE thresher_shards SET state = ?, error = ? WHERE job_id = ? AND idx = ?",
+                    (ShardState.FAILED.value, message, job_id, index),
+                )
+            self._end_attempt(cur, job_id, attempt, "failed", message)
+
+    def finish(
+        self, job_id: str, state: JobState, manifest: dict[str, Any] | None, message: str | None
+    ) -> None:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_jobs SET state = ?, finished_at = ?, manifest = ?, message = ?"
+                " WHERE id = ? AND state != ?",
+                (
+                    state.value,
+                    now(),
+                    json.dumps(manifest) if manifest else None,
+                    message,
+                    job_id,
+                    JobState.CANCELLED.value,
+                ),
+            )
+
+    def request_cancel(self, job_id: str) -> JobState:
+        """Ask a job to stop; its coordinator sees it within a second. Returns the state
+        the job is left in (a finished job stays as it was)."""
+        job = self.job(job_id)
+        if job.state.finished:
+            return job.state
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ? WHERE id = ?",
+                (JobState.CANCELLED.value, now(), "cancelled by request", job_id),
+            )
+        return JobState.CANCELLED
+
+    def totals(self, job_id: str) -> Totals:
+        row = self.db.query(
+            "SELECT COUNT(CASE WHEN state = 'done' THEN 1 END),"
+            " COUNT(CASE WHEN state = 'failed' THEN 1 END),"
+            " COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0), COALESCE(SUM(rows_error), 0)"
+            " FROM thresher_shards WHERE job_id = ?",
+            (job_id,),
+        )[0]
+        return Totals(*(int(v) for v in row))
+
+    def _end_attempt(
+        self, cur: Any, job_id: str, attempt: str, outcome: str, message: str | None
+    ) -> None:
+        cur.execute(
+            "UPDATE thresher_attempts SET finished_at = ?, outcome = ?, message = ?"
+            " WHERE job_id = ? AND attempt = ?",
+            (now(), outcome, message, job_id, attempt),
+        )
+
+
+_JOB_COLUMNS = (
+    "id, name, state, spec, plan, shard_count, created_at, finished_at, message, owner, manifest"
+)
+
+
+def _job_record(row: tuple[Any, ...]) -> JobRecord:
+    return JobRecord(
+        id=row[0],
+        name=row[1],
+        state=JobState(row[2]),
+        spec=json.loads(row[3]),
+        plan=json.loads(row[4]),
+        shard_count=row[5],
+        created_at=row[6],
+        finished_at=row[7],
+        message=row[8],
+        owner=row[9],
+        manifest=json.loads(row[10]) if row[10] else None,
+    )
+
+
+def _owner_alive(owner: str | None) -> bool:
+    """True unless the owner is known dead: a process on this host that no longer exists.
+    An owner on another host is assumed alive (resume there, or use --force)."""
+    if not owner or ":" not in owner:
+        return False
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return _is_not_zombie(int(pid))
+
+
+def _is_not_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
