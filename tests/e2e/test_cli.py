@@ -111,7 +111,7 @@ def test_a_column_not_in_the_input_exits_2_naming_source_columns(workspace: Work
     assert not (workspace.root / "out").exists()
 
 
-def test_a_missing_model_file_exits_1_saying_so(workspace: Workspace) -> None:
+def test_a_missing_model_file_exits_2_before_touching_the_output(workspace: Workspace) -> None:
     source = workspace.write_input(make_table(50), "parquet")
     spec = workspace.spec(
         {
@@ -120,11 +120,15 @@ def test_a_missing_model_file_exits_1_saying_so(workspace: Workspace) -> None:
             "sink": {"uri": "out/", "keep_columns": [KEEP]},
         }
     )
+    earlier = workspace.root / "out" / "part-00000.parquet"
+    earlier.parent.mkdir()
+    earlier.write_bytes(b"an earlier job's results")
+    (workspace.root / "out" / "_SUCCESS").write_text("{}")
     result = workspace.run("run", spec, *FAST)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert f"model.uri: {workspace.root}/nowhere/model.skops is not a file" in result.stderr
     assert "Traceback" not in result.stderr
-    assert not (workspace.root / "out" / "_SUCCESS").exists()
+    assert earlier.read_bytes() == b"an earlier job's results"  # overwrite never started
 
 
 # A plain run, looked at from several sides.
@@ -293,6 +297,7 @@ def test_on_bad_input_fail_stops_naming_file_and_line(bad_csv: BadCsv) -> None:
     assert named, result.stderr
     assert named <= set(bad_csv.bad_lines)
     assert not (workspace.root / "fail" / "_SUCCESS").exists()
+    assert not (workspace.root / "fail" / "_staging").exists()
 
 
 def test_max_error_rate_exceeded_fails_without_success(bad_csv: BadCsv) -> None:
@@ -309,6 +314,7 @@ def test_max_error_rate_exceeded_fails_without_success(bad_csv: BadCsv) -> None:
     assert result.returncode == 1
     assert "errors.max_error_rate" in result.stderr
     assert not (workspace.root / "rate" / "_SUCCESS").exists()
+    assert not (workspace.root / "rate" / "_staging").exists()
 
 
 # Models that misbehave.

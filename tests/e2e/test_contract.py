@@ -109,6 +109,8 @@ def test_every_row_scored_once_in_order_like_a_direct_model_call(
     if case.sink == "sqlite":
         output = workspace.read_sqlite(workspace.root / "scores.db", "scores")
         expected_rows = table.sort_by(ID)  # a table has no order: read it by id
+        side = workspace.root / "scores.db.scores"
+        assert not list(side.rglob("*.parquet")), "staged parts should be gone once ingested"
     else:
         out_dir = workspace.root / "out"
         output = workspace.read_dir(out_dir, case.sink)

@@ -209,6 +209,14 @@ def test_parquet_shards_are_runs_of_row_groups(tmp_path: Path) -> None:
     assert 5 <= len(plan.shards) <= 10
 
 
+def test_parquet_shard_closes_when_it_reaches_shard_bytes(tmp_path: Path) -> None:
+    path = write_rows(tmp_path / "data.parquet", range(100), row_group_size=10)
+    meta = pq.ParquetFile(path).metadata
+    exact = meta.row_group(0).total_byte_size + meta.row_group(1).total_byte_size
+    plan = ParquetSource(uri=str(path), shard_bytes=exact).plan()
+    assert (plan.shards[0].start, plan.shards[0].stop, plan.shards[0].rows) == (0, 2, 20)
+
+
 def test_parquet_shard_bytes_extremes(tmp_path: Path) -> None:
     path = write_rows(tmp_path / "data.parquet", range(200), row_group_size=20)
     tiny = ParquetSource(uri=str(path), shard_bytes=1).plan()

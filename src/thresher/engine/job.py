@@ -10,6 +10,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from thresher.engine.executor import Placement, make_executor, plan_placement
@@ -66,6 +67,7 @@ def run_job(
     store = store or open_store()
     plan = open_source(spec.source, spec.sink.keep_columns).plan()
     features = _features(spec, plan)
+    _check_model_file(spec)
     job = Job(new_job_id(), spec, plan, features, store)
     store.create_job(job.id, spec.job.name, spec.model_dump(mode="json"), plan.to_json())
     sink = open_sink(spec.sink)
@@ -132,6 +134,17 @@ def _finish(job: Job, sink: Sink, outcome: LoopOutcome, facts: RunFacts) -> JobR
     sink.finish(manifest)
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
     return JobResult(job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri)
+
+
+def _check_model_file(spec: JobSpec) -> None:
+    """A model file that is not there fails the job before the sink clears any output."""
+    uri = spec.model.uri
+    if "://" in uri or spec.model.kind not in ("sklearn", "onnx", "python"):
+        return
+    path = uri.rpartition(":")[0] if spec.model.kind == "python" else uri
+    checkable = path.endswith(".py") or spec.model.kind != "python"
+    if checkable and not Path(path).is_file():
+        raise SpecError([f"model.uri: {path} is not a file; point it at the saved model"])
 
 
 def _features(spec: JobSpec, plan: Plan) -> list[str]:

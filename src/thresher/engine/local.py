@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import time
 import traceback
 import uuid
@@ -178,6 +179,7 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     from thresher.engine.worker import run_shard
     from thresher.models import load_model
 
+    _die_with_parent()
     pa.set_cpu_count(max(1, threads))
     try:
         model = load_model(setup.model, setup.context)
@@ -198,3 +200,19 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
             conn.send(
                 ShardFailed(task, type(exc).__name__, message, not isinstance(exc, NOT_RETRYABLE))
             )
+
+
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to kill this worker when its coordinator dies, so a killed
+    coordinator leaves no worker writing behind a resume's back."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    parent = mp.parent_process()
+    if parent is not None and not parent.is_alive():  # it died before prctl took effect
+        os._exit(1)

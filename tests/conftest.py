@@ -1,0 +1,15 @@
+"""Every test gets its own job store, so no test reads another's jobs or the user's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"sqlite:///{tmp_path / 'thresher-store.db'}"
+    monkeypatch.setenv("THRESHER_STORE", url)
+    monkeypatch.delenv("THRESHER_FAULT", raising=False)
+    return url

@@ -1,0 +1,175 @@
+"""A small real job for fault tests: input, model, spec, and helpers that run the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+THRESHER = str(Path(sys.executable).parent / "thresher")
+FIGURES: list[str] = []  # one line per fault scenario, printed at the end of the run
+ROWS = 24_000
+FEATURES = [f"x{i}" for i in range(6)]
+
+
+@dataclass
+class FaultJob:
+    """One job spec on disk, with its store, and ways to run, resume and check it."""
+
+    root: Path
+    spec: Path
+    store: str
+    sink: str  # "parquet" or "sqlite"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    def env(self, fault: str | None = None) -> dict[str, str]:
+        env = {**os.environ, "THRESHER_STORE": self.store, "PYTHONWARNINGS": "ignore"}
+        env.pop("THRESHER_FAULT", None)
+        if fault:
+            env["THRESHER_FAULT"] = fault
+        return env
+
+    def cli(self) -> list[str]:
+        return [THRESHER]
+
+    def start(self, fault: str | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [THRESHER, "run", str(self.spec)],
+            env=self.env(fault),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+        cmd = [THRESHER, "run", str(self.spec)]
+        return subprocess.run(
+            cmd, env=self.env(fault), capture_output=True, text=True, check=False, timeout=180
+        )
+
+    def latest_job(self) -> str:
+        with sqlite3.connect(self.store.removeprefix("sqlite:///")) as db:
+            row = db.execute(
+                "SELECT id FROM thresher_jobs ORDER BY created_at DESC LIMIT 1"
+            ).fetchone()
+        assert row, "the job was never recorded"
+        return str(row[0])
+
+    def resume(self, job_id: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+        cmd = [THRESHER, "resume", job_id]
+        return subprocess.run(
+            cmd, env=self.env(fault), capture_output=True, text=True, check=False, timeout=180
+        )
+
+    def ids(self) -> Counter[int]:
+        """The multiset of ids in the output (and, separately, nothing else)."""
+        if self.sink == "sqlite":
+            with sqlite3.connect(self.root / "out.db") as db:
+                return Counter(r[0] for r in db.execute("SELECT id FROM scores"))
+        parts = sorted(self.out.glob("part-*.parquet"))
+        return Counter(pq.read_table(parts).column("id").to_pylist()) if parts else Counter()
+
+    def error_ids(self) -> Counter[int]:
+        folder = (
+            self.out / "_errors" if self.sink == "parquet" else self.root / "out.db.scores/_errors"
+        )
+        ids: Counter[int] = Counter()
+        for part in sorted(folder.glob("*.jsonl")) if folder.exists() else []:
+            ids.update(json.loads(line)["id"] for line in part.read_text().splitlines())
+        return ids
+
+    def stray_files(self) -> list[str]:
+        """Anything in the output that is neither a committed part nor thresher's own."""
+        folder = self.out if self.sink == "parquet" else self.root / "out.db.scores"
+        allowed = {"_SUCCESS", "_thresher.json"}
+        strays = []
+        for path in folder.rglob("*"):
+            rel = path.relative_to(folder).as_posix()
+            if path.is_dir() and rel == "_errors":
+                continue
+            ok = rel in allowed or (rel.startswith("part-") and "/" not in rel)
+            ok = ok or (rel.startswith("_errors/part-") and rel.endswith(".jsonl"))
+            if not ok:
+                strays.append(rel)
+        return strays
+
+    def has_success(self) -> bool:
+        folder = self.out if self.sink == "parquet" else self.root / "out.db.scores"
+        return (folder / "_SUCCESS").exists()
+
+
+def make_job(root: Path, sink: str, source: str = "parquet") -> FaultJob:
+    """24k rows in ~12 shards; the model raises on a few rows so errors take part too."""
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(3)
+    data = {"id": np.arange(ROWS, dtype=np.int64)}
+    data |= {f: rng.standard_normal(ROWS) for f in FEATURES}
+    table = pa.table(data)
+    if source == "parquet":
+        pq.write_table(table, root / "input.parquet", row_group_size=2_000)
+        uri, shard_bytes = "input.parquet", 1_024
+    else:
+        pacsv.write_csv(table, root / "input.csv")
+        uri, shard_bytes = "input.csv", 200_000
+    (root / "model.py").write_text(MODEL)
+    sink_uri = 'uri = "out/"' if sink == "parquet" else 'uri = "sqlite:///out.db?table=scores"'
+    spec = root / "job.toml"
+    spec.write_text(
+        f'[source]\nuri = "{uri}"\nid_column = "id"\nshard_bytes = {shard_bytes}\n'
+        '[model]\nkind = "python"\nuri = "model.py:Scorer"\nbatch_format = "numpy"\n'
+        "[batch]\nsize = 500\n[run]\nworkers = 2\nshard_timeout = 60\n"
+        f"[sink]\n{sink_uri}\n"
+    )
+    return FaultJob(root, spec, f"sqlite:///{root / 'store.db'}", sink)
+
+
+# A deterministic model that is slow enough (20 ms a batch) for kills to land mid-shard,
+# and that rejects the few rows with x0 > 3.2, so the error path is exercised as well.
+MODEL = """
+import time
+
+class Scorer:
+    def predict(self, batch):
+        time.sleep(0.02)
+        if (batch["x0"] > 3.2).any():
+            raise ValueError("x0 out of range")
+        return {"score": batch["x0"] * 2.0 + batch["x1"]}
+"""
+
+
+def wait_for_children(pid: int, timeout: float = 20.0) -> list[int]:
+    """Worker pids of a coordinator, once it has some (empty if it finished first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kids = children(pid)
+        if kids:
+            return kids
+        time.sleep(0.05)
+    return []
+
+
+def children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry))
+    return kids
