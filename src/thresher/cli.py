@@ -107,6 +107,32 @@ def cancel(store_url: str | None, job_id: str) -> None:
     click.echo(f"job {job_id}: {state.value}")
 
 
+@cli.command("retry-errors")
+@click.argument("job_id")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="model.KEY=VALUE",
+    help="Change the model for the retry, e.g. --set model.uri=fixed.skops (repeatable).",
+)
+@click.pass_obj
+def retry_errors(store_url: str | None, job_id: str, overrides: tuple[str, ...]) -> None:
+    """Run a finished job's failed rows again (rows the model rejected), adding the ones
+    that now succeed to the output and keeping the rest in the error file."""
+    from thresher.engine.retry import retry_errors as retry
+    from thresher.progress import reporter_for
+    from thresher.store import open_store
+
+    try:
+        result = retry(job_id, open_store(store_url), overrides, reporter_for(sys.stderr))
+    except SpecError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except ThresherError as exc:
+        _fail(f"cannot retry: {exc}", EXIT_FAILED)
+    _report(result)
+
+
 @cli.command()
 @click.option("--rows", default=1_000_000, show_default=True, help="Customers to generate.")
 @click.option(

@@ -6,7 +6,9 @@ outside tests), `crash_point` is a dictionary lookup and nothing else.
 
 Points: `worker_after_stage` (a worker staged its part, the coordinator has not heard),
 `before_commit`, `mid_commit` (data part renamed, error part not yet), `after_commit`
-(committed, not yet recorded in the store), `resume_start` (a resume claimed the job).
+(committed, not yet recorded in the store), `resume_start` (a resume claimed the job),
+`retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
+/ replaced its error part, and has not recorded it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ import os
 import signal
 
 POINTS = frozenset(
-    {"worker_after_stage", "before_commit", "mid_commit", "after_commit", "resume_start"}
+    {
+        "worker_after_stage",
+        "before_commit",
+        "mid_commit",
+        "after_commit",
+        "resume_start",
+        "retry_after_output",
+        "retry_after_errors",
+    }
 )
 
 

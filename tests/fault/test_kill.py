@@ -163,3 +163,33 @@ def test_status_and_cancel(tmp_path: Path) -> None:
     assert not job.has_success()
     finish(job)
     assert job.has_success()
+
+
+@pytest.mark.parametrize("point", ["retry_after_output", "retry_after_errors"])
+def test_retry_errors_killed_mid_shard(tmp_path: Path, point: str) -> None:
+    """retry-errors after the model was fixed, killed between its commit steps and run
+    again: every row is in the output or the error file exactly once."""
+    job = make_job(tmp_path, "parquet")
+    assert job.run().returncode == 0
+    rejected = job.error_ids()
+    assert rejected
+    fixed_model = (tmp_path / "model.py").read_text().replace("> 3.2", "> 3.6")
+    (tmp_path / "model.py").write_text(fixed_model)
+    job_id = job.latest_job()
+    retry = [*job.cli(), "retry-errors", job_id]
+    killed = subprocess.run(
+        retry, env=job.env(f"{point}"), capture_output=True, text=True, check=False
+    )
+    assert killed.returncode == KILLED, killed.stderr[-2000:]
+    again = subprocess.run(retry, env=job.env(), capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    ids, errors = job.ids(), job.error_ids()
+    both = ids + errors
+    FIGURES.append(
+        f"retry-errors@{point:<20} rows={sum(both.values()):>6} fixed={len(rejected) - len(errors)} "
+        f"duplicated={sum(n - 1 for n in both.values() if n > 1)} "
+        f"lost={24_000 - len(both)} stray_files={len(job.stray_files())}"
+    )
+    assert sorted(both) == list(range(24_000)) and max(both.values()) == 1
+    assert 0 < len(errors) < len(rejected)
+    assert job.stray_files() == []

@@ -66,7 +66,7 @@ def run_job(
     does not fit the data; otherwise returns a JobResult, succeeded or not."""
     store = store or open_store()
     plan = open_source(spec.source, spec.sink.keep_columns).plan()
-    features = _features(spec, plan)
+    features = check_features(spec, plan)
     _check_model_file(spec)
     job = Job(new_job_id(), spec, plan, features, store)
     store.create_job(job.id, spec.job.name, spec.model_dump(mode="json"), plan.to_json())
@@ -85,7 +85,7 @@ def resume_job(
     crash_point("resume_start")
     spec = JobSpec.model_validate(record.spec)
     plan = Plan.from_json(record.plan)
-    job = Job(job_id, spec, plan, _features(spec, plan), store)
+    job = Job(job_id, spec, plan, check_features(spec, plan), store)
     sink = open_sink(spec.sink)
     sink.start(job_id, len(plan.shards), resume=True)
     done = {s.index for s in store.shards(job_id) if s.state == ShardState.DONE}
@@ -100,7 +100,7 @@ def _drive(job: Job, sink: Sink, shards: list[Any], reporter: Reporter) -> JobRe
     executor = make_executor(job.spec.run, placement)
     loop = ShardLoop(job.id, job.store, sink, executor, reporter, job.spec.run.max_attempts)
     try:
-        outcome = loop.run(shards, _worker_setup(job, placement, sink)) if shards else LoopOutcome()
+        outcome = loop.run(shards, worker_setup(job, placement, sink)) if shards else LoopOutcome()
     except BaseException as exc:
         job.store.finish(job.id, JobState.FAILED, None, f"{type(exc).__name__}: {exc}")
         sink.abort()
@@ -147,8 +147,9 @@ def _check_model_file(spec: JobSpec) -> None:
         raise SpecError([f"model.uri: {path} is not a file; point it at the saved model"])
 
 
-def _features(spec: JobSpec, plan: Plan) -> list[str]:
-    """The model's inputs, after checking that every named column exists in the input."""
+def check_features(spec: JobSpec, plan: Plan) -> list[str]:
+    """The model's inputs, after checking that every named column exists in the input;
+    raises SpecError naming each missing one."""
     keep = spec.sink.keep_columns
     features = feature_columns(spec.source, plan.schema, keep)
     have, listed = set(plan.schema.names), ", ".join(plan.schema.names)
@@ -170,7 +171,8 @@ def _features(spec: JobSpec, plan: Plan) -> list[str]:
     return features
 
 
-def _worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:
+def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:
+    """What every worker of this job needs: reader, model section, columns, part targets."""
     spec, keep = job.spec, job.spec.sink.keep_columns
     columns = [c for c in [spec.source.id_column, *keep, *job.features] if c]
     return WorkerSetup(

@@ -27,9 +27,9 @@ from thresher.sources.base import Chunk, Shard
 class ErrorPart:
     """A shard's bad records, staged as JSONL beside its output part."""
 
-    def __init__(self, setup: WorkerSetup, task: ShardTask) -> None:
-        self._path = setup.errors.staging(task.shard.index, task.attempt)
-        self._fail_fast = setup.on_bad_input == "fail"
+    def __init__(self, path: str, fail_fast: bool) -> None:
+        self._path = path
+        self._fail_fast = fail_fast
         self._file: Any = None
         self.count = 0
 
@@ -40,9 +40,13 @@ class ErrorPart:
                 '(errors.on_bad_input = "fail"; set it to "skip" to route such records '
                 "to _errors/ and go on)"
             )
+        self.add_line(record.to_json())
+
+    def add_line(self, line: str) -> None:
+        """Write one error record that is already JSON (kept from an earlier error file)."""
         if self._file is None:
             self._file = open_for_write(self._path)
-        self._file.write((record.to_json() + "\n").encode("utf-8"))
+        self._file.write((line + "\n").encode("utf-8"))
         self.count += 1
 
     def close(self, shard: int, attempt: str) -> StagedPart:
@@ -59,13 +63,15 @@ def run_shard(
     started = time.perf_counter()
     shard = task.shard
     part = setup.parts.open(shard.index, task.attempt)
-    errors = ErrorPart(setup, task)
+    errors = ErrorPart(
+        setup.errors.staging(shard.index, task.attempt), setup.on_bad_input == "fail"
+    )
     rows_in = rows_out = 0
     for chunk in setup.reader.read(shard, setup.batch_size):
         rows_in += chunk.table.num_rows + len(chunk.bad)
         for record in chunk.bad:
             errors.add(record)
-        output = _predict_chunk(setup, model, shard, chunk, errors)
+        output = predict_chunk(setup, model, shard, chunk, errors)
         part.write(output)
         rows_out += output.num_rows
         report(chunk.table.num_rows + len(chunk.bad))
@@ -81,9 +87,10 @@ def run_shard(
     )
 
 
-def _predict_chunk(
+def predict_chunk(
     setup: WorkerSetup, model: Model, shard: Shard, chunk: Chunk, errors: ErrorPart
 ) -> pa.Table:
+    """A chunk's output rows (id, keep columns, predictions); its bad rows go to `errors`."""
     rows = _drop_missing(_Rows(setup, shard, chunk.table, chunk.positions), errors)
     table = rows.table
     predicted = predict_isolating(

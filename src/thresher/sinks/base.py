@@ -55,6 +55,11 @@ class Sink(Protocol):
         """The job failed: leave committed parts, remove staging, publish nothing."""
         ...
 
+    def for_retry(self, round_number: int) -> Sink:
+        """The same output, but parts committed under names (or ledger keys) of their own
+        for retry round `round_number`, so they add to a shard's output, never replace it."""
+        ...
+
     @property
     def error_layout(self) -> PartLayout:
         """Where this job's `_errors/` parts go (set by `start`)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -83,6 +84,13 @@ class FileSink:
     def abort(self) -> None:
         fs, root = filesystem(self.root)
         _remove_staging(fs, root)
+
+    def for_retry(self, round_number: int) -> FileSink:
+        """`part-00003.r1.parquet`: sorts right after the shard's own part."""
+        layout = self._layout()
+        retry = copy.copy(self)
+        retry.layout = replace(layout, suffix=f".r{round_number}{layout.suffix}")
+        return retry
 
     @property
     def error_layout(self) -> PartLayout:

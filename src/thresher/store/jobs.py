@@ -104,10 +104,13 @@ class Store:
     """Jobs and shards in a Database. Every method is one transaction."""
 
     def __init__(self, db: Database) -> None:
+        from thresher.store.retries import RetryLog
+
         self.db = db
         with db.transaction() as cur:
             for statement in SCHEMA:
                 cur.execute(statement)
+        self.retries = RetryLog(db)
 
     @property
     def url(self) -> str:
@@ -164,11 +167,12 @@ class Store:
             for r in rows
         ]
 
-    def claim(self, job_id: str, force: bool = False) -> JobRecord:
-        """Make this process the job's coordinator (for resume). Refused while another live
-        process on this host coordinates it, unless forced."""
+    def claim(self, job_id: str, force: bool = False, finished_ok: bool = False) -> JobRecord:
+        """Make this process the job's coordinator (to resume it, or with `finished_ok` to
+        retry its failed rows). Refused while another live process on this host
+        coordinates it, unless forced."""
         job = self.job(job_id)
-        if job.state == JobState.SUCCEEDED:
+        if job.state == JobState.SUCCEEDED and not finished_ok:
             raise StoreError(f"job {job_id} already succeeded; nothing to resume")
         if job.state == JobState.RUNNING and not force and _owner_alive(job.owner):
             raise StoreError(
