@@ -185,8 +185,9 @@ def test_retry_errors_killed_mid_shard(tmp_path: Path, point: str) -> None:
     assert again.returncode == 0, again.stderr[-2000:]
     ids, errors = job.ids(), job.error_ids()
     both = ids + errors
+    fixed = len(rejected) - len(errors)
     FIGURES.append(
-        f"retry-errors@{point:<20} rows={sum(both.values()):>6} fixed={len(rejected) - len(errors)} "
+        f"retry-errors@{point:<20} rows={sum(both.values()):>6} fixed={fixed} "
         f"duplicated={sum(n - 1 for n in both.values() if n > 1)} "
         f"lost={24_000 - len(both)} stray_files={len(job.stray_files())}"
     )
