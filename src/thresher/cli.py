@@ -107,6 +107,39 @@ def cancel(store_url: str | None, job_id: str) -> None:
     click.echo(f"job {job_id}: {state.value}")
 
 
+@cli.command()
+@click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE")
+@click.option("--sizes", help="Comma-separated batch sizes (default: 16 up to batch.max_size).")
+def tune(spec_file: Path, overrides: tuple[str, ...], sizes: str | None) -> None:
+    """Sweep batch sizes on a sample of the job's input: rows/s, latency, memory."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from thresher.engine.tune import recommend, sweep
+    from thresher.spec import load_spec
+
+    try:
+        spec = load_spec(spec_file, overrides)
+        chosen = [int(s) for s in sizes.split(",")] if sizes else None
+        rows = sweep(spec, chosen)
+    except SpecError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except (ThresherError, ValueError) as exc:
+        _fail(f"tune failed: {exc}", EXIT_FAILED)
+    table = Table("batch size", "rows/s", "latency/batch (ms)", "peak memory (MiB)")
+    for row in rows:
+        table.add_row(
+            f"{row.batch_size:,}",
+            f"{row.rows_per_second:,.0f}",
+            f"{row.latency_ms:,.2f}",
+            f"{row.peak_rss_mib:,.0f}",
+        )
+    Console().print(table)
+    best = recommend(rows)
+    click.echo(f"recommended: batch.size = {best.batch_size} ({best.rows_per_second:,.0f} rows/s)")
+
+
 @cli.command("retry-errors")
 @click.argument("job_id")
 @click.option(

@@ -53,14 +53,25 @@ class JobSection(Section):
 
 class SourceSection(Section):
     uri: str
-    format: FileFormat | None = None
+    format: FileFormat | Literal["postgresql"] | None = None
     id_column: str | None = None
     columns: list[str] | None = None
     csv_delimiter: str = Field(default=",", min_length=1, max_length=1)
     shard_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    # A SQL source: the query, the integer column planning splits into ranges, and about
+    # how many rows each range (shard) holds.
+    query: str | None = None
+    key_column: str | None = None
+    shard_rows: int = Field(default=1_000_000, ge=1)
 
     @model_validator(mode="after")
     def _infer_format(self) -> SourceSection:
+        if is_postgres_uri(self.uri) and self.format in (None, "postgresql"):
+            self.format = "postgresql"
+        if self.format == "postgresql":
+            return self._check_query()
+        if self.query is not None:
+            raise ValueError("query: only a postgresql:// source takes a query")
         if self.format is None:
             inferred = infer_format(self.uri)
             if inferred is None:
@@ -68,6 +79,20 @@ class SourceSection(Section):
                 raise ValueError(f"format: cannot infer it from {self.uri!r}; set one of {formats}")
             self.format = inferred  # type: ignore[assignment]
         return self
+
+    def _check_query(self) -> SourceSection:
+        if not is_postgres_uri(self.uri):
+            raise ValueError("uri: a postgresql source needs postgresql://user@host:port/db")
+        if not self.query or not self.query.strip():
+            raise ValueError("query: required for a postgresql source (SELECT …)")
+        if not (self.key_column or self.id_column):
+            raise ValueError("key_column: required for a postgresql source (or set id_column)")
+        return self
+
+
+def is_postgres_uri(uri: str) -> bool:
+    """Whether `uri` names a PostgreSQL database (`postgresql://` or `postgres://`)."""
+    return uri.startswith(("postgresql://", "postgres://"))
 
 
 def _default_outputs() -> list[Literal["prediction", "proba"]]:
@@ -85,7 +110,26 @@ class ModelSection(Section):
 
 
 class BatchSection(Section):
-    size: int = Field(default=4096, ge=1)
+    size: int | Literal["auto"] = "auto"
+    max_size: int = Field(default=65536, ge=1)
+    max_memory: int | None = Field(default=None, ge=1)
+
+    @field_validator("size")
+    @classmethod
+    def _positive(cls, size: int | str) -> int | str:
+        if isinstance(size, int) and size < 1:
+            raise ValueError('must be a positive number of rows or "auto"')
+        return size
+
+    @field_validator("max_memory", mode="before")
+    @classmethod
+    def _bytes(cls, value: object) -> object:
+        return parse_bytes(value) if isinstance(value, str) else value
+
+    @property
+    def read_rows(self) -> int:
+        """Rows per chunk read from a shard: the batch size, or the tuner's ceiling."""
+        return self.size if isinstance(self.size, int) else self.max_size
 
 
 class RunSection(Section):
@@ -97,14 +141,22 @@ class RunSection(Section):
 
 class SinkSection(Section):
     uri: str
-    format: Literal["parquet", "csv", "jsonl", "sqlite"] | None = None
+    format: Literal["parquet", "csv", "jsonl", "sqlite", "postgresql"] | None = None
     mode: Literal["overwrite", "append"] = "overwrite"
     keep_columns: list[str] = Field(default_factory=list)
     force: bool = False
+    # SQL sinks: the local folder for staged parts, `_errors/` and `_SUCCESS`.
+    staging: str | None = None
 
     @model_validator(mode="after")
     def _infer_format(self) -> SinkSection:
-        if self.uri.startswith("sqlite://"):
+        if is_postgres_uri(self.uri):
+            if self.format not in (None, "postgresql"):
+                raise ValueError(f"format: a postgresql:// uri writes a table, not {self.format}")
+            self.format = "postgresql"
+        elif self.format == "postgresql":
+            raise ValueError("uri: a postgresql sink needs postgresql://user@host/db?table=name")
+        elif self.uri.startswith("sqlite://"):
             if self.format not in (None, "sqlite"):
                 raise ValueError(f"format: a sqlite:// uri writes a table, not {self.format}")
             self.format = "sqlite"
@@ -112,6 +164,8 @@ class SinkSection(Section):
             raise ValueError("uri: a sqlite sink needs sqlite:///path/file.db?table=name")
         elif self.format is None:
             self.format = "parquet"
+        if self.staging is not None and self.format not in ("sqlite", "postgresql"):
+            raise ValueError("staging: only a SQL sink (sqlite, postgresql) takes a staging folder")
         return self
 
 
@@ -147,6 +201,27 @@ class JobSpec(Section):
                 f"source.columns: the id column {source.id_column!r} must not be a model input"
             )
         return self
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """`"512MB"` -> 512000000, `"1 GiB"` -> 1073741824."""
+    number = text.strip().lower().rstrip("abcdefghijklmnopqrstuvwxyz ")
+    unit = text.strip().lower()[len(number) :].strip()
+    if unit not in _UNITS or not number:
+        raise ValueError(f"expected a size such as 512MB or 2GiB, got {text!r}")
+    return int(float(number) * _UNITS[unit])
 
 
 def infer_format(uri: str) -> str | None:
@@ -222,6 +297,9 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
         node = raw.get(section)
         if isinstance(node, dict) and isinstance(node.get("uri"), str):
             node["uri"] = resolve_uri(node["uri"], base)
+    sink = raw.get("sink")
+    if isinstance(sink, dict) and isinstance(sink.get("staging"), str):
+        sink["staging"] = resolve_uri(sink["staging"], base)
 
 
 def resolve_uri(uri: str, base: Path) -> str:

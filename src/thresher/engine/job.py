@@ -108,7 +108,14 @@ def _drive(job: Job, sink: Sink, shards: list[Any], reporter: Reporter) -> JobRe
     finally:
         executor.shutdown()
         reporter.close()
-    facts = RunFacts(placement, started, time.perf_counter() - clock, outcome.rows_seen)
+    sizes = outcome.batch_sizes.most_common(1)
+    facts = RunFacts(
+        placement,
+        started,
+        time.perf_counter() - clock,
+        outcome.rows_seen,
+        sizes[0][0] if sizes else None,
+    )
     return _finish(job, sink, outcome, facts)
 
 
@@ -181,7 +188,7 @@ def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:
         context=LoadContext(features=tuple(job.features), threads=placement.threads),
         id_column=spec.source.id_column,
         keep_columns=tuple(keep),
-        batch_size=spec.batch.size,
+        batch=spec.batch,
         parts=sink.part_target(),
         errors=sink.error_layout,
         on_bad_input=spec.errors.on_bad_input,

@@ -176,7 +176,7 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     """A worker process: load the model once, then run shards until told to stop."""
     import pyarrow as pa
 
-    from thresher.engine.worker import run_shard
+    from thresher.engine.worker import run_shard, tuner_for
     from thresher.models import load_model
 
     _die_with_parent()
@@ -186,13 +186,14 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     except Exception as exc:
         conn.send(WorkerBroken(type(exc).__name__, str(exc)))
         return
+    tuner = tuner_for(setup.batch)  # kept across shards: later shards start settled
     while (task := conn.recv()) is not None:
 
         def report(rows: int, shard: int = task.shard.index) -> None:
             conn.send(Progress(shard, rows))
 
         try:
-            result = run_shard(setup, model, task, report)
+            result = run_shard(setup, model, task, report, tuner)
             crash_point("worker_after_stage", task.shard.index)
             conn.send(ShardDone(result))
         except Exception as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from thresher.engine.executor import Executor
@@ -46,6 +47,7 @@ class LoopOutcome:
     failures: list[str] = field(default_factory=list)
     cancelled: bool = False
     rows_seen: int = 0
+    batch_sizes: Counter[int] = field(default_factory=Counter)  # rows done at each size
 
 
 @dataclass
@@ -112,5 +114,6 @@ class ShardLoop:
         crash_point("mid_commit", result.shard)
         commit_file(result.errors, self.sink.error_layout)
         crash_point("after_commit", result.shard)
+        self.outcome.batch_sizes[result.batch_size] += result.rows_in
         counts = (result.rows_in, result.rows_out, result.rows_error)
         self.store.shard_done(self.job_id, result.shard, result.attempt, counts, result.seconds)

@@ -23,6 +23,7 @@ class RunFacts:
     started: datetime
     seconds: float
     rows: int
+    batch_size: int | None = None  # the size most rows ran at (tuned, or fixed)
 
 
 def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) -> dict[str, Any]:
@@ -40,7 +41,8 @@ def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) ->
         "model": {"kind": spec.model.kind, **model_fingerprint(spec.model)},
         "spec_sha256": hashlib.sha256(spec_json.encode()).hexdigest(),
         "spec": json.loads(spec_json),
-        "batch_size": spec.batch.size,
+        "batch_size": run.batch_size or spec.batch.size,
+        "batch_size_setting": spec.batch.size,
         "workers": run.placement.workers,
         "threads_per_worker": run.placement.threads,
         "started_at": run.started.isoformat(),

@@ -8,6 +8,7 @@ its batch still get their predictions.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from thresher.engine.autobatch import BatchTuner
 from thresher.errors import ModelOutputError
 from thresher.models.base import Column, Model
 
@@ -29,8 +31,11 @@ class Predicted:
     failed: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
-def predict_isolating(model: Model, features: pa.Table, model_name: str) -> Predicted:
-    """Predict every row that the model accepts; isolate the ones that make it raise."""
+def predict_isolating(
+    model: Model, features: pa.Table, model_name: str, tuner: BatchTuner | None = None
+) -> Predicted:
+    """Predict every row that the model accepts; isolate the ones that make it raise.
+    Out of memory splits the batch too (and tells the tuner), but fails no row."""
     segments: list[tuple[int, dict[str, pa.Array]]] = []
     failed: dict[int, tuple[str, str]] = {}
 
@@ -38,11 +43,17 @@ def predict_isolating(model: Model, features: pa.Table, model_name: str) -> Pred
         if part.num_rows == 0:
             return
         try:
+            clock = time.perf_counter()
             outputs = model.predict(part)
-        except MemoryError:
-            raise
+            if tuner is not None and offset == 0 and part is features:
+                tuner.observe(part.num_rows, time.perf_counter() - clock)
         except Exception as exc:
-            if part.num_rows == 1:
+            out_of_memory = is_out_of_memory(exc)
+            if out_of_memory and part.num_rows == 1:
+                raise  # not the row's fault: fail the attempt, a retry may have memory
+            if out_of_memory and tuner is not None:
+                tuner.back_off(part.num_rows)
+            if not out_of_memory and part.num_rows == 1:
                 failed[offset] = (type(exc).__name__, str(exc) or type(exc).__name__)
                 return
             half = part.num_rows // 2
@@ -59,6 +70,11 @@ def predict_isolating(model: Model, features: pa.Table, model_name: str) -> Pred
     predicted = Predicted(rows=rows, columns=_concat([c for _, c in segments]), failed=failed)
     _flag_non_finite(predicted)
     return predicted
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """MemoryError, or an accelerator's own (torch.cuda.OutOfMemoryError and kin)."""
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
 
 
 def check_outputs(outputs: Mapping[str, Column], rows: int, model_name: str) -> dict[str, pa.Array]:

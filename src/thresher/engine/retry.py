@@ -96,7 +96,7 @@ class _Round:
                 errors.add_line(json.dumps(rec, ensure_ascii=False))
         writer = self.setup.parts.open(shard.index, attempt)
         fixed = 0
-        for chunk in self.setup.reader.read(shard, self.setup.batch_size):
+        for chunk in self.setup.reader.read(shard, self.setup.batch.read_rows):
             picked = _pick(chunk, wanted, self.setup, shard)
             if picked.table.num_rows:
                 output = predict_chunk(self.setup, self.model, shard, picked, errors)

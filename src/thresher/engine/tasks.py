@@ -13,7 +13,7 @@ from thresher.models.base import LoadContext
 from thresher.sinks.base import PartTarget
 from thresher.sinks.parts import PartLayout, StagedPart
 from thresher.sources.base import Shard, ShardReader
-from thresher.spec import ModelSection
+from thresher.spec import BatchSection, ModelSection
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class WorkerSetup:
     context: LoadContext
     id_column: str | None
     keep_columns: tuple[str, ...]
-    batch_size: int
+    batch: BatchSection
     parts: PartTarget
     errors: PartLayout
     on_bad_input: Literal["skip", "fail"]
@@ -58,6 +58,7 @@ class ShardResult:
     rows_out: int
     rows_error: int
     seconds: float
+    batch_size: int = 0  # the model batch size the worker ended the shard with
 
 
 # Events, worker -> coordinator.

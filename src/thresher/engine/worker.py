@@ -7,7 +7,7 @@ local executor and the Ray actor both call `run_shard` with a model loaded once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from thresher.engine.autobatch import BatchTuner
+from thresher.engine.pipeline import Prefetch, WriteBehind
 from thresher.engine.predict import predict_isolating, row_as_text
 from thresher.engine.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.errors import BadInputError, ModelOutputError
@@ -22,6 +24,7 @@ from thresher.models.base import Model
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import StagedPart, open_for_write
 from thresher.sources.base import Chunk, Shard
+from thresher.spec import BatchSection
 
 
 class ErrorPart:
@@ -57,24 +60,37 @@ class ErrorPart:
 
 
 def run_shard(
-    setup: WorkerSetup, model: Model, task: ShardTask, report: Callable[[int], None]
+    setup: WorkerSetup,
+    model: Model,
+    task: ShardTask,
+    report: Callable[[int], None],
+    tuner: BatchTuner | None = None,
 ) -> ShardResult:
-    """Run one shard attempt to its staged output; `report(rows)` after every batch."""
+    """Run one shard attempt to its staged output; `report(rows)` after every chunk.
+
+    Reading runs a chunk ahead and writing a result behind, on their own threads, while
+    the model works through the chunk in batches of the tuner's current size."""
     started = time.perf_counter()
     shard = task.shard
+    tuner = tuner or tuner_for(setup.batch)
     part = setup.parts.open(shard.index, task.attempt)
     errors = ErrorPart(
         setup.errors.staging(shard.index, task.attempt), setup.on_bad_input == "fail"
     )
     rows_in = rows_out = 0
-    for chunk in setup.reader.read(shard, setup.batch_size):
-        rows_in += chunk.table.num_rows + len(chunk.bad)
-        for record in chunk.bad:
-            errors.add(record)
-        output = predict_chunk(setup, model, shard, chunk, errors)
-        part.write(output)
-        rows_out += output.num_rows
-        report(chunk.table.num_rows + len(chunk.bad))
+    with (
+        Prefetch(setup.reader.read(shard, setup.batch.read_rows)) as chunks,
+        WriteBehind(part.write) as writer,
+    ):
+        for chunk in chunks:
+            rows_in += chunk.table.num_rows + len(chunk.bad)
+            for record in chunk.bad:
+                errors.add(record)
+            for piece in _pieces(chunk, tuner):
+                output = predict_chunk(setup, model, shard, piece, errors, tuner=tuner)
+                writer.put(output)
+                rows_out += output.num_rows
+            report(chunk.table.num_rows + len(chunk.bad))
     return ShardResult(
         shard=shard.index,
         attempt=task.attempt,
@@ -84,18 +100,41 @@ def run_shard(
         rows_out=rows_out,
         rows_error=errors.count,
         seconds=time.perf_counter() - started,
+        batch_size=tuner.size,
     )
 
 
+def tuner_for(batch: BatchSection) -> BatchTuner:
+    """A worker's tuner: it lives as long as the worker, so later shards start settled."""
+    fixed = batch.size if isinstance(batch.size, int) else None
+    return BatchTuner(fixed=fixed, max_size=batch.max_size, max_memory=batch.max_memory)
+
+
+def _pieces(chunk: Chunk, tuner: BatchTuner) -> Iterator[Chunk]:
+    """The chunk in model batches, each sized by the tuner as it learns."""
+    rows = chunk.table.num_rows
+    row_bytes = chunk.table.nbytes / rows if rows else 0.0
+    start = 0
+    while start < rows:
+        size = tuner.batch_size(row_bytes)
+        yield Chunk(chunk.table.slice(start, size), chunk.positions[start : start + size])
+        start += size
+
+
 def predict_chunk(
-    setup: WorkerSetup, model: Model, shard: Shard, chunk: Chunk, errors: ErrorPart
+    setup: WorkerSetup,
+    model: Model,
+    shard: Shard,
+    chunk: Chunk,
+    errors: ErrorPart,
+    *,
+    tuner: BatchTuner | None = None,
 ) -> pa.Table:
     """A chunk's output rows (id, keep columns, predictions); its bad rows go to `errors`."""
     rows = _drop_missing(_Rows(setup, shard, chunk.table, chunk.positions), errors)
     table = rows.table
-    predicted = predict_isolating(
-        model, table.select(list(setup.context.features)), setup.model.uri
-    )
+    features = table.select(list(setup.context.features))
+    predicted = predict_isolating(model, features, setup.model.uri, tuner)
     for index, (error, message) in sorted(predicted.failed.items()):
         errors.add(rows.bad(index, "predict", error, message))
     if len(predicted.rows) < table.num_rows:

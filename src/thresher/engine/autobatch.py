@@ -1,0 +1,73 @@
+"""`batch.size = "auto"`: find the batch size where throughput stops growing, per worker.
+
+The tuner starts small and doubles the size while measured rows/s keeps rising by more
+than `GAIN`; two steps without such a gain (or the ceiling) settle it at the best size
+seen. Out of memory halves the size and caps it there for good. `batch.max_memory` caps
+the input bytes of one batch. Only full batches are measured, and the first call (model
+warm-up) is ignored.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+GAIN = 1.05  # a size must beat the best so far by 5% to count as better
+SAMPLES = 3  # full batches measured at each size
+SAMPLE_SECONDS = 1.0  # ...or fewer, once the model has spent this long at a size
+
+
+@dataclass
+class BatchTuner:
+    """The model batch size of one worker: fixed, or tuned from measured throughput."""
+
+    fixed: int | None = None
+    start: int = 64
+    max_size: int = 65536
+    max_memory: int | None = None
+    size: int = field(init=False)
+    settled: bool = field(init=False)
+    _best: tuple[int, float] = field(init=False, default=(0, 0.0))
+    _rates: list[float] = field(init=False, default_factory=list)
+    _seconds: float = field(init=False, default=0.0)
+    _flat_steps: int = field(init=False, default=0)
+    _warm: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.size = self.fixed or min(self.start, self.max_size)
+        self.settled = self.fixed is not None
+
+    def batch_size(self, row_bytes: float) -> int:
+        """The size for the next batch, under the memory cap for rows this wide."""
+        if self.max_memory and row_bytes > 0:
+            return max(1, min(self.size, int(self.max_memory // row_bytes)))
+        return self.size
+
+    def observe(self, rows: int, seconds: float) -> None:
+        """Record one model call of `rows` rows that took `seconds`."""
+        if self.settled or rows < self.size or seconds <= 0:
+            return
+        if not self._warm:
+            self._warm = True  # the first call pays for lazy initialisation
+            return
+        self._rates.append(rows / seconds)
+        self._seconds += seconds
+        if len(self._rates) >= SAMPLES or self._seconds > SAMPLE_SECONDS:
+            self._step(statistics.median(self._rates))
+
+    def back_off(self, failed_rows: int) -> None:
+        """A batch of `failed_rows` ran out of memory: halve, and never grow past that."""
+        self.size = max(1, min(self.size, failed_rows) // 2)
+        self.max_size = self.size
+        self.settled = True
+
+    def _step(self, rate: float) -> None:
+        if rate > self._best[1] * GAIN:
+            self._best, self._flat_steps = (self.size, rate), 0
+        else:
+            self._flat_steps += 1
+        self._rates, self._seconds = [], 0.0
+        if self._flat_steps >= 2 or self.size * 2 > self.max_size:
+            self.size, self.settled = self._best[0] or self.size, True
+        else:
+            self.size *= 2

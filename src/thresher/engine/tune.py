@@ -1,0 +1,94 @@
+"""`thresher tune`: measure the model at growing batch sizes on a sample of the job's input.
+
+It reads the first rows of the job (at most `SAMPLE_ROWS`), loads the model as one worker
+would (same thread budget), and for each size reports rows/s, the median latency of one
+batch and the process's peak memory. The recommended size is the smallest within 5% of
+the best throughput: past the knee, bigger batches only cost memory and latency.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from thresher.engine.executor import plan_placement
+from thresher.engine.job import check_features
+from thresher.models import LoadContext, load_model
+from thresher.models.base import Model
+from thresher.sources import Plan, open_source
+from thresher.spec import JobSpec
+
+SAMPLE_ROWS = 200_000
+MIN_SECONDS = 0.5  # model time spent at each size, at least
+KNEE = 0.95
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    batch_size: int
+    rows_per_second: float
+    latency_ms: float
+    peak_rss_mib: float
+
+
+def default_sizes(max_size: int) -> list[int]:
+    sizes, size = [], 16
+    while size <= max_size:
+        sizes.append(size)
+        size *= 4 if size < 256 else 2
+    return sizes
+
+
+def sweep(spec: JobSpec, sizes: Sequence[int] | None = None) -> list[SweepRow]:
+    """Throughput, latency and memory of the job's model at each batch size."""
+    plan = open_source(spec.source, spec.sink.keep_columns).plan()
+    features = check_features(spec, plan)
+    sizes = sorted(sizes or default_sizes(spec.batch.max_size))
+    sample = _sample(spec, plan, features, max(SAMPLE_ROWS, *sizes))
+    threads = plan_placement(spec.run, len(plan.shards)).threads
+    model = load_model(spec.model, LoadContext(features=tuple(features), threads=threads))
+    return [_measure(model, sample, size) for size in sizes if size <= max(sample.num_rows, 1)]
+
+
+def recommend(rows: Sequence[SweepRow]) -> SweepRow:
+    """The smallest size within 5% of the best throughput."""
+    best = max(r.rows_per_second for r in rows)
+    return next(r for r in rows if r.rows_per_second >= KNEE * best)
+
+
+def _sample(spec: JobSpec, plan: Plan, features: list[str], limit: int) -> pa.Table:
+    reader = open_source(spec.source, spec.sink.keep_columns).reader(plan.schema, features)
+    tables: list[pa.Table] = []
+    rows = 0
+    for shard in plan.shards:
+        for chunk in reader.read(shard, 65536):
+            tables.append(chunk.table.drop_null())
+            rows += tables[-1].num_rows
+            if rows >= limit:
+                return pa.concat_tables(tables).slice(0, limit)
+    return pa.concat_tables(tables) if tables else pa.table({f: [] for f in features})
+
+
+def _measure(model: Model, sample: pa.Table, size: int) -> SweepRow:
+    model.predict(sample.slice(0, size))  # warm-up: lazy initialisation is not throughput
+    latencies: list[float] = []
+    rows = 0
+    start = 0
+    while sum(latencies) < MIN_SECONDS or len(latencies) < 3:
+        batch = sample.slice(start, size)
+        if batch.num_rows < size:
+            start, batch = 0, sample.slice(0, size)
+        clock = time.perf_counter()
+        model.predict(batch)
+        latencies.append(time.perf_counter() - clock)
+        rows += batch.num_rows
+        start += size
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return SweepRow(
+        size, rows / sum(latencies), statistics.median(latencies) * 1000, peak_kib / 1024
+    )
