@@ -43,6 +43,7 @@ THREAD_VARIABLES = (
     "NUMEXPR_NUM_THREADS",
 )
 NOT_RETRYABLE = (BadInputError, ModelOutputError)
+READY = "ready"  # a worker's first message: its model is loaded, shard clocks may run
 
 
 @dataclass
@@ -51,6 +52,7 @@ class _Worker:
     conn: Connection
     task: ShardTask | None = None
     last_heard: float = field(default_factory=time.monotonic)
+    ready: bool = False
 
 
 @dataclass
@@ -112,15 +114,21 @@ class LocalExecutor:
             yield from self._lost(worker, "worker process died")
             return
         worker.last_heard = time.monotonic()
+        if event == READY:
+            worker.ready = True
+            return
         if isinstance(event, ShardDone | ShardFailed):
             worker.task = None
         yield event
 
     def _stalled(self) -> Iterator[Event]:
-        """A worker that reported nothing for `shard_timeout` seconds is stuck: kill it."""
+        """A worker that reported nothing for `shard_timeout` seconds is stuck: kill it.
+        The clock runs from when the worker is ready, so loading the model (slow for a
+        large one, or on a busy machine) is never taken for a stuck shard."""
         now = time.monotonic()
         for worker in list(self._pool):
-            if worker.task is not None and now - worker.last_heard > self.shard_timeout:
+            held = worker.ready and worker.task is not None
+            if held and now - worker.last_heard > self.shard_timeout:
                 worker.process.kill()
                 why = f"no progress for {self.shard_timeout:g}s (run.shard_timeout); worker killed"
                 yield from self._lost(worker, why, error="ShardTimeout")
@@ -186,6 +194,7 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     except Exception as exc:
         conn.send(WorkerBroken(type(exc).__name__, str(exc)))
         return
+    conn.send(READY)
     tuner = tuner_for(setup.batch)  # kept across shards: later shards start settled
     while (task := conn.recv()) is not None:
 

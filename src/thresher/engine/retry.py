@@ -30,7 +30,7 @@ import pyarrow as pa
 from thresher.engine.executor import Placement
 from thresher.engine.job import Job, JobResult, check_features, worker_setup
 from thresher.engine.tasks import WorkerSetup
-from thresher.engine.worker import ErrorPart, predict_chunk
+from thresher.engine.worker import ErrorPart, ShardWork
 from thresher.errors import JobFailed, SpecError
 from thresher.faults import crash_point
 from thresher.models import load_model, model_fingerprint
@@ -95,11 +95,12 @@ class _Round:
             if rec["stage"] != "predict":
                 errors.add_line(json.dumps(rec, ensure_ascii=False))
         writer = self.setup.parts.open(shard.index, attempt)
+        work = ShardWork(self.setup, self.model, shard, errors)
         fixed = 0
         for chunk in self.setup.reader.read(shard, self.setup.batch.read_rows):
             picked = _pick(chunk, wanted, self.setup, shard)
             if picked.table.num_rows:
-                output = predict_chunk(self.setup, self.model, shard, picked, errors)
+                output, _ = work.predict(picked)
                 writer.write(output)
                 fixed += output.num_rows
         part, still = writer.close(), errors.close(shard.index, attempt)

@@ -59,6 +59,67 @@ class ErrorPart:
         return StagedPart(shard, attempt, self._path, self.count)
 
 
+@dataclass
+class ShardWork:
+    """One shard in a worker: what it is predicted with and where its bad rows go."""
+
+    setup: WorkerSetup
+    model: Model
+    shard: Shard
+    errors: ErrorPart
+    tuner: BatchTuner | None = None
+
+    def predict(self, chunk: Chunk) -> tuple[pa.Table, np.ndarray]:
+        """A chunk's output rows (id, keep columns, predictions) and their positions;
+        its bad rows go to the error part."""
+        setup = self.setup
+        rows = _drop_missing(_Rows(setup, self.shard, chunk.table, chunk.positions), self.errors)
+        table, positions = rows.table, rows.positions
+        features = table.select(list(setup.context.features))
+        predicted = predict_isolating(self.model, features, setup.model.uri, self.tuner)
+        for index, (error, message) in sorted(predicted.failed.items()):
+            self.errors.add(rows.bad(index, "predict", error, message))
+        if len(predicted.rows) < table.num_rows:
+            table = table.take(pa.array(predicted.rows))
+            positions = positions[predicted.rows]
+        kept = [c for c in (setup.id_column, *setup.keep_columns) if c]
+        clash = set(kept) & set(predicted.columns)
+        if clash:
+            raise ModelOutputError(
+                f"model {setup.model.uri}: output column(s) {sorted(clash)} clash with the id"
+                " or keep columns; rename them in the model or drop them from keep_columns"
+            )
+        columns = {name: table.column(name) for name in kept} | predicted.columns
+        return (pa.table(columns) if columns else table.select([])), positions
+
+    def predict_in_batches(self, chunk: Chunk) -> pa.Table:
+        """The chunk's output rows, in input order, predicted in batches of the tuner's
+        size. A text model that can measure its rows (`sort_key`: token lengths) gets them
+        shortest first, so each batch pads little; rows go back in input order after."""
+        sort_key = getattr(self.model, "sort_key", None)
+        if sort_key is not None and chunk.table.num_rows > 1:
+            keys = sort_key(chunk.table.select(list(self.setup.context.features)))
+            order = np.argsort(np.asarray(keys), kind="stable")
+            chunk = Chunk(chunk.table.take(pa.array(order)), chunk.positions[order])
+        outputs = [self.predict(piece) for piece in self._pieces(chunk)]
+        if not outputs:
+            return pa.table({})
+        table = pa.concat_tables([t for t, _ in outputs]) if len(outputs) > 1 else outputs[0][0]
+        if sort_key is not None and table.num_rows > 1:
+            positions = np.concatenate([p for _, p in outputs])
+            table = table.take(pa.array(np.argsort(positions, kind="stable")))
+        return table
+
+    def _pieces(self, chunk: Chunk) -> Iterator[Chunk]:
+        rows = chunk.table.num_rows
+        row_bytes = chunk.table.nbytes / rows if rows else 0.0
+        start = 0
+        while start < rows:
+            size = self.tuner.batch_size(row_bytes) if self.tuner else rows
+            yield Chunk(chunk.table.slice(start, size), chunk.positions[start : start + size])
+            start += size
+
+
 def run_shard(
     setup: WorkerSetup,
     model: Model,
@@ -77,6 +138,7 @@ def run_shard(
     errors = ErrorPart(
         setup.errors.staging(shard.index, task.attempt), setup.on_bad_input == "fail"
     )
+    work = ShardWork(setup, model, shard, errors, tuner)
     rows_in = rows_out = 0
     with (
         Prefetch(setup.reader.read(shard, setup.batch.read_rows)) as chunks,
@@ -86,10 +148,9 @@ def run_shard(
             rows_in += chunk.table.num_rows + len(chunk.bad)
             for record in chunk.bad:
                 errors.add(record)
-            for piece in _pieces(chunk, tuner):
-                output = predict_chunk(setup, model, shard, piece, errors, tuner=tuner)
-                writer.put(output)
-                rows_out += output.num_rows
+            output = work.predict_in_batches(chunk)
+            writer.put(output)
+            rows_out += output.num_rows
             report(chunk.table.num_rows + len(chunk.bad))
     return ShardResult(
         shard=shard.index,
@@ -108,46 +169,6 @@ def tuner_for(batch: BatchSection) -> BatchTuner:
     """A worker's tuner: it lives as long as the worker, so later shards start settled."""
     fixed = batch.size if isinstance(batch.size, int) else None
     return BatchTuner(fixed=fixed, max_size=batch.max_size, max_memory=batch.max_memory)
-
-
-def _pieces(chunk: Chunk, tuner: BatchTuner) -> Iterator[Chunk]:
-    """The chunk in model batches, each sized by the tuner as it learns."""
-    rows = chunk.table.num_rows
-    row_bytes = chunk.table.nbytes / rows if rows else 0.0
-    start = 0
-    while start < rows:
-        size = tuner.batch_size(row_bytes)
-        yield Chunk(chunk.table.slice(start, size), chunk.positions[start : start + size])
-        start += size
-
-
-def predict_chunk(
-    setup: WorkerSetup,
-    model: Model,
-    shard: Shard,
-    chunk: Chunk,
-    errors: ErrorPart,
-    *,
-    tuner: BatchTuner | None = None,
-) -> pa.Table:
-    """A chunk's output rows (id, keep columns, predictions); its bad rows go to `errors`."""
-    rows = _drop_missing(_Rows(setup, shard, chunk.table, chunk.positions), errors)
-    table = rows.table
-    features = table.select(list(setup.context.features))
-    predicted = predict_isolating(model, features, setup.model.uri, tuner)
-    for index, (error, message) in sorted(predicted.failed.items()):
-        errors.add(rows.bad(index, "predict", error, message))
-    if len(predicted.rows) < table.num_rows:
-        table = table.take(pa.array(predicted.rows))
-    kept = [c for c in (setup.id_column, *setup.keep_columns) if c]
-    clash = set(kept) & set(predicted.columns)
-    if clash:
-        raise ModelOutputError(
-            f"model {setup.model.uri}: output column(s) {sorted(clash)} clash with "
-            "the id or keep columns; rename them in the model or drop them from keep_columns"
-        )
-    columns = {name: table.column(name) for name in kept} | predicted.columns
-    return pa.table(columns) if columns else table.select([])
 
 
 @dataclass(frozen=True)
