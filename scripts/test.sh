@@ -14,6 +14,11 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 .venv/bin/ruff format --check src tests benchmarks
 .venv/bin/mypy
 
+# A throwaway PostgreSQL on 127.0.0.1 (installed from Debian's packages if need be) for
+# tests/integration/test_postgres.py, which fail in CI without it.
+THRESHER_TEST_POSTGRES="${THRESHER_TEST_POSTGRES:-$(bash scripts/postgres.sh)}"
+export THRESHER_TEST_POSTGRES
+
 # pytest exits 5 when it collects nothing: that is a failure here, never a pass.
 set +e
 .venv/bin/python -m pytest "$@"

@@ -53,7 +53,7 @@ class JobSection(Section):
 
 class SourceSection(Section):
     uri: str
-    format: FileFormat | Literal["postgresql"] | None = None
+    format: Literal["parquet", "csv", "jsonl", "postgresql"] | None = None
     id_column: str | None = None
     columns: list[str] | None = None
     csv_delimiter: str = Field(default=",", min_length=1, max_length=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from thresher.engine.job import JobResult
+from thresher.postgres import without_password
 
 
 def print_result(result: JobResult) -> None:
@@ -16,7 +17,7 @@ def print_result(result: JobResult) -> None:
         f"job {result.job_id} {state}: {m['rows_in']:,} rows in, {m['rows_out']:,} out, "
         f"{m['rows_error']:,} errors in {m['seconds']:.1f}s ({rate:,.0f} rows/s)"
     )
-    click.echo(f"  output: {result.output}")
+    click.echo(f"  output: {without_password(result.output)}")
     if m["rows_error"]:
         click.echo(f"  errors: {result.errors}")
     for problem in result.problems:

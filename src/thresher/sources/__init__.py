@@ -10,6 +10,7 @@ from thresher.sources.base import Chunk, Plan, Shard, ShardReader, Source
 from thresher.sources.csv import CsvFormat
 from thresher.sources.jsonl import JsonlFormat
 from thresher.sources.parquet import ParquetSource
+from thresher.sources.sql import PostgresSource
 from thresher.sources.text import TextSource
 from thresher.spec import SourceSection
 
@@ -21,6 +22,10 @@ def open_source(section: SourceSection, keep_columns: Sequence[str] = ()) -> Sou
     a text format does not read them as numbers."""
     if section.format == "parquet":
         return ParquetSource(uri=section.uri, shard_bytes=section.shard_bytes)
+    if section.format == "postgresql":
+        key = section.key_column or section.id_column
+        assert section.query and key  # the spec requires them
+        return PostgresSource(section.uri, section.query, key, section.shard_rows)
     text_format = (
         CsvFormat(delimiter=section.csv_delimiter) if section.format == "csv" else JsonlFormat()
     )
@@ -35,7 +40,9 @@ def open_source(section: SourceSection, keep_columns: Sequence[str] = ()) -> Sou
 
 
 def feature_columns(section: SourceSection, schema: pa.Schema, keep: Sequence[str]) -> list[str]:
-    """The model's inputs: `source.columns`, or every column but the id and keep columns."""
+    """The model's inputs: `source.columns`, or every column but the id, key and keep
+    columns."""
     if section.columns:
         return list(section.columns)
-    return [n for n in schema.names if n != section.id_column and n not in keep]
+    not_inputs = {section.id_column, section.key_column, *keep}
+    return [n for n in schema.names if n not in not_inputs]

@@ -1,0 +1,67 @@
+"""PostgreSQL pieces that need no server: spec keys, key ranges, URL redaction.
+
+The same parts against a live server are in tests/integration/test_postgres.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from thresher.errors import SpecError
+from thresher.postgres import PgUrl, without_password
+from thresher.sources.sql import split_key_range
+from thresher.spec import parse_spec
+
+PASSWORD = "pg-s3cret-never-shown"
+
+
+def test_spec_keys_for_postgresql() -> None:
+    base = {"model": {"kind": "sklearn", "uri": "m.skops"}, "sink": {"uri": "out/"}}
+    source = {"uri": "postgres://h/db", "query": "SELECT 1 AS id", "id_column": "id"}
+    spec = parse_spec({**base, "source": source})
+    assert (spec.source.format, spec.source.shard_rows, spec.source.key_column) == (
+        "postgresql",
+        1_000_000,
+        None,
+    )
+    sink = parse_spec(
+        {**base, "source": {"uri": "x.csv"}, "sink": {"uri": "postgresql://h/d?table=t"}}
+    )
+    assert sink.sink.format == "postgresql"
+    problems = [
+        ({"uri": "postgresql://h/db", "id_column": "id"}, "source.query: required"),
+        ({"uri": "postgresql://h/db", "query": "SELECT 1"}, "source.key_column: required"),
+        ({"uri": "x.csv", "query": "SELECT 1"}, "source.query: only a postgresql"),
+    ]
+    for source, message in problems:
+        with pytest.raises(SpecError, match=message):
+            parse_spec({**base, "source": source})
+    with pytest.raises(SpecError, match=r"sink\.staging: only a SQL sink"):
+        parse_spec({**base, "source": {"uri": "x.csv"}, "sink": {"uri": "o/", "staging": "s"}})
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "rows", "shard_rows"),
+    [(1, 100, 100, 30), (-5, 5, 11, 100), (0, 9, 10, 1), (7, 7, 3, 1), (0, 10**12, 5000, 999)],
+)
+def test_key_ranges_cover_every_key_once(low: int, high: int, rows: int, shard_rows: int) -> None:
+    ranges = split_key_range(low, high, rows, shard_rows)
+    assert ranges[0][0] == low and ranges[-1][1] == high + 1
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(ranges))
+    assert len(ranges) <= max(1, -(-rows // shard_rows))
+    assert split_key_range(None, None, 0, shard_rows) == []
+
+
+def test_urls_lose_their_password_and_thresher_keys() -> None:
+    url = PgUrl.parse(f"postgresql://me:{PASSWORD}@db:5433/shop?sslmode=disable&table=t")
+    assert (url.redacted, url.own, url.database) == (
+        "postgresql://me@db:5433/shop",
+        {"table": "t"},
+        "shop",
+    )
+    assert url.libpq == f"postgresql://me:{PASSWORD}@db:5433/shop?sslmode=disable"
+    assert PASSWORD not in url.hide(f"error near {PASSWORD}")
+    assert without_password(f"postgres://me:{PASSWORD}@db/x") == "postgres://me:***@db/x"
+    assert without_password("out/") == "out/"
