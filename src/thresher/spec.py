@@ -114,12 +114,14 @@ class BatchSection(Section):
     max_size: int = Field(default=65536, ge=1)
     max_memory: int | None = Field(default=None, ge=1)
 
-    @field_validator("size")
+    @field_validator("size", mode="before")
     @classmethod
-    def _positive(cls, size: int | str) -> int | str:
-        if isinstance(size, int) and size < 1:
-            raise ValueError('must be a positive number of rows or "auto"')
-        return size
+    def _rows_or_auto(cls, size: object) -> object:
+        if size == "auto" or (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+            return size
+        if isinstance(size, str) and size.strip().isdigit() and int(size) >= 1:
+            return int(size)
+        raise ValueError(f'must be a positive number of rows or "auto", not {size!r}')
 
     @field_validator("max_memory", mode="before")
     @classmethod

@@ -103,7 +103,9 @@ def test_defaults_fill_the_optional_sections() -> None:
         }
     )
     assert spec.job.name == "job"
-    assert spec.batch.size == 4096
+    assert spec.batch.size == "auto"
+    assert spec.batch.max_size == 65536
+    assert spec.batch.max_memory is None
     assert spec.run.workers is None
     assert spec.run.max_attempts == 3
     assert spec.sink.mode == "overwrite"
@@ -170,7 +172,10 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
             raw_spec(model={"outputs": ["prediction", "logits"]}),
             "model.outputs.1: must be one of 'prediction', 'proba'",
         ),
-        (raw_spec(batch={"size": 0}), "batch.size: Input should be greater than or equal to 1"),
+        (
+            raw_spec(batch={"size": 0}),
+            'batch.size: must be a positive number of rows or "auto", not 0',
+        ),
         (raw_spec(run={"workers": 0}), "run.workers: Input should be greater than or equal to 1"),
         (
             raw_spec(run={"max_attempts": -1}),
@@ -194,7 +199,7 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
         ),
         (
             raw_spec(batch={"size": "big"}),
-            "batch.size: Input should be a valid integer, unable to parse string as an integer",
+            "batch.size: must be a positive number of rows or \"auto\", not 'big'",
         ),
         (
             raw_spec(sink={"keep_columns": ["segment", "prediction"]}),
@@ -427,7 +432,7 @@ def test_load_spec_override_errors_name_the_field(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_spec(path, ["batch.size=0", "sink.mode=merge", "run.wokers=2"])
     assert sorted(info.value.problems) == [
-        "batch.size: Input should be greater than or equal to 1",
+        'batch.size: must be a positive number of rows or "auto", not 0',
         "run.wokers: unknown key (check the spelling)",
         "sink.mode: must be one of 'overwrite', 'append'",
     ]
@@ -525,3 +530,16 @@ def test_parse_spec_does_not_resolve_paths() -> None:
     spec = parse_spec(raw_spec())
     assert spec.source.uri == "data/customers.parquet"
     assert spec.sink.uri == "out/"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("512MB", 512_000_000), ("2GiB", 2 * 2**30), ("1024", 1024)]
+)
+def test_batch_max_memory_takes_sizes_with_units(text: str, expected: int) -> None:
+    spec = parse_spec(raw_spec(batch={"max_memory": text}))
+    assert spec.batch.max_memory == expected
+
+
+def test_batch_size_auto_reads_chunks_of_max_size() -> None:
+    assert parse_spec(raw_spec(batch={"size": "auto", "max_size": 1000})).batch.read_rows == 1000
+    assert parse_spec(raw_spec(batch={"size": 300})).batch.read_rows == 300

@@ -1,0 +1,137 @@
+"""The worker's moving parts without processes: batch tuning, overlap, bad-row isolation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from thresher.engine.autobatch import BatchTuner
+from thresher.engine.pipeline import Prefetch, WriteBehind
+from thresher.engine.predict import predict_isolating
+from thresher.errors import ModelOutputError
+
+
+def feed(tuner: BatchTuner, rate_at: dict[int, float], calls: int = 200) -> None:
+    """Drive the tuner with a model whose throughput at each size is `rate_at[size]`."""
+    for _ in range(calls):
+        if tuner.settled:
+            return
+        size = tuner.batch_size(row_bytes=8.0)
+        tuner.observe(size, size / rate_at[size])
+
+
+def test_a_fixed_size_never_moves() -> None:
+    tuner = BatchTuner(fixed=300)
+    feed(tuner, {300: 1000.0})
+    assert tuner.size == 300 and tuner.settled
+
+
+def test_auto_settles_at_the_knee_of_throughput() -> None:
+    rates = {64: 1e4, 128: 2e4, 256: 4e4, 512: 7e4, 1024: 7.1e4, 2048: 7.2e4, 4096: 6e4}
+    tuner = BatchTuner(start=64, max_size=4096)
+    feed(tuner, rates)
+    assert tuner.settled
+    assert tuner.size == 512  # past it, gains stay under 5%
+
+
+def test_auto_stops_at_the_ceiling() -> None:
+    tuner = BatchTuner(start=64, max_size=256)
+    feed(tuner, {64: 1e3, 128: 2e3, 256: 4e3})
+    assert tuner.settled and tuner.size == 256
+
+
+def test_out_of_memory_halves_and_caps_for_good() -> None:
+    tuner = BatchTuner(start=64, max_size=4096)
+    tuner.back_off(failed_rows=1024)
+    assert tuner.size == 32 and tuner.settled  # min(size, failed) // 2
+    feed(tuner, {32: 1.0})
+    assert tuner.size == 32
+
+
+def test_max_memory_caps_the_rows_of_a_batch() -> None:
+    tuner = BatchTuner(fixed=10_000, max_memory=80_000)
+    assert tuner.batch_size(row_bytes=100.0) == 800
+    assert tuner.batch_size(row_bytes=1.0) == 10_000
+
+
+def test_prefetch_keeps_order_and_raises_the_source_error() -> None:
+    def source() -> Iterator[int]:
+        yield from range(5)
+        raise ValueError("disk gone")
+
+    got = []
+    with pytest.raises(ValueError, match="disk gone"), Prefetch(source()) as items:
+        got.extend(items)
+    assert got == [0, 1, 2, 3, 4]
+
+
+def test_prefetch_stops_its_thread_when_the_consumer_leaves_early() -> None:
+    with Prefetch(iter(range(1000))) as items:
+        assert next(items) == 0
+    assert not any(t.name == "thresher-read" for t in threading.enumerate())
+
+
+def test_write_behind_writes_everything_in_order_and_surfaces_errors() -> None:
+    written: list[int] = []
+    with WriteBehind(written.append) as writer:
+        for i in range(10):
+            writer.put(i)
+    assert written == list(range(10))
+
+    def failing(item: int) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"), WriteBehind(failing) as writer:
+        writer.put(1)
+
+
+class Doubler:
+    """Raises on x == 13, runs out of memory on batches over `limit` rows, NaN on x == 7."""
+
+    def __init__(self, limit: int = 10**9) -> None:
+        self.limit = limit
+        self.calls = 0
+
+    def predict(self, batch: pa.Table) -> Mapping[str, Any]:
+        self.calls += 1
+        x = batch.column("x").to_numpy()
+        if len(x) > self.limit:
+            raise MemoryError("batch too large")
+        if (x == 13).any():
+            raise ValueError("13 is unlucky")
+        return {"prediction": np.where(x == 7, np.nan, x * 2.0)}
+
+
+def table(n: int) -> pa.Table:
+    return pa.table({"x": np.arange(n, dtype=np.float64)})
+
+
+def test_rows_the_model_rejects_are_isolated_and_the_rest_predicted() -> None:
+    predicted = predict_isolating(Doubler(), table(64), "doubler")
+    assert set(predicted.failed) == {7, 13}
+    assert predicted.failed[13][0] == "ValueError"
+    assert predicted.failed[7] == ("NonFinitePrediction", "column 'prediction' is NaN or infinite")
+    assert predicted.rows.tolist() == [i for i in range(64) if i not in (7, 13)]
+    assert predicted.columns["prediction"].to_pylist() == [2.0 * i for i in predicted.rows]
+
+
+def test_out_of_memory_splits_the_batch_without_failing_rows() -> None:
+    tuner = BatchTuner(start=64, max_size=64)
+    predicted = predict_isolating(Doubler(limit=20), table(64).slice(14, 40), "doubler", tuner)
+    assert predicted.failed == {}
+    assert len(predicted.rows) == 40
+    assert tuner.settled and tuner.size <= 20
+
+
+def test_a_model_that_returns_the_wrong_number_of_rows_is_an_error() -> None:
+    class Short:
+        def predict(self, batch: pa.Table) -> Mapping[str, Any]:
+            return {"prediction": np.zeros(batch.num_rows - 1)}
+
+    with pytest.raises(ModelOutputError, match=r"returned 9 values .* the batch has 10 rows"):
+        predict_isolating(Short(), table(10), "short")
