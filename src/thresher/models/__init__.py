@@ -27,9 +27,24 @@ ADAPTERS: dict[str, str] = {
     "sklearn": "thresher.models.sklearn:load_sklearn",
     "onnx": "thresher.models.onnx:load_onnx",
     "python": "thresher.models.python:load_python",
+    "torch": "thresher.models.torch:load_torch",
+    "sentence-transformers": "thresher.models.text:load_sentence_transformer",
+    "transformers": "thresher.models.transformers:load_transformers",
+    "xgboost": "thresher.models.boosters:load_xgboost",
+    "lightgbm": "thresher.models.boosters:load_lightgbm",
+    "mlflow": "thresher.models.mlflow:load_mlflow",
 }
 # The extra that installs what a built-in kind imports, for a missing-module message.
-_EXTRAS = {"sklearn": "sklearn", "onnx": "onnx"}
+_EXTRAS = {
+    "sklearn": "sklearn",
+    "onnx": "onnx",
+    "torch": "torch",
+    "sentence-transformers": "text",
+    "transformers": "text",
+    "xgboost": "boosters",
+    "lightgbm": "boosters",
+    "mlflow": "mlflow",
+}
 _HASH_CHUNK = 1024 * 1024
 
 

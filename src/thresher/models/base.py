@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,23 @@ class Model(Protocol):
     returns named output columns with exactly one value per input row."""
 
     def predict(self, batch: pa.Table) -> Mapping[str, Column]: ...
+
+
+@runtime_checkable
+class SortsByLength(Protocol):
+    """Optional: a model whose cost grows with each row's length (text models pad every
+    row of a batch to its longest one).
+
+    `sort_key` returns one number per row, its length in the model's own units (tokens
+    for a text model). The engine may order a shard's rows by it before slicing batches,
+    so each batch holds rows of similar length and pads little, and puts the outputs
+    back in input order. A Model without it is run in input order.
+
+        >>> isinstance(model, SortsByLength) and model.sort_key(batch)
+        array([ 7, 31, 12])
+    """
+
+    def sort_key(self, batch: pa.Table) -> np.ndarray: ...
 
 
 class ModelLoader(Protocol):

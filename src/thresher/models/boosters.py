@@ -1,0 +1,170 @@
+"""Gradient-boosted trees from their native files: XGBoost and LightGBM.
+
+- `kind = "xgboost"`: a Booster saved as `.json` or `.ubj` (`booster.save_model`, or
+  `XGBClassifier.save_model`).
+- `kind = "lightgbm"`: a Booster saved as `.txt` (`booster.save_model`, or
+  `LGBMClassifier.booster_.save_model`).
+
+Both formats hold trees and numbers only, so they load safely without `model.trust`.
+
+The objective saved in the file says what the output is. A regressor (or any objective
+that is not a class probability) gives `prediction`. A probabilistic classifier
+(xgboost `binary:logistic` / `multi:softprob`, lightgbm `binary` / `multiclass`) gives
+`prediction`, the most probable class, and with `proba` in `model.outputs` one
+`proba_<class>` column per class; a binary model's single output is the probability of
+class 1, so `proba_0 = 1 - proba_1`. The files hold class indices, not labels: classes are
+0, 1, … unless `model.options.classes` lists the labels in index order.
+
+A model trained on named columns (a DataFrame) gets its columns by name, in its own order.
+Both run with `context.threads` threads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from thresher.errors import ModelLoadError
+from thresher.models.base import Column, LoadContext, Model
+from thresher.models.features import to_matrix
+from thresher.models.outputs import as_column, proba_columns, proba_names
+from thresher.spec import ModelSection
+
+XGBOOST_SUFFIXES = (".json", ".ubj")
+LIGHTGBM_SUFFIXES = (".txt",)
+XGBOOST_PROBA = frozenset({"binary:logistic", "multi:softprob"})
+LIGHTGBM_PROBA = frozenset({"binary", "multiclass", "softmax", "multiclassova", "ova"})
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What a booster file says: how to run it, what it outputs, what it was trained on."""
+
+    run: Callable[[np.ndarray], Any]
+    objective: str
+    classes: int  # 0: one plain value per row; k: k class probabilities
+    names: Sequence[str] | None  # the training columns' names, when it was given names
+    width: int
+
+
+def load_xgboost(spec: ModelSection, context: LoadContext) -> Model:
+    """Load an XGBoost Booster from its native file; see the module docstring."""
+    import xgboost
+
+    path = _model_file(spec.uri, XGBOOST_SUFFIXES, "booster.save_model('model.json')")
+    booster = xgboost.Booster(model_file=str(path))
+    booster.set_param({"nthread": context.threads})
+    learner = json.loads(booster.save_config())["learner"]
+    objective = learner["objective"]["name"]
+    classes = 0  # class labels (multi:softmax) or margins are a plain value per row
+    if objective in XGBOOST_PROBA:
+        classes = max(int(learner["learner_model_param"].get("num_class", "0")), 2)
+    trained = Trained(
+        booster.inplace_predict, objective, classes, booster.feature_names, booster.num_features()
+    )
+    return BoosterModel(trained, spec, context)
+
+
+def load_lightgbm(spec: ModelSection, context: LoadContext) -> Model:
+    """Load a LightGBM Booster from its native text file; see the module docstring."""
+    import lightgbm
+
+    path = _model_file(spec.uri, LIGHTGBM_SUFFIXES, "booster.save_model('model.txt')")
+    booster = lightgbm.Booster(model_file=str(path))
+    objective = str(booster.params.get("objective", "regression")).split()[0]
+    classes = 0
+    if objective in LIGHTGBM_PROBA:
+        classes = max(int(booster.params.get("num_class", 1)), 2)
+    names = booster.feature_name()
+    # Trained on a bare matrix, LightGBM names the columns Column_0, Column_1, …
+    named = names if names != [f"Column_{i}" for i in range(len(names))] else None
+    threads = context.threads
+
+    def run(matrix: np.ndarray) -> Any:
+        return booster.predict(matrix, num_threads=threads)
+
+    return BoosterModel(
+        Trained(run, objective, classes, named, booster.num_feature()), spec, context
+    )
+
+
+class BoosterModel:
+    """A loaded booster; `predict` runs it on each batch's float64 feature matrix."""
+
+    def __init__(self, trained: Trained, spec: ModelSection, context: LoadContext) -> None:
+        _check_outputs(trained, spec)
+        self._run = trained.run
+        self._input_names = _input_names(trained, context.features)
+        self._classes = trained.classes
+        labels = spec.options.get("classes", list(range(trained.classes)))
+        self._labels = np.asarray(labels)
+        self._want_prediction = "prediction" in spec.outputs
+        self._proba_names = proba_names(labels) if "proba" in spec.outputs else None
+
+    def predict(self, batch: pa.Table) -> Mapping[str, Column]:
+        """Output columns for one batch of feature rows."""
+        inputs = batch if self._input_names is None else batch.select(self._input_names)
+        raw = np.asarray(self._run(to_matrix(inputs)))
+        if not self._classes:
+            return {"prediction": as_column(raw)}
+        proba = np.column_stack([1.0 - raw, raw]) if raw.ndim == 1 else raw
+        columns: dict[str, Column] = {}
+        if self._proba_names is not None:
+            columns.update(proba_columns(self._proba_names, proba))
+        if self._want_prediction:
+            columns["prediction"] = self._labels[np.argmax(proba, axis=1)]
+        return columns
+
+
+def _model_file(uri: str, suffixes: tuple[str, ...], how: str) -> Path:
+    path = Path(uri)
+    if not path.is_file():
+        raise ModelLoadError(f"model.uri: {uri} is not a file; point it at the saved booster")
+    if path.suffix.lower() not in suffixes:
+        raise ModelLoadError(
+            f"model.uri: {path.name} is not a native booster file ({', '.join(suffixes)});"
+            f" save it with {how}"
+        )
+    return path
+
+
+def _check_outputs(trained: Trained, spec: ModelSection) -> None:
+    if "proba" in spec.outputs and not trained.classes:
+        raise ModelLoadError(
+            f"model.outputs: 'proba' asks for class probabilities, but the objective"
+            f" {trained.objective!r} does not give them; remove 'proba'"
+        )
+    labels = spec.options.get("classes")
+    if trained.classes and labels is not None and len(labels) != trained.classes:
+        raise ModelLoadError(
+            f"model.options.classes: lists {len(labels)} labels, but the model has"
+            f" {trained.classes} classes"
+        )
+
+
+def _input_names(trained: Trained, features: Sequence[str]) -> list[str] | None:
+    """The training columns to select, in training order; None to pass the batch as is.
+
+    An empty `features` means the job did not say, and nothing can be checked.
+    """
+    if trained.names and features:
+        missing = [name for name in trained.names if name not in features]
+        if missing or len(features) != len(trained.names):
+            raise ModelLoadError(
+                f"source.columns: the model was trained on columns {list(trained.names)}; the job's"
+                f" features ({', '.join(features)}) lack {missing}. Make source.columns the"
+                " model's columns"
+            )
+        return list(trained.names)
+    if features and trained.width != len(features):
+        raise ModelLoadError(
+            f"source.columns: the model was trained on {trained.width} features, but the job"
+            f" gives it {len(features)} ({', '.join(features)})"
+        )
+    return None
