@@ -135,8 +135,11 @@ class BatchSection(Section):
 
 
 class RunSection(Section):
-    executor: Literal["local"] = "local"
+    executor: Literal["local", "ray"] = "local"
     workers: int | None = Field(default=None, ge=1)
+    address: str | None = None  # ray: "auto", "ray://host:10001", or none for a local Ray
+    num_cpus: float | None = Field(default=None, gt=0)  # ray: CPUs per actor
+    num_gpus: float = Field(default=0.0, ge=0)  # ray: GPUs per actor
     max_attempts: int = Field(default=3, ge=1)
     shard_timeout: float = Field(default=600.0, gt=0)
 

@@ -48,6 +48,10 @@ def plan_placement(run: RunSection, shard_count: int) -> Placement:
 
 def make_executor(run: RunSection, placement: Placement) -> Executor:
     """The executor a `[run]` section asks for."""
+    if run.executor == "ray":
+        from thresher.engine.ray_executor import RayExecutor
+
+        return RayExecutor(run=run, workers=placement.workers)
     from thresher.engine.local import LocalExecutor
 
     return LocalExecutor(

@@ -86,9 +86,11 @@ def resume_job(
     spec = JobSpec.model_validate(record.spec)
     plan = Plan.from_json(record.plan)
     job = Job(job_id, spec, plan, check_features(spec, plan), store)
-    sink = open_sink(spec.sink)
-    sink.start(job_id, len(plan.shards), resume=True)
     done = {s.index for s in store.shards(job_id) if s.state == ShardState.DONE}
+    sink = open_sink(spec.sink)
+    # With nothing recorded as committed, the first run may have died before the sink
+    # was even prepared: start it afresh (anything it did commit is redone anyway).
+    sink.start(job_id, len(plan.shards), resume=bool(done))
     remaining = [s for s in plan.shards if s.index not in done]
     return _drive(job, sink, remaining, reporter or QuietReporter())
 

@@ -9,7 +9,7 @@ re-parses and never the rest of its block.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Literal, Protocol
@@ -66,8 +66,8 @@ class TextSource:
         urls = list_files(self.uri, self.format.suffixes)
         names, sample = self._sniff(urls[0])
         inferred = self._infer(sample, names)
-        floats = self.features or [n for n in inferred.names if n not in self.not_features]
-        schema = _as_floats(inferred, frozenset(floats))
+        inputs = self.features or [n for n in inferred.names if n not in self.not_features]
+        schema = _as_floats(inferred, self._numeric(sample, inferred, inputs))
         shards: list[Shard] = []
         for url in urls:
             shards.extend(self._split(url, names, len(shards)))
@@ -108,6 +108,31 @@ class TextSource:
         except (pa.ArrowException, ValueError):
             # Lines that parse alone can still disagree (JSON `1` here, `"high"` there).
             return _most_common_types(schemas)
+
+    def _numeric(self, sample: bytes, schema: pa.Schema, inputs: Sequence[str]) -> frozenset[str]:
+        """Model inputs to read as float64: those the sample shows as numbers, and text
+        ones whose sample values are mostly numbers (a stray "n/a" must not turn a
+        numeric column into text). Real text columns (for text models) stay text."""
+        numeric = {n for n in inputs if n in schema.names and _is_number_type(schema.field(n).type)}
+        texts = [n for n in inputs if n in schema.names and _is_text_type(schema.field(n).type)]
+        if texts:
+            table = self._parse_sample(sample, schema)
+            numeric |= {n for n in texts if _mostly_numbers(table.column(n))}
+        return frozenset(numeric)
+
+    def _parse_sample(self, sample: bytes, schema: pa.Schema) -> pa.Table:
+        """The sample as a table of `schema`, bad lines left out."""
+        try:
+            return self.format.parse(sample, schema)
+        except (pa.ArrowException, ValueError):
+            pass
+        tables = []
+        for line in sample.splitlines()[:INFER_LINES]:
+            try:
+                tables.append(self.format.parse(line + b"\n", schema))
+            except (pa.ArrowException, ValueError):
+                continue
+        return pa.concat_tables(tables) if tables else schema.empty_table()
 
     def _split(self, url: str, names: list[str] | None, first_index: int) -> list[Shard]:
         start = 0
@@ -275,6 +300,29 @@ def _most_common_types(schemas: list[pa.Schema]) -> pa.Schema:
             counts = votes.setdefault(column.name, Counter())
             counts[column.type] += 0 if pa.types.is_null(column.type) else 1
     return pa.schema([(name, counts.most_common(1)[0][0]) for name, counts in votes.items()])
+
+
+def _is_number_type(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind))
+
+
+def _is_text_type(kind: pa.DataType) -> bool:
+    # Arrow infers bytes for a CSV column holding invalid UTF-8: text, with a bad line in it.
+    return bool(pa.types.is_string(kind) or pa.types.is_binary(kind))
+
+
+def _mostly_numbers(column: pa.ChunkedArray, share: float = 0.5) -> bool:
+    values = [v for v in column.to_pylist() if v not in (None, "")]
+    if not values:
+        return False
+    numbers = 0
+    for value in values:
+        try:
+            float(value)
+            numbers += 1
+        except ValueError:
+            continue
+    return numbers >= share * len(values)
 
 
 def _as_floats(schema: pa.Schema, float_columns: frozenset[str]) -> pa.Schema:

@@ -1,0 +1,217 @@
+"""The Ray executor: the same shards on a pool of Ray actors, for a cluster.
+
+Each actor loads the model once and runs whole shards with the very same `run_shard` the
+local workers use; parts go to the sink's storage (shared by every node: S3, NFS), and
+the coordinator commits them exactly as with local processes. Ray does placement, data
+transfer and node failure: an actor that dies (or whose node does) surfaces as a failed
+attempt, and a fresh actor takes its place.
+
+On small machines an actor asks for less than a whole CPU by default, so the pool never
+starves Ray's own tasks. Ray's token authentication (RAY_AUTH_MODE=token, the default for
+local clusters in current Ray) is left on: to join a cluster started with it, the
+coordinator needs the same token (RAY_AUTH_TOKEN or the default token file).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from thresher.engine.tasks import (
+    Event,
+    Progress,
+    ShardDone,
+    ShardFailed,
+    ShardResult,
+    ShardTask,
+    WorkerSetup,
+)
+from thresher.errors import BadInputError, ModelOutputError, ThresherError
+from thresher.spec import RunSection
+
+NOT_RETRYABLE = (BadInputError, ModelOutputError)
+
+
+class ShardActor:
+    """A Ray actor: the model loaded once, shards run one at a time."""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        from thresher.engine.worker import tuner_for
+        from thresher.models import load_model
+
+        self.setup = setup
+        self.model = load_model(setup.model, setup.context)
+        self.tuner = tuner_for(setup.batch)
+
+    def ready(self) -> bool:
+        return True
+
+    def run(self, task: ShardTask) -> ShardResult:
+        from thresher.engine.worker import run_shard
+
+        return run_shard(self.setup, self.model, task, lambda rows: None, self.tuner)
+
+
+@dataclass
+class _Running:
+    actor: Any
+    task: ShardTask
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class RayExecutor:
+    """Runs shard tasks on `workers` Ray actors of `num_cpus` / `num_gpus` each."""
+
+    run: RunSection
+    workers: int
+    _setup: WorkerSetup | None = field(default=None, init=False)
+    _idle: list[Any] = field(default_factory=list, init=False)
+    _running: dict[Any, _Running] = field(default_factory=dict, init=False)
+    _queue: deque[ShardTask] = field(default_factory=deque, init=False)
+    _starting: dict[Any, Any] = field(default_factory=dict, init=False)  # ready ref -> actor
+    _actor_class: Any = field(default=None, init=False)
+    _started_ray: bool = field(default=False, init=False)
+
+    def start(self, setup: WorkerSetup) -> None:
+        ray = _import_ray()
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.run.address, log_to_driver=False, **_join_as(self.run))
+            except ConnectionError as exc:
+                raise ThresherError(f"run.address: {exc}") from exc
+            self._started_ray = True
+        self._setup = setup
+        options = {"num_cpus": self._cpus_per_actor(ray), "num_gpus": self.run.num_gpus}
+        self._actor_class = ray.remote(ShardActor).options(max_restarts=0, **options)
+        actors = [self._actor_class.remote(setup) for _ in range(self.workers)]
+        try:
+            ray.get([a.ready.remote() for a in actors])
+        except Exception as exc:
+            raise ThresherError(f"a Ray worker could not start: {_cause(exc)}") from exc
+        self._idle = actors
+
+    def submit(self, task: ShardTask) -> None:
+        self._queue.append(task)
+        self._dispatch()
+
+    def pending(self) -> int:
+        return len(self._queue) + len(self._running)
+
+    def events(self, timeout: float = 1.0) -> Iterator[Event]:
+        ray = _import_ray()
+        waiting = [*self._running, *self._starting]
+        if waiting:
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
+            for ref in ready:
+                if ref in self._starting:
+                    self._started(ray, ref)
+                else:
+                    yield from self._collect(ray, ref)
+        else:
+            time.sleep(min(timeout, 0.05))
+        yield from self._stalled(ray)
+        self._dispatch()
+
+    def _started(self, ray: Any, ref: Any) -> None:
+        """A replacement actor is up (or could not start: its node died too, and the pool
+        goes on smaller; with no actor left at all, the job cannot go on)."""
+        actor = self._starting.pop(ref)
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError:
+            if not (self._idle or self._running or self._starting):
+                raise ThresherError("every Ray worker of this job died") from None
+            return
+        self._idle.append(actor)
+
+    def shutdown(self) -> None:
+        ray = _import_ray()
+        actors = [*self._idle, *self._starting.values(), *(r.actor for r in self._running.values())]
+        for actor in actors:
+            ray.kill(actor)
+        self._idle, self._running, self._starting = [], {}, {}
+        if self._started_ray:
+            ray.shutdown()
+
+    def _collect(self, ray: Any, ref: Any) -> Iterator[Event]:
+        running = self._running.pop(ref)
+        try:
+            result: ShardResult = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            self._replace()
+            yield ShardFailed(running.task, "WorkerLost", f"Ray actor died: {exc}", retry=True)
+            return
+        except ray.exceptions.RayTaskError as exc:
+            self._idle.append(running.actor)
+            cause = exc.cause if isinstance(exc.cause, Exception) else exc
+            retry = not isinstance(cause, NOT_RETRYABLE)
+            yield ShardFailed(running.task, type(cause).__name__, str(cause), retry=retry)
+            return
+        self._idle.append(running.actor)
+        yield Progress(result.shard, result.rows_in)
+        yield ShardDone(result)
+
+    def _stalled(self, ray: Any) -> Iterator[Event]:
+        """No per-batch progress crosses from an actor, so a shard that runs longer than
+        `run.shard_timeout` as a whole is the stall signal here."""
+        now = time.monotonic()
+        for ref, running in list(self._running.items()):
+            if now - running.started > self.run.shard_timeout:
+                del self._running[ref]
+                ray.kill(running.actor)
+                self._replace()
+                why = (
+                    f"shard ran past {self.run.shard_timeout:g}s (run.shard_timeout); actor killed"
+                )
+                yield ShardFailed(running.task, "ShardTimeout", why, retry=True)
+
+    def _replace(self) -> None:
+        """A fresh actor (it loads the model again) in place of one that died. It takes
+        work only once it is up: until Ray finds room for it, the others carry on."""
+        assert self._setup is not None
+        actor = self._actor_class.remote(self._setup)
+        self._starting[actor.ready.remote()] = actor
+
+    def _dispatch(self) -> None:
+        while self._idle and self._queue:
+            actor, task = self._idle.pop(), self._queue.popleft()
+            self._running[actor.run.remote(task)] = _Running(actor, task)
+
+    def _cpus_per_actor(self, ray: Any) -> float:
+        """`run.num_cpus`, or a share that leaves room for Ray's own work on small
+        clusters: at most one CPU, never the last one on the cluster."""
+        if self.run.num_cpus is not None:
+            return self.run.num_cpus
+        total = float(ray.cluster_resources().get("CPU", 1.0))
+        share = (total - 0.5) / max(self.workers, 1)
+        return max(0.1, min(1.0, round(share, 2)))
+
+
+def _join_as(run: RunSection) -> dict[str, Any]:
+    """Ray rewrites 127.0.0.1 to the machine's outward address, but any other loopback
+    address (127.0.0.2, a "host" of a test cluster on one machine) is taken as given: a
+    coordinator on that machine joins as that address."""
+    host = (run.address or "").removeprefix("ray://").rpartition(":")[0]
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    return {"_node_ip_address": host} if loopback and host != "127.0.0.1" else {}
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ThresherError("run.executor = 'ray' needs `pip install 'thresher[ray]'`") from exc
+    return ray
+
+
+def _cause(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None)
+    return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
