@@ -13,3 +13,9 @@ def private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("THRESHER_STORE", url)
     monkeypatch.delenv("THRESHER_FAULT", raising=False)
     return url
+
+
+@pytest.fixture(autouse=True)
+def no_tracking_in_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow writes ./mlruns unless told otherwise; keep it in the test's folder."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
