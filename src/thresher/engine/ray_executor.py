@@ -76,6 +76,7 @@ class RayExecutor:
     _starting: dict[Any, Any] = field(default_factory=dict, init=False)  # ready ref -> actor
     _actor_class: Any = field(default=None, init=False)
     _started_ray: bool = field(default=False, init=False)
+    _lost: int = field(default=0, init=False)  # actors that died before they were up
 
     def start(self, setup: WorkerSetup) -> None:
         ray = _import_ray()
@@ -88,12 +89,12 @@ class RayExecutor:
         self._setup = setup
         options = {"num_cpus": self._cpus_per_actor(ray), "num_gpus": self.run.num_gpus}
         self._actor_class = ray.remote(ShardActor).options(max_restarts=0, **options)
-        actors = [self._actor_class.remote(setup) for _ in range(self.workers)]
-        try:
-            ray.get([a.ready.remote() for a in actors])
-        except Exception as exc:
-            raise ThresherError(f"a Ray worker could not start: {_cause(exc)}") from exc
-        self._idle = actors
+        for _ in range(self.workers):
+            self._replace()
+        while not self._idle and self._starting:  # work starts once one actor is up
+            ready, _ = ray.wait(list(self._starting), num_returns=1, timeout=10)
+            for ref in ready:
+                self._started(ray, ref)
 
     def submit(self, task: ShardTask) -> None:
         self._queue.append(task)
@@ -118,14 +119,20 @@ class RayExecutor:
         self._dispatch()
 
     def _started(self, ray: Any, ref: Any) -> None:
-        """A replacement actor is up (or could not start: its node died too, and the pool
-        goes on smaller; with no actor left at all, the job cannot go on)."""
+        """An actor is up, or it is not: a model that does not load fails the job; an
+        actor lost with its node is tried again elsewhere a few times, and past that the
+        pool goes on smaller (with no actor left at all, the job cannot go on)."""
         actor = self._starting.pop(ref)
         try:
             ray.get(ref)
-        except ray.exceptions.RayActorError:
-            if not (self._idle or self._running or self._starting):
-                raise ThresherError("every Ray worker of this job died") from None
+        except ray.exceptions.RayActorError as exc:
+            if exc.actor_init_failed:
+                raise ThresherError(f"a Ray worker could not start: {exc}") from None
+            self._lost += 1
+            if self._lost <= 2 * self.workers:
+                self._replace()
+            elif not (self._idle or self._running or self._starting):
+                raise ThresherError(f"every Ray worker of this job died: {exc}") from None
             return
         self._idle.append(actor)
 
@@ -210,8 +217,3 @@ def _import_ray() -> Any:
     except ImportError as exc:
         raise ThresherError("run.executor = 'ray' needs `pip install 'thresher[ray]'`") from exc
     return ray
-
-
-def _cause(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None)
-    return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
