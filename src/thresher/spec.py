@@ -49,6 +49,7 @@ class Section(BaseModel):
 
 class JobSection(Section):
     name: str = "job"
+    priority: int = 0  # the service runs higher priorities first
 
 
 class SourceSection(Section):

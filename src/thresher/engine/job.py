@@ -17,7 +17,7 @@ from thresher.engine.executor import Placement, make_executor, plan_placement
 from thresher.engine.loop import LoopOutcome, ShardLoop
 from thresher.engine.manifest import RunFacts, build_manifest, error_rate_problem
 from thresher.engine.tasks import WorkerSetup
-from thresher.errors import SpecError
+from thresher.errors import SpecError, ThresherError
 from thresher.faults import crash_point
 from thresher.models import LoadContext
 from thresher.progress import QuietReporter, Reporter
@@ -60,16 +60,28 @@ def new_job_id() -> str:
 
 
 def run_job(
-    spec: JobSpec, store: Store | None = None, reporter: Reporter | None = None
+    spec: JobSpec,
+    store: Store | None = None,
+    reporter: Reporter | None = None,
+    queued_id: str | None = None,
 ) -> JobResult:
-    """Plan and run a new job to its end. Raises SpecError before any work if the spec
-    does not fit the data; otherwise returns a JobResult, succeeded or not."""
+    """Plan and run a job to its end: a new one, or the queued job `queued_id` (already
+    claimed from the store's queue). Raises SpecError before any work if the spec does not
+    fit the data; otherwise returns a JobResult, succeeded or not."""
     store = store or open_store()
-    plan = open_source(spec.source, spec.sink.keep_columns).plan()
-    features = check_features(spec, plan)
-    _check_model_file(spec)
-    job = Job(new_job_id(), spec, plan, features, store)
-    store.create_job(job.id, spec.job.name, spec.model_dump(mode="json"), plan.to_json())
+    try:
+        plan = open_source(spec.source, spec.sink.keep_columns).plan()
+        features = check_features(spec, plan)
+        _check_model_file(spec)
+    except ThresherError as exc:
+        if queued_id:
+            store.finish(queued_id, JobState.FAILED, None, str(exc))
+        raise
+    job = Job(queued_id or new_job_id(), spec, plan, features, store)
+    if queued_id:
+        store.set_plan(job.id, plan.to_json())
+    else:
+        store.create_job(job.id, spec.job.name, spec.model_dump(mode="json"), plan.to_json())
     sink = open_sink(spec.sink)
     sink.start(job.id, len(plan.shards), resume=False)
     return _drive(job, sink, plan.shards, reporter or QuietReporter())

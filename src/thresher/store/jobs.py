@@ -23,7 +23,9 @@ SCHEMA = [
         id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
         spec TEXT NOT NULL, plan TEXT NOT NULL, shard_count INTEGER NOT NULL,
         created_at TEXT NOT NULL, finished_at TEXT, message TEXT,
-        owner TEXT, heartbeat_at TEXT, manifest TEXT)""",
+        owner TEXT, heartbeat_at TEXT, manifest TEXT,
+        tenant TEXT, priority INTEGER NOT NULL DEFAULT 0, idempotency_key TEXT,
+        UNIQUE (tenant, idempotency_key))""",
     """CREATE TABLE IF NOT EXISTS thresher_shards (
         job_id TEXT NOT NULL, idx INTEGER NOT NULL, state TEXT NOT NULL,
         attempts INTEGER NOT NULL DEFAULT 0, rows_in BIGINT, rows_out BIGINT,
@@ -68,6 +70,8 @@ class JobRecord:
     message: str | None
     owner: str | None
     manifest: dict[str, Any] | None
+    tenant: str | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,81 @@ class Store:
                     now(),
                     this_owner(),
                     now(),
+                ),
+            )
+            for index in range(shard_count):
+                cur.execute(
+                    "INSERT INTO thresher_shards (job_id, idx, state) VALUES (?, ?, ?)",
+                    (job_id, index, ShardState.PENDING.value),
+                )
+
+    def queue_job(
+        self, job_id: str, spec: dict[str, Any], tenant: str | None = None, key: str | None = None
+    ) -> str:
+        """Record a job to run later (the service's queue); its plan comes when it starts.
+        With an idempotency `key`, a second submission of the tenant returns the first
+        job's id instead of queueing another."""
+        name = str(spec.get("job", {}).get("name", "job"))
+        priority = int(spec.get("job", {}).get("priority", 0))
+        with self.db.transaction() as cur:
+            if key is not None:
+                found = cur.execute(
+                    "SELECT id FROM thresher_jobs WHERE tenant IS ? AND idempotency_key = ?"
+                    if self.db.dialect == "sqlite"
+                    else "SELECT id FROM thresher_jobs WHERE tenant IS NOT DISTINCT FROM ?"
+                    " AND idempotency_key = ?",
+                    (tenant, key),
+                ).fetchone()
+                if found:
+                    return str(found[0])
+            cur.execute(
+                "INSERT INTO thresher_jobs (id, name, state, spec, plan, shard_count, created_at,"
+                " tenant, priority, idempotency_key) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
+                (job_id, name, JobState.QUEUED.value, json.dumps(spec), "{}", now(), tenant,
+                 priority, key),
+            )  # fmt: skip
+        return job_id
+
+    def claim_next_queued(self) -> JobRecord | None:
+        """The queued job to run next — highest `job.priority` first, oldest first within a
+        priority — marked running by this process, or None."""
+        while True:
+            rows = self.db.query(
+                "SELECT id FROM thresher_jobs WHERE state = ?"
+                " ORDER BY priority DESC, created_at ASC LIMIT 1",
+                (JobState.QUEUED.value,),
+            )
+            if not rows:
+                return None
+            with self.db.transaction() as cur:
+                taken = cur.execute(
+                    "UPDATE thresher_jobs SET state = ?, owner = ?, heartbeat_at = ?"
+                    " WHERE id = ? AND state = ?",
+                    (
+                        JobState.RUNNING.value,
+                        this_owner(),
+                        now(),
+                        rows[0][0],
+                        JobState.QUEUED.value,
+                    ),
+                ).rowcount
+            if taken:
+                return self.job(str(rows[0][0]))
+
+    def set_plan(self, job_id: str, plan: dict[str, Any]) -> None:
+        """Freeze the plan of a job that was queued without one, and add its shards."""
+        shard_count = len(plan["shards"])
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_jobs SET plan = ?, shard_count = ?, state = ?, owner = ?,"
+                " heartbeat_at = ? WHERE id = ?",
+                (
+                    json.dumps(plan),
+                    shard_count,
+                    JobState.RUNNING.value,
+                    this_owner(),
+                    now(),
+                    job_id,
                 ),
             )
             for index in range(shard_count):
@@ -281,7 +360,8 @@ class Store:
 
 
 _JOB_COLUMNS = (
-    "id, name, state, spec, plan, shard_count, created_at, finished_at, message, owner, manifest"
+    "id, name, state, spec, plan, shard_count, created_at, finished_at, message, owner, manifest,"
+    " tenant, priority"
 )
 
 
@@ -298,6 +378,8 @@ def _job_record(row: tuple[Any, ...]) -> JobRecord:
         message=row[8],
         owner=row[9],
         manifest=json.loads(row[10]) if row[10] else None,
+        tenant=row[11],
+        priority=int(row[12] or 0),
     )
 
 
