@@ -14,33 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
+from measure import run_measured
+from workloads import FEATURES, write_input
 
-FEATURES = [f"f{i}" for i in range(30)]
 TRAIN_ROWS = 20_000
-CHUNK = 500_000
-
-
-def write_input(path: Path, rows: int, seed: int = 0) -> None:
-    """Write in chunks so the generator itself never holds the whole table."""
-    rng = np.random.default_rng(seed)
-    schema = pa.schema([("id", pa.int64())] + [(f, pa.float64()) for f in FEATURES])
-    with pq.ParquetWriter(path, schema) as writer:
-        for start in range(0, rows, CHUNK):
-            n = min(CHUNK, rows - start)
-            data = {"id": np.arange(start, start + n, dtype=np.int64)}
-            data |= {f: rng.standard_normal(n) for f in FEATURES}
-            writer.write_table(pa.table(data, schema=schema), row_group_size=131_072)
 
 
 def train(directory: Path, kind: str) -> Path:
@@ -64,53 +47,11 @@ def train(directory: Path, kind: str) -> Path:
     return path
 
 
-def tree_rss(pid: int) -> int:
-    """Summed RSS in bytes of `pid` and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-        rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        total += rss.get(p, 0)
-        stack.extend(children.get(p, []))
-    return total
-
-
 def run_job(spec: Path, env: dict[str, str]) -> tuple[int, int, float]:
     """(max RSS of one process from time -v, peak summed tree RSS, seconds)."""
     thresher = Path(sys.executable).parent / "thresher"
-    cmd = ["/usr/bin/time", "-v", str(thresher), "run", str(spec)]
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, tree_rss(proc.pid))
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate()
-    done.set()
-    sampler.join()
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"thresher failed:\n{out}\n{err}")
-    max_rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)[1])  # type: ignore[index]
-    return max_rss_kb * 1024, peak, seconds
+    measured = run_measured([str(thresher), "run", str(spec)], env)
+    return measured.max_rss, measured.peak_tree_rss, measured.seconds
 
 
 def check_output(out_dir: Path, data: Path, model_path: Path, kind: str) -> None:

@@ -1,0 +1,108 @@
+"""Measuring a command from the outside: wall time, time to first output, peak memory.
+
+Every system in the benchmarks runs as a subprocess under `/usr/bin/time -v` and is measured
+the same way: wall seconds from start to exit, the moment the first output file appears in
+its output folder (polled), the peak summed RSS of its whole process tree (sampled from
+/proc every 50 ms), and the largest single process's max RSS as `time -v` reports it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+POLL_SECONDS = 0.05
+_MAX_RSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one command cost, seen from outside it."""
+
+    seconds: float
+    first_output: float | None  # seconds from start until the first output file appeared
+    peak_tree_rss: int  # bytes, summed over the process tree, sampled
+    max_rss: int  # bytes, the largest single process (time -v)
+    stdout: str
+    stderr: str
+
+
+def tree_rss(pid: int) -> int:
+    """Summed RSS in bytes of `pid` and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        rss[int(entry)] = int(fields[21]) * page
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        total += rss.get(p, 0)
+        stack.extend(children.get(p, []))
+    return total
+
+
+class _Sampler(threading.Thread):
+    """Samples tree RSS and watches for the first output file until told to stop."""
+
+    def __init__(self, pid: int, started: float, watch: Path | None, pattern: str) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.started, self.watch, self.pattern = pid, started, watch, pattern
+        self.peak = 0
+        self.first_output: float | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.peak = max(self.peak, tree_rss(self.pid))
+            if self.first_output is None and self._output_exists():
+                self.first_output = time.perf_counter() - self.started
+            time.sleep(POLL_SECONDS)
+
+    def _output_exists(self) -> bool:
+        return self.watch is not None and any(self.watch.glob(self.pattern))
+
+
+def run_measured(
+    cmd: Sequence[str],
+    env: dict[str, str] | None = None,
+    watch: Path | None = None,
+    pattern: str = "*.parquet",
+) -> Measured:
+    """Run `cmd` under `/usr/bin/time -v`; raise SystemExit with its output if it fails.
+
+    `watch` is the folder whose first file matching `pattern` marks the first output.
+    """
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        ["/usr/bin/time", "-v", *cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    sampler = _Sampler(proc.pid, started, watch, pattern)
+    sampler.start()
+    out, err = proc.communicate()
+    seconds = time.perf_counter() - started
+    sampler.done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out}\n{err[-4000:]}")
+    found = _MAX_RSS.search(err)
+    max_rss = int(found[1]) * 1024 if found else 0
+    return Measured(seconds, sampler.first_output, sampler.peak, max_rss, out, err)

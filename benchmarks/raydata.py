@@ -1,0 +1,70 @@
+"""Ray Data doing the same job, run as its own process so it is measured like the rest.
+
+    python benchmarks/raydata.py WORKLOAD.json OUT_DIR --batch-size N --workers 2 --threads 1
+
+`ray.data.read_parquet` -> `map_batches` with an actor class that loads the model once in
+`__init__` -> `write_parquet`, with thresher tuned's batch size, workers and threads. Ray's
+start-up (`ray.init`) is part of its time. Each actor asks for half a CPU: on a small
+machine whole-CPU actors leave none for the read and write tasks, and Ray waits forever.
+Ray keeps its temp dir under /tmp (a per-run folder, removed when the run succeeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+from workloads import Workload, load_predictor, output_table, read_inputs
+
+ACTOR_CPUS = 0.5
+
+
+class Predict:
+    """One Ray actor: the model, loaded once."""
+
+    def __init__(self, workload_json: str, threads: int, batch_size: int) -> None:
+        self.workload = Workload.from_json(workload_json)
+        self.predict = load_predictor(self.workload, threads)
+        self.batch_size = batch_size
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        predictions = self.predict(read_inputs(self.workload, batch), self.batch_size)
+        return output_table(batch.column("id"), predictions, self.workload.output)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workload", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cpus", type=int, default=2)
+    args = parser.parse_args()
+    workload_json = args.workload.read_text()
+    workload = Workload.from_json(workload_json)
+
+    import ray
+
+    temp = tempfile.mkdtemp(prefix="ray-bench-", dir="/tmp")
+    ray.init(num_cpus=args.cpus, include_dashboard=False, _temp_dir=temp, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    ds = ray.data.read_parquet(workload.data, columns=["id", *workload.features])
+    ds = ds.map_batches(
+        Predict,
+        fn_constructor_args=(workload_json, args.threads, args.batch_size),
+        batch_size=args.batch_size,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=args.workers),
+        num_cpus=ACTOR_CPUS,
+    )
+    ds.write_parquet(str(args.out))
+    ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)  # kept when Ray fails: its logs are there
+
+
+if __name__ == "__main__":
+    main()

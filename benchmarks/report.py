@@ -1,0 +1,225 @@
+"""The report: a Markdown table per workload, the targets with PASS/FAIL, and a chart."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from systems import Result, Tuning
+from workloads import Workload
+
+DEFAULT, TUNED, OPTIMUM, NAIVE, RAY = (
+    "thresher (defaults)",
+    "thresher tuned",
+    "hand-written optimum",
+    "per-row loop",
+    "Ray Data",
+)
+PACKAGES = (
+    "thresher",
+    "pyarrow",
+    "numpy",
+    "lightgbm",
+    "onnxruntime",
+    "scikit-learn",
+    "torch",
+    "sentence-transformers",
+    "ray",
+)
+
+
+@dataclass(frozen=True)
+class WorkloadRun:
+    """Every system's result on one workload, and what `thresher tune` said."""
+
+    workload: Workload
+    tuning: Tuning
+    results: dict[str, Result]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the design's performance targets, as measured."""
+
+    claim: str
+    figure: str
+    passed: bool
+
+
+def machine_facts() -> list[str]:
+    """Cores, CPU model, memory, versions, and the environment that changes BLAS."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines()
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    model = names[0] if names else platform.processor() or "unknown"
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    versions = ", ".join(f"{name} {_version(name)}" for name in PACKAGES)
+    return [
+        f"- CPU: {model}, {os.cpu_count()} cores; memory {memory:.0f} GiB",
+        f"- Python {platform.python_version()} on {platform.platform()}",
+        f"- {versions}",
+        f"- OPENBLAS_CORETYPE = {os.environ.get('OPENBLAS_CORETYPE', '(not set)')} (left as found)",
+    ]
+
+
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB"
+
+
+def table(run: WorkloadRun) -> list[str]:
+    """One workload's Markdown table, a row per system."""
+    tuned = run.results[TUNED].rows_per_second
+    lines = [
+        "| system | seconds | rows/s | x thresher tuned | first output | peak RSS, tree"
+        " | max RSS, one process | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for result in run.results.values():
+        m = result.measured
+        first = f"{m.first_output:.2f} s" if m.first_output is not None else "—"
+        lines.append(
+            f"| {result.system} | {result.seconds:,.2f} | {result.rows_per_second:,.0f}"
+            f" | {result.rows_per_second / tuned:.3g} | {first} | {_mib(m.peak_tree_rss)}"
+            f" | {_mib(m.max_rss)} | {result.note} |"
+        )
+    return lines
+
+
+Results = dict[str, Result]
+
+
+def _end_to_end_vs_stages(r: Results) -> float:
+    return r[TUNED].seconds / r[OPTIMUM].seconds
+
+
+def _vs_ray(r: Results) -> float:
+    return r[TUNED].rows_per_second / r[RAY].rows_per_second
+
+
+def _vs_loop(r: Results) -> float:
+    return r[TUNED].rows_per_second / r[NAIVE].rows_per_second
+
+
+def _vs_model_only(r: Results) -> float:
+    return r[TUNED].rows_per_second * r[OPTIMUM].stages["model"] / r[OPTIMUM].rows
+
+
+def _defaults_vs_model_only(r: Results) -> float:
+    return r[DEFAULT].rows_per_second * r[OPTIMUM].stages["model"] / r[OPTIMUM].rows
+
+
+def _auto_vs_tuned(r: Results) -> float:
+    return r[DEFAULT].rows_per_second / r[TUNED].rows_per_second
+
+
+def _run_seconds(r: Results) -> float:
+    return r[DEFAULT].measured.seconds
+
+
+# (workloads, claim, limit, the figure is at most the limit (else at least), figure)
+TARGETS: list[tuple[tuple[str, ...], str, float, bool, Callable[[Results], float]]] = [
+    (
+        ("tabular", "mlp"),
+        "thresher tuned end to end ÷ (T_read + T_model + T_write) ≤ 1.15",
+        1.15,
+        True,
+        _end_to_end_vs_stages,
+    ),
+    (
+        ("tabular", "mlp", "minilm"),
+        "thresher tuned ÷ Ray Data throughput (Ray start-up included) ≥ 2",
+        2.0,
+        False,
+        _vs_ray,
+    ),
+    (("tabular",), "thresher tuned ÷ per-row loop throughput ≥ 50", 50.0, False, _vs_loop),
+    (
+        ("minilm",),
+        "thresher tuned ÷ model-only throughput at its best batch size ≥ 0.95",
+        0.95,
+        False,
+        _vs_model_only,
+    ),
+    (
+        ("minilm",),
+        "thresher (defaults) ÷ model-only throughput at its best batch size ≥ 0.95",
+        0.95,
+        False,
+        _defaults_vs_model_only,
+    ),
+    (
+        ("tabular", "mlp", "minilm"),
+        "`auto` (defaults) ÷ tuned fixed size throughput ≥ 0.90",
+        0.90,
+        False,
+        _auto_vs_tuned,
+    ),
+    (("overhead",), "`thresher run`, process start to exit, seconds ≤ 2", 2.0, True, _run_seconds),
+]
+
+
+def targets(runs: dict[str, WorkloadRun]) -> list[Target]:
+    """The design's performance targets that this run measured, each with its figure."""
+    found = []
+    for names, claim, limit, at_most, figure in TARGETS:
+        for name in (n for n in names if n in runs):
+            value = figure(runs[name].results)
+            passed = value <= limit if at_most else value >= limit
+            found.append(Target(f"{name}: {claim}", f"{value:.3g}", passed))
+    return found
+
+
+def chart(runs: dict[str, WorkloadRun], path: Path) -> None:
+    """Throughput ratio to thresher tuned, per system per workload (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = [DEFAULT, TUNED, OPTIMUM, RAY, NAIVE]
+    names = list(runs)
+    width = 0.8 / len(systems)
+    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(names)), 4.5))
+    for i, system in enumerate(systems):
+        ratios = [
+            runs[n].results[system].rows_per_second / runs[n].results[TUNED].rows_per_second
+            for n in names
+        ]
+        ax.bar([x + (i - 2) * width for x in range(len(names))], ratios, width, label=system)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("throughput ÷ thresher tuned (log)")
+    ax.set_title("Rows/s relative to thresher tuned (higher is faster)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(
+    runs: dict[str, WorkloadRun], path: Path, header: list[str], found: list[Target]
+) -> None:
+    """results.md: header lines, machine facts, targets, then one table per workload."""
+    lines = [*header, "", "## Machine", "", *machine_facts(), "", "## Targets", ""]
+    lines += [f"- **{'PASS' if t.passed else 'FAIL'}** {t.claim}: {t.figure}" for t in found]
+    for run in runs.values():
+        w, t = run.workload, run.tuning
+        lines += ["", f"## {w.name}: {w.title}, {w.rows:,} rows", ""]
+        lines += [
+            f"`thresher tune` recommends batch.size = {t.recommended:,} (fastest measured:"
+            f" {t.fastest:,}); placement: {t.workers} worker(s), {t.threads} thread(s) each.",
+            "",
+            *table(run),
+        ]
+    path.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,163 @@
+"""One function per system under test; each runs it as a subprocess and returns a Result.
+
+Every system reads the same input file and writes `id` + predictions as Parquet into its
+own folder, which `compare.py` then checks against the hand-written optimum.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from measure import Measured, run_measured
+from workloads import Workload
+
+HERE = Path(__file__).resolve().parent
+PYTHON = sys.executable
+THRESHER = str(Path(sys.executable).parent / "thresher")
+CORES = os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Result:
+    """One system's run of one workload."""
+
+    system: str
+    seconds: float  # the figure compared: end to end, or as the note says
+    rows: int
+    measured: Measured
+    out: Path
+    note: str = ""
+    stages: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What `thresher tune` recommends, and how the job is placed on this machine."""
+
+    recommended: int
+    fastest: int  # the size with the highest measured throughput
+    workers: int
+    threads: int
+
+
+def environment(root: Path) -> dict[str, str]:
+    """The environment every system runs in: a private job store, our modules importable."""
+    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    return {
+        **os.environ,
+        "THRESHER_STORE": f"sqlite:///{root / 'store.db'}",
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": path,
+    }
+
+
+def write_spec(workload: Workload, path: Path, out: Path) -> Path:
+    """A thresher job spec for the workload; every value not written is thresher's default."""
+    options = ", ".join(f"{k} = {json.dumps(v)}" for k, v in workload.options.items())
+    path.write_text(
+        f'[source]\nuri = {json.dumps(workload.data)}\nid_column = "id"\n'
+        f"columns = {json.dumps(workload.features)}\n"
+        f"[model]\nkind = {json.dumps(workload.kind)}\nuri = {json.dumps(workload.model)}\n"
+        f"options = {{ {options} }}\n"
+        f"[sink]\nuri = {json.dumps(str(out) + '/')}\nforce = true\n"
+    )
+    return path
+
+
+def tune(workload: Workload, spec_path: Path) -> Tuning:
+    """`thresher tune`'s sweep and recommendation, called as a library."""
+    from thresher.engine.executor import plan_placement
+    from thresher.engine.tune import recommend, sweep
+    from thresher.sources import open_source
+    from thresher.spec import load_spec
+
+    spec = load_spec(spec_path)
+    rows = sweep(spec, workload.tune_sizes or None)
+    fastest = max(rows, key=lambda row: row.rows_per_second)
+    plan = open_source(spec.source, spec.sink.keep_columns).plan()
+    placement = plan_placement(spec.run, len(plan.shards))
+    return Tuning(
+        recommend(rows).batch_size, fastest.batch_size, placement.workers, placement.threads
+    )
+
+
+def thresher(workload: Workload, root: Path, env: dict[str, str], size: int | None) -> Result:
+    """`thresher run` through the real CLI: defaults (`size` None: "auto"), or a fixed size."""
+    label = "thresher tuned" if size else "thresher (defaults)"
+    out = root / f"out-{workload.name}-thresher-{size or 'auto'}"
+    _fresh(out)
+    spec = write_spec(workload, root / f"{workload.name}.toml", out)
+    overrides = ["--set", f"batch.size={size}"] if size else []
+    measured = run_measured(
+        [THRESHER, "run", str(spec), *overrides], env, watch=out, pattern="part-*.parquet"
+    )
+    manifest = json.loads((out / "_SUCCESS").read_text())
+    if manifest["rows_out"] != workload.rows:
+        raise SystemExit(f"{label}: wrote {manifest['rows_out']} rows of {workload.rows}")
+    note = f"batch.size = {size or 'auto'}; manifest batch_size {manifest['batch_size']}"
+    return Result(label, measured.seconds, workload.rows, measured, out, note)
+
+
+def optimum(workload: Workload, root: Path, env: dict[str, str], hint: int) -> Result:
+    """The hand-written optimum; its figure is T_read + T_model + T_write (or the whole
+    process, for the fixed-overhead job)."""
+    out = root / f"out-{workload.name}-optimum"
+    _fresh(out)
+    cmd = [PYTHON, str(HERE / "handwritten.py"), "optimum", _workload_file(workload, root)]
+    cmd += [str(out), "--batch-size", str(hint), "--threads", str(CORES)]
+    measured = run_measured(cmd, env, watch=out)
+    stages = json.loads(measured.stdout.strip().splitlines()[-1])
+    total = stages["read"] + stages["model"] + stages["write"]
+    note = (
+        f"read {stages['read']:.2f} + model {stages['model']:.2f} + write {stages['write']:.2f} s"
+        f" (batch {stages['batch_size']:,}, {CORES} threads; process {measured.seconds:.1f} s)"
+    )
+    seconds = measured.seconds if workload.whole_process else total
+    return Result("hand-written optimum", seconds, workload.rows, measured, out, note, stages)
+
+
+def naive(workload: Workload, root: Path, env: dict[str, str]) -> Result:
+    """A per-row Python loop on `naive_rows` rows, extrapolated to the whole input (or the
+    whole process, for the fixed-overhead job)."""
+    out = root / f"out-{workload.name}-naive"
+    _fresh(out)
+    cmd = [PYTHON, str(HERE / "handwritten.py"), "naive", _workload_file(workload, root)]
+    measured = run_measured([*cmd, str(out), "--threads", str(CORES)], env)
+    loop = json.loads(measured.stdout.strip().splitlines()[-1])
+    seconds = loop["loop"] * workload.rows / loop["rows"]
+    note = f"{loop['rows']:,} rows in {loop['loop']:.2f} s, extrapolated; memory of the sample run"
+    if workload.whole_process:
+        seconds, note = measured.seconds, f"process start to exit; {loop['rows']:,} rows"
+    return Result("per-row loop", seconds, workload.rows, measured, out, note)
+
+
+def ray_data(workload: Workload, root: Path, env: dict[str, str], tuning: Tuning) -> Result:
+    """Ray Data `map_batches` with thresher tuned's batch size, workers and threads."""
+    out = root / f"out-{workload.name}-ray"
+    _fresh(out)
+    cmd = [PYTHON, str(HERE / "raydata.py"), _workload_file(workload, root), str(out)]
+    cmd += ["--batch-size", str(tuning.recommended), "--workers", str(tuning.workers)]
+    cmd += ["--threads", str(tuning.threads), "--cpus", str(CORES)]
+    measured = run_measured(cmd, env, watch=out)
+    note = f"{tuning.workers} actor(s), {tuning.threads} thread(s) each; ray.init included"
+    return Result("Ray Data", measured.seconds, workload.rows, measured, out, note)
+
+
+def _fresh(out: Path) -> None:
+    """An old output folder would make the first-output poll fire at once."""
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def _workload_file(workload: Workload, root: Path) -> str:
+    path = root / f"{workload.name}.json"
+    path.write_text(workload.to_json())
+    return str(path)

