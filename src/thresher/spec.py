@@ -110,6 +110,9 @@ class ModelSection(Section):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+READ_WINDOW = 8192
+
+
 class BatchSection(Section):
     size: int | Literal["auto"] = "auto"
     max_size: int = Field(default=65536, ge=1)
@@ -131,8 +134,12 @@ class BatchSection(Section):
 
     @property
     def read_rows(self) -> int:
-        """Rows per chunk read from a shard: the batch size, or the tuner's ceiling."""
-        return self.size if isinstance(self.size, int) else self.max_size
+        """Rows per chunk read from a shard: the tuner's ceiling, or a whole number of
+        fixed batches at least `READ_WINDOW` rows long — a window wide enough for text
+        models to sort rows by length, so that small batches pad little."""
+        if not isinstance(self.size, int):
+            return self.max_size
+        return self.size * max(1, -(-READ_WINDOW // self.size))
 
 
 class RunSection(Section):
@@ -180,6 +187,10 @@ class ErrorsSection(Section):
     max_error_rate: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
+class NotifySection(Section):
+    webhook: str | None = None  # the service POSTs a signed message here when the job ends
+
+
 class JobSpec(Section):
     """A whole job. Only `source`, `model` and `sink` are required."""
 
@@ -190,6 +201,7 @@ class JobSpec(Section):
     run: RunSection = Field(default_factory=RunSection)
     sink: SinkSection
     errors: ErrorsSection = Field(default_factory=ErrorsSection)
+    notify: NotifySection = Field(default_factory=NotifySection)
 
     @field_validator("sink")
     @classmethod
@@ -259,7 +271,7 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
     try:
         return JobSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(_describe(exc)) from None
+        raise SpecError(describe_errors(exc)) from None
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
@@ -323,7 +335,8 @@ def resolve_uri(uri: str, base: Path) -> str:
     return f"{resolved}{trailing}{colon}{attr}"
 
 
-def _describe(exc: ValidationError) -> list[str]:
+def describe_errors(exc: ValidationError) -> list[str]:
+    """One `field.path: what is wrong` line per problem pydantic found."""
     problems = []
     for error in exc.errors():
         loc = ".".join(str(p) for p in error["loc"])

@@ -159,7 +159,7 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
             raw_spec(source={"format": "xml"}),
             "source.format: must be one of 'parquet', 'csv', 'jsonl', 'postgresql'",
         ),
-        (raw_spec(run={"executor": "ray2"}), "run.executor: must be one of 'local'"),
+        (raw_spec(run={"executor": "ray2"}), "run.executor: must be one of 'local', 'ray'"),
         (
             raw_spec(errors={"on_bad_input": "ignore"}),
             "errors.on_bad_input: must be one of 'skip', 'fail'",
@@ -542,4 +542,5 @@ def test_batch_max_memory_takes_sizes_with_units(text: str, expected: int) -> No
 
 def test_batch_size_auto_reads_chunks_of_max_size() -> None:
     assert parse_spec(raw_spec(batch={"size": "auto", "max_size": 1000})).batch.read_rows == 1000
-    assert parse_spec(raw_spec(batch={"size": 300})).batch.read_rows == 300
+    assert parse_spec(raw_spec(batch={"size": 300})).batch.read_rows == 300 * 28  # >= 8192
+    assert parse_spec(raw_spec(batch={"size": 10_000})).batch.read_rows == 10_000

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from thresher.engine.executor import plan_placement
@@ -52,6 +53,10 @@ def sweep(spec: JobSpec, sizes: Sequence[int] | None = None) -> list[SweepRow]:
     sample = _sample(spec, plan, features, max(SAMPLE_ROWS, *sizes))
     threads = plan_placement(spec.run, len(plan.shards)).threads
     model = load_model(spec.model, LoadContext(features=tuple(features), threads=threads))
+    sort_key = getattr(model, "sort_key", None)
+    if sort_key is not None:  # as the workers do: text models see rows shortest first
+        order = np.argsort(np.asarray(sort_key(sample)), kind="stable")
+        sample = sample.take(pa.array(order))
     return [_measure(model, sample, size) for size in sizes if size <= max(sample.num_rows, 1)]
 
 
