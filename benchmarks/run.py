@@ -41,6 +41,8 @@ def run_workload(workload: Workload, root: Path) -> report.WorkloadRun:
     tuning = systems.tune(workload, spec)
     print(f"[{workload.name}] thresher tuned (batch.size = {tuning.recommended})", flush=True)
     results[report.TUNED] = systems.thresher(workload, root, env, tuning.recommended)
+    print(f"[{workload.name}] thresher on Ray (batch.size = {tuning.recommended})", flush=True)
+    results[report.ON_RAY] = systems.thresher(workload, root, env, tuning.recommended, on_ray=True)
     print(f"[{workload.name}] hand-written optimum", flush=True)
     results[report.OPTIMUM] = systems.optimum(workload, root, env, tuning.fastest)
     print(f"[{workload.name}] Ray Data", flush=True)

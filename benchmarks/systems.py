@@ -90,13 +90,17 @@ def tune(workload: Workload, spec_path: Path) -> Tuning:
     )
 
 
-def thresher(workload: Workload, root: Path, env: dict[str, str], size: int | None) -> Result:
-    """`thresher run` through the real CLI: defaults (`size` None: "auto"), or a fixed size."""
-    label = "thresher tuned" if size else "thresher (defaults)"
-    out = root / f"out-{workload.name}-thresher-{size or 'auto'}"
+def thresher(
+    workload: Workload, root: Path, env: dict[str, str], size: int | None, on_ray: bool = False
+) -> Result:
+    """`thresher run` through the real CLI: defaults (`size` None: "auto"), or a fixed size;
+    `on_ray` runs the same job on the Ray executor (a local Ray, start-up included)."""
+    label = "thresher on Ray" if on_ray else "thresher tuned" if size else "thresher (defaults)"
+    out = root / f"out-{workload.name}-thresher-{size or 'auto'}{'-ray' if on_ray else ''}"
     _fresh(out)
     spec = write_spec(workload, root / f"{workload.name}.toml", out)
     overrides = ["--set", f"batch.size={size}"] if size else []
+    overrides += ["--set", 'run.executor="ray"'] if on_ray else []
     measured = run_measured(
         [THRESHER, "run", str(spec), *overrides], env, watch=out, pattern="part-*.parquet"
     )
