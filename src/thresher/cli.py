@@ -190,6 +190,59 @@ def demo(store_url: str | None, rows: int, directory: Path) -> None:
         sys.exit(EXIT_FAILED)
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=int, help="Port to listen on.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The server's TOML config: data_dir, models, allowed_roots, limits.",
+)
+@click.option("--store", "own_store", metavar="URL", help="The job store (as `thresher --store`).")
+@click.pass_obj
+def serve(
+    store_url: str | None, host: str, port: int, config_file: Path | None, own_store: str | None
+) -> None:
+    """Run the HTTP service: upload files, submit and poll jobs, download results."""
+    try:
+        from thresher.service.app import build_state
+        from thresher.service.app import serve as run_server
+        from thresher.service.config import ConfigError
+    except ImportError as exc:
+        _fail(f"the service needs `pip install 'thresher[service]'` ({exc})", EXIT_USAGE)
+    try:
+        state = build_state(own_store or store_url, config_file)
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except ThresherError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    run_server(state, host, port)
+
+
+@cli.group()
+def token() -> None:
+    """Bearer tokens for the HTTP service, one tenant each."""
+
+
+@token.command("create")
+@click.option("--tenant", required=True, help="The tenant the token acts for.")
+@click.option("--store", "own_store", metavar="URL", help="The job store (as `thresher --store`).")
+@click.pass_obj
+def token_create(store_url: str | None, tenant: str, own_store: str | None) -> None:
+    """Make a token for TENANT and print it (only this once: the store keeps its hash)."""
+    from thresher.store import open_store
+
+    try:
+        from thresher.service.auth import create_token
+    except ImportError as exc:
+        _fail(f"the service needs `pip install 'thresher[service]'` ({exc})", EXIT_USAGE)
+    try:
+        click.echo(create_token(open_store(own_store or store_url), tenant))
+    except (ThresherError, ValueError) as exc:
+        _fail(str(exc), EXIT_USAGE)
+
+
 def _report(result: object) -> None:
     from thresher.engine.job import JobResult
     from thresher.summary import print_result

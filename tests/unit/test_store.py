@@ -46,6 +46,15 @@ def test_a_queued_job_gets_its_plan_and_shards_when_it_starts(store: Store) -> N
     assert job.shard_count == 3 and len(store.shards("q")) == 3
 
 
+def test_a_job_cancelled_while_it_is_planned_stays_cancelled(store: Store) -> None:
+    store.queue_job("q", spec())
+    assert store.claim_next_queued() is not None
+    store.request_cancel("q")
+    store.set_plan("q", {"shards": [{}], "schema": ""})
+    assert store.job("q").state == JobState.CANCELLED
+    assert store.heartbeat("q") == JobState.CANCELLED  # so its loop stops at once
+
+
 def test_counts_come_from_done_shards_only(store: Store) -> None:
     store.create_job("j", "j", {}, {"shards": [{}, {}]})
     store.attempt_started("j", 0, "a1", 1)

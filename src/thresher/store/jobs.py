@@ -200,18 +200,20 @@ class Store:
                 return self.job(str(rows[0][0]))
 
     def set_plan(self, job_id: str, plan: dict[str, Any]) -> None:
-        """Freeze the plan of a job that was queued without one, and add its shards."""
+        """Freeze the plan of a job that was queued without one, and add its shards. A job
+        cancelled while it was being planned stays cancelled (its loop then stops)."""
         shard_count = len(plan["shards"])
         with self.db.transaction() as cur:
             cur.execute(
-                "UPDATE thresher_jobs SET plan = ?, shard_count = ?, state = ?, owner = ?,"
-                " heartbeat_at = ? WHERE id = ?",
+                "UPDATE thresher_jobs SET plan = ?, shard_count = ?, owner = ?, heartbeat_at = ?,"
+                " state = CASE WHEN state = ? THEN state ELSE ? END WHERE id = ?",
                 (
                     json.dumps(plan),
                     shard_count,
-                    JobState.RUNNING.value,
                     this_owner(),
                     now(),
+                    JobState.CANCELLED.value,
+                    JobState.RUNNING.value,
                     job_id,
                 ),
             )

@@ -1,0 +1,103 @@
+"""The HTTP service: `create_app(state)` puts the routers together, and `serve()` runs it
+under uvicorn (`thresher serve`).
+
+While the app runs, background threads do the work: the scheduler (queued jobs, and jobs
+a dead server left running), the request buffer's flusher, and the webhook sender. They
+start with the app and stop with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from thresher.service import files, jobs, metrics
+from thresher.service.auth import create_token_table
+from thresher.service.buffer import router as buffer_router
+from thresher.service.buffer import start_flusher
+from thresher.service.config import load_config
+from thresher.service.errors import ServiceError
+from thresher.service.scheduler import Scheduler
+from thresher.service.state import ServiceState
+from thresher.service.uploads import create_file_table
+from thresher.service.webhooks import start_webhooks
+from thresher.store import open_store
+
+log = logging.getLogger("thresher.service")
+
+DESCRIPTION = """Batch inference over HTTP: upload a file (or name a server-side path under
+the server's allowed roots), submit a job that runs a model registered on the server, poll
+its status, and download its results and its bad records. Producers can also post single
+records to the request buffer, which runs them in batches. Every `/v1` route needs
+`Authorization: Bearer <token>` (`thresher token create --tenant NAME`), and a tenant sees
+only its own files, jobs and requests."""
+
+
+def create_app(state: ServiceState, background: bool = True) -> FastAPI:
+    """The service's FastAPI app over `state`. With `background`, the scheduler, request
+    buffer and webhook sender run while the app does."""
+    create_token_table(state.store)
+    create_file_table(state.store)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        stops = start_background(state) if background else []
+        try:
+            yield
+        finally:
+            for stop in reversed(stops):
+                stop()
+
+    app = FastAPI(
+        title="thresher",
+        summary="Batch inference, exactly once per record.",
+        description=DESCRIPTION,
+        version=_version(),
+        lifespan=lifespan,
+    )
+    app.state.service = state
+    app.add_exception_handler(ServiceError, _service_error)  # type: ignore[arg-type]
+    for router in (files.router, jobs.router, buffer_router, metrics.router):
+        app.include_router(router)
+    return app
+
+
+def start_background(state: ServiceState) -> list[Callable[[], None]]:
+    """Start the webhook sender, the request buffer and the scheduler (in that order, so
+    every `on_job_finished` hook is in place before a job can end); returns their stops."""
+    stops = [start_webhooks(state), start_flusher(state)]
+    scheduler = Scheduler(state)
+    scheduler.start()
+    stops.append(scheduler.stop)
+    return stops
+
+
+async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+
+def build_state(store_url: str | None, config_file: Path | None) -> ServiceState:
+    """The state `thresher serve` runs on: the config file read, the store opened."""
+    config = load_config(config_file)
+    return ServiceState(store=open_store(store_url), config=config, data_dir=config.data_dir)
+
+
+def serve(state: ServiceState, host: str, port: int) -> None:
+    """Run the service on `host:port` until interrupted."""
+    import uvicorn
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn.run(create_app(state), host=host, port=port, log_level="info", access_log=False)
+
+
+def _version() -> str:
+    from thresher import __version__
+
+    return __version__

@@ -1,0 +1,247 @@
+"""The request buffer: producers post single records, the service runs them in batches.
+
+`POST /v1/requests` stores each record (`custom_id`, `model`, `input`) durably as
+`waiting`. A flusher thread turns the waiting records of one tenant and model into a
+batch job when `buffer.<model>.max_records` of them wait, or when the oldest has waited
+`max_wait` seconds. When the job ends, each record gets its prediction or its error, and
+`GET /v1/requests/{custom_id}` answers with it.
+
+How a record is answered exactly once, whatever crashes when:
+
+1. **Claim** (one transaction): up to `max_records` waiting records become `batched`
+   with a new `batch_id` and no `job_id` yet. A record joins one batch only: the update
+   takes only rows still `waiting`.
+2. **Write** `data_dir/buffer/<batch_id>.jsonl` from the rows of that batch, under a
+   temporary name renamed into place, so the file is whole or absent. It is written from
+   the store, never from memory, so it can always be written again.
+3. **Submit** the job with the idempotency key `thresher-buffer:<batch_id>`: a second
+   submission of the batch returns the first job instead of making another.
+4. **Link**: record the job id on the batch's rows.
+5. **Settle** (the `on_job_finished` hook, one transaction): every row of the batch still
+   `batched` becomes `done` with its output row or `failed` with its `_errors/` record (or
+   the job's own error when the job left no answer for it). Rows no longer `batched` are
+   left alone, so running the hook twice changes nothing.
+
+A crash after 1 leaves `batched` rows with no job id: at start (and every few seconds)
+the flusher redoes 2-4 for them — the file is rewritten from the store if it is missing,
+and the idempotency key turns a resubmission into the job already made. A crash after 4
+but before 5 leaves `batched` rows whose job has ended: the same pass settles them. The
+hook finds its batch from the job's input file name, so a job that ends before step 4
+still settles its rows. Nothing is lost (rows leave `batched` only by being answered) and
+nothing is doubled (one batch per row, one job per batch, one answer per row).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from thresher.service.buffer_api import router
+from thresher.service.buffer_store import RequestState, RequestTable, WaitingGroup
+from thresher.service.config import BufferSettings
+from thresher.service.errors import ServiceError
+from thresher.service.state import ServiceState
+from thresher.sources.files import filesystem
+from thresher.store import JobRecord, StoreError
+
+__all__ = ["Flusher", "RequestTable", "router", "start_flusher"]
+
+log = logging.getLogger("thresher.service.buffer")
+
+BUFFER_DIR = "buffer"
+KEY_PREFIX = "thresher-buffer:"
+
+
+def new_batch_id() -> str:
+    """Sortable by time, unique without coordination: `batch-20261130-020304-a1b2c3d4`."""
+    return f"batch-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
+
+
+class Flusher:
+    """Turns waiting records into batch jobs and settles them when the jobs end."""
+
+    def __init__(self, state: ServiceState, table: RequestTable | None = None) -> None:
+        self.state = state
+        self.table = table or RequestTable.create(state.store.db)
+        self.buffer_dir = state.data_dir / BUFFER_DIR
+
+    def flush_due(self) -> int:
+        """Make a batch job of every group that is due; returns how many were made."""
+        made = 0
+        for group in self.table.waiting_groups():
+            size = self._limits(group.model).max_records
+            for _ in range(self._batches_due(group)):
+                batch_id = new_batch_id()
+                if not self.table.claim_batch(group.tenant, group.model, batch_id, size):
+                    break
+                self.submit_batch(batch_id, group.tenant, group.model)
+                made += 1
+        return made
+
+    def _batches_due(self, group: WaitingGroup) -> int:
+        limits = self._limits(group.model)
+        waited = (datetime.now(UTC) - datetime.fromisoformat(group.oldest)).total_seconds()
+        if waited >= limits.max_wait:
+            return -(-group.count // limits.max_records)  # all of them, in full batches
+        return group.count // limits.max_records
+
+    def _limits(self, model: str) -> BufferSettings:
+        return self.state.config.buffer.get(model) or BufferSettings()
+
+    def submit_batch(self, batch_id: str, tenant: str, model: str) -> None:
+        """Steps 2-4 for a claimed batch; safe to run again for the same batch."""
+        path = self.buffer_dir / f"{batch_id}.jsonl"
+        write_batch_file(path, self.table.batch_lines(batch_id))
+        body = {
+            "source": {"uri": str(path)},
+            "model": model,
+            "id_column": "custom_id",
+            "output_format": "jsonl",
+            "name": f"buffer {model}",
+        }
+        try:
+            job_id = self.state.submit_job(tenant, body, idempotency_key=KEY_PREFIX + batch_id)
+        except ServiceError as exc:  # this batch can never make a job: answer its records
+            log.warning("buffered batch %s of tenant %s refused: %s", batch_id, tenant, exc)
+            error = {"stage": "submit", "error": type(exc).__name__, "message": str(exc)}
+            self.table.settle(batch_id, None, {}, error)
+            return
+        self.table.link(batch_id, job_id)
+
+    def reconcile(self) -> None:
+        """Finish what a crash interrupted: submit and link batches with no job yet, and
+        settle batches whose job ended without the hook having run."""
+        for batch_id, tenant, model in self.table.unlinked_batches():
+            log.info("buffered batch %s has no job recorded; submitting it", batch_id)
+            self.submit_batch(batch_id, tenant, model)
+        for batch_id, job_id in self.table.linked_batches():
+            try:
+                job = self.state.store.job(job_id)
+            except StoreError:
+                log.exception("buffered batch %s: its job %s is not in the store", batch_id, job_id)
+                continue
+            if job.state.finished:
+                self.job_finished(job)
+
+    def batch_of(self, job: JobRecord) -> str | None:
+        """The buffered batch a job runs, from its input file's name; None for other jobs."""
+        uri = str(job.spec.get("source", {}).get("uri", ""))
+        path = Path(uri.removeprefix("file://"))
+        if path.suffix != ".jsonl" or os.path.realpath(path.parent) != os.path.realpath(
+            self.buffer_dir
+        ):
+            return None
+        return path.stem
+
+    def job_finished(self, job: JobRecord) -> None:
+        """The `on_job_finished` hook: step 5 for a buffered batch's job."""
+        batch_id = self.batch_of(job)
+        if batch_id is None or not job.state.finished:
+            return
+        # Only the job the buffer submitted answers a batch, not another job over its file.
+        if self.table.idempotency_key(job.id) != KEY_PREFIX + batch_id:
+            return
+        if self.table.batch_tenant(batch_id) != job.tenant:
+            log.warning("job %s names batch %s of another tenant; ignored", job.id, batch_id)
+            return
+        settled = self.table.settle(batch_id, job.id, read_answers(job), missing_answer(job))
+        if settled:
+            log.info("buffered batch %s: %d records answered by job %s", batch_id, settled, job.id)
+
+
+def write_batch_file(path: Path, lines: list[dict[str, Any]]) -> None:
+    """Write a batch's input file whole — via a temporary name, synced, then renamed — unless
+    it is there already (a complete file, since only a rename puts it there)."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+Answers = dict[str, tuple[RequestState, dict[str, Any]]]
+
+
+def read_answers(job: JobRecord) -> Answers:
+    """Each custom_id's answer in a finished job's output: its output row less the id
+    column (done), or its `_errors/` record's stage, error and message (failed)."""
+    fs, root = filesystem(str(job.spec["sink"]["uri"]).rstrip("/"))
+    answers: Answers = {}
+    for part in sorted(fs.glob(f"{root}/_errors/part-*.jsonl")):
+        for row in _json_lines(fs, part):
+            if row.get("id") is not None:
+                error = {key: row.get(key) for key in ("stage", "error", "message")}
+                answers[str(row["id"])] = (RequestState.FAILED, error)
+    for part in sorted(fs.glob(f"{root}/part-*.jsonl")):
+        for row in _json_lines(fs, part):
+            custom_id = row.pop("custom_id", None)
+            if custom_id is not None:
+                answers[str(custom_id)] = (RequestState.DONE, row)
+    return answers
+
+
+def _json_lines(fs: Any, path: str) -> list[dict[str, Any]]:
+    with fs.open(path, "r", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def missing_answer(job: JobRecord) -> dict[str, Any]:
+    """The error of a record the job left unanswered (a failed shard, a cancelled job)."""
+    message = job.message or "the batch job ended without an answer for this record"
+    return {"stage": "job", "error": f"job {job.state.value}", "message": message}
+
+
+def start_flusher(
+    state: ServiceState, poll: float = 0.25, reconcile_every: float = 5.0
+) -> Callable[[], None]:
+    """Start the buffer's flusher thread and register its `on_job_finished` hook; returns
+    the function that stops both. Creates the `thresher_requests` table, so call it before
+    the router serves requests."""
+    flusher = Flusher(state)
+    stopping = threading.Event()
+
+    def loop() -> None:
+        last_reconcile = float("-inf")
+        while not stopping.is_set():
+            try:
+                if time.monotonic() - last_reconcile >= reconcile_every:
+                    last_reconcile = time.monotonic()
+                    flusher.reconcile()
+                flusher.flush_due()
+            except Exception:
+                log.exception("the request buffer's flusher failed; trying again")
+            stopping.wait(poll)
+
+    state.on_job_finished.append(flusher.job_finished)
+    thread = threading.Thread(target=loop, name="thresher-buffer", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        stopping.set()
+        thread.join()
+        if flusher.job_finished in state.on_job_finished:
+            state.on_job_finished.remove(flusher.job_finished)
+
+    return stop
+
+
+def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:
+    """For the jobs API: the tenant whose buffered batch file `uri` is, or None when `uri`
+    is not a batch file. Only that tenant's submission may read it."""
+    path = Path(uri.removeprefix("file://"))
+    if os.path.realpath(path.parent) != os.path.realpath(state.data_dir / BUFFER_DIR):
+        return None
+    return RequestTable.create(state.store.db).batch_tenant(path.stem)

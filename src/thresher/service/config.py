@@ -1,0 +1,139 @@
+"""The server's config file (`thresher serve --config server.toml`).
+
+```toml
+data_dir = "/var/lib/thresher"          # uploads/ and outputs/<job id>/ live here
+allowed_roots = ["/srv/shared-data"]    # server-side inputs a job may name (default: none)
+max_upload_bytes = 1073741824           # 1 GiB
+max_concurrent_jobs = 2
+
+[models.churn]                          # tenants pick models by these names only
+kind = "sklearn"
+uri = "models/churn.skops"              # relative paths: against this file's folder
+
+[run]                                   # the [run] section every job gets
+workers = 2
+
+[buffer.churn]                          # request buffer for model "churn"
+max_records = 1000
+max_wait = 300
+```
+
+Tenants never name code or paths of their own: the model sections, the `[run]` section
+and where outputs go all come from here.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from thresher.errors import ThresherError
+from thresher.spec import ModelSection, RunSection, describe_errors, resolve_uri
+
+SECRET_FILE = "webhook_secret"
+
+
+class ConfigError(ThresherError):
+    """A server config that cannot be used, with one message per problem."""
+
+    stage = "config"
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid server config:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def default_data_dir() -> Path:
+    """`$XDG_DATA_HOME/thresher/service` (`~/.local/share/thresher/service`)."""
+    data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return data_home / "thresher" / "service"
+
+
+class BufferSettings(BaseModel):
+    """When the request buffer of one model starts a batch job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_records: int = Field(default=1000, ge=1)
+    max_wait: float = Field(default=300.0, gt=0)  # seconds the oldest record may wait
+
+
+class ServerConfig(BaseModel):
+    """Everything `thresher serve` is told in its config file; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    models: dict[str, ModelSection] = Field(default_factory=dict)
+    allowed_roots: list[str] = Field(default_factory=list)
+    max_upload_bytes: int = Field(default=1024**3, ge=1)
+    max_concurrent_jobs: int = Field(default=1, ge=1)
+    metrics_public: bool = False
+    webhook_allow_private: bool = False
+    # The HMAC key webhooks are signed with; `load_config` always fills it in (generated
+    # once and kept in `data_dir/webhook_secret` when the file does not give one).
+    webhook_secret: str | None = None
+    buffer: dict[str, BufferSettings] = Field(default_factory=dict)
+    run: RunSection = Field(default_factory=RunSection)
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, models: dict[str, ModelSection]) -> dict[str, ModelSection]:
+        for name in models:
+            if not name or not all(c.isalnum() or c in "-_." for c in name):
+                raise ValueError(f"model names are letters, digits, '-', '_', '.'; not {name!r}")
+        return models
+
+
+def load_config(path: Path | None = None) -> ServerConfig:
+    """Read and validate a server config (TOML); relative paths are resolved against the
+    file's folder. With no file, the defaults (no models, nothing readable server-side).
+    Creates `data_dir` and fills in `webhook_secret`. Raises ConfigError naming each bad key."""
+    raw: dict[str, object] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError([f"{path}: {exc}"]) from exc
+        _resolve_paths(raw, path.parent)
+    try:
+        config = ServerConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError([f"{path or 'config'}: {p}" for p in describe_errors(exc)]) from None
+    return prepare(config)
+
+
+def prepare(config: ServerConfig) -> ServerConfig:
+    """The config with `data_dir` created (absolute) and `webhook_secret` filled in."""
+    data_dir = config.data_dir.expanduser().absolute()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret = config.webhook_secret or _stored_secret(data_dir / SECRET_FILE)
+    return config.model_copy(update={"data_dir": data_dir, "webhook_secret": secret})
+
+
+def _stored_secret(path: Path) -> str:
+    """The secret kept in `path`, created (readable by this user only) on first use."""
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    secret = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(secret)
+    return secret
+
+
+def _resolve_paths(raw: dict[str, object], base: Path) -> None:
+    if isinstance(raw.get("data_dir"), str):
+        raw["data_dir"] = resolve_uri(str(raw["data_dir"]), base)
+    roots = raw.get("allowed_roots")
+    if isinstance(roots, list):
+        raw["allowed_roots"] = [resolve_uri(r, base) if isinstance(r, str) else r for r in roots]
+    models = raw.get("models")
+    if isinstance(models, dict):
+        for section in models.values():
+            if isinstance(section, dict) and isinstance(section.get("uri"), str):
+                section["uri"] = resolve_uri(section["uri"], base)

@@ -1,0 +1,147 @@
+"""A job's results and errors as one streamed download.
+
+The part files are read in name order — input order — and sent one after another: as they
+are when the stored format is the one asked for (a CSV part's header only once), or
+converted with pyarrow when it is not. Memory holds one part at a time, never the output.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from thresher.sinks.files import ERRORS, SUFFIX
+
+CHUNK = 1024 * 1024
+MEDIA_TYPES = {
+    "jsonl": "application/x-ndjson",
+    "csv": "text/csv",
+    "parquet": "application/vnd.apache.parquet",
+}
+
+
+def result_parts(output_dir: Path, stored_format: str) -> list[Path]:
+    """A job's committed result parts, in name (= input) order."""
+    return sorted(output_dir.glob(f"part-*{SUFFIX[stored_format]}"))
+
+
+def error_parts(output_dir: Path) -> list[Path]:
+    """A job's committed error parts (JSONL), in name order."""
+    return sorted((output_dir / ERRORS).glob("part-*.jsonl"))
+
+
+def stream_parts(parts: list[Path], stored: str, wanted: str) -> Iterator[bytes]:
+    """The parts as one file of format `wanted`, in chunks."""
+    if wanted == "parquet" and (stored != "parquet" or len(parts) != 1):
+        yield from _as_parquet(parts, stored)
+    elif wanted == stored:
+        yield from _raw(parts, skip_header=stored == "csv")
+    else:
+        for index, part in enumerate(parts):
+            yield _encode(read_part(part, stored), wanted, first=index == 0)
+
+
+def stream_errors(parts: list[Path], wanted: str, private_root: Path) -> Iterator[bytes]:
+    """The error records as one file of format `wanted`. A `source` under the server's
+    `private_root` (an uploaded file) is shown by its file name alone, so no server-side
+    path reaches a tenant."""
+    for index, part in enumerate(parts):
+        with part.open("r", encoding="utf-8") as f:
+            rows = [_hide_source(json.loads(line), private_root) for line in f if line.strip()]
+        if wanted == "jsonl":
+            yield "".join(json.dumps(r, default=str) + "\n" for r in rows).encode("utf-8")
+        elif wanted == "csv":
+            yield _encode(pa.Table.from_pylist(rows), "csv", first=index == 0)
+    if wanted == "parquet":
+        yield from _as_parquet(parts, "jsonl", lambda row: _hide_source(row, private_root))
+
+
+def _hide_source(row: dict[str, Any], private_root: Path) -> dict[str, Any]:
+    source = row.get("source")
+    if isinstance(source, str) and Path(source).is_relative_to(private_root):
+        row["source"] = Path(source).name
+    return row
+
+
+def _raw(parts: list[Path], skip_header: bool) -> Iterator[bytes]:
+    for index, part in enumerate(parts):
+        with part.open("rb") as f:
+            if skip_header and index > 0:
+                f.readline()
+            while chunk := f.read(CHUNK):
+                yield chunk
+
+
+def read_part(path: Path, stored: str) -> pa.Table:
+    """One part file as an Arrow table."""
+    if stored == "parquet":
+        return pq.read_table(path)
+    if stored == "csv":
+        return pacsv.read_csv(path)
+    if path.stat().st_size == 0:
+        return pa.table({})
+    return pajson.read_json(path)
+
+
+def _encode(table: pa.Table, wanted: str, first: bool) -> bytes:
+    if wanted == "jsonl":
+        rows = table.to_pylist()
+        return "".join(json.dumps(r, default=str) + "\n" for r in rows).encode("utf-8")
+    buffer = io.BytesIO()
+    pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=first))
+    return buffer.getvalue()
+
+
+class _Chunks:
+    """A write-only file that keeps what is written until it is taken."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.pieces.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        """Nothing is buffered here."""
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> bytes:
+        data, self.pieces = b"".join(self.pieces), []
+        return data
+
+
+def _as_parquet(
+    parts: list[Path],
+    stored: str,
+    fix_row: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> Iterator[bytes]:
+    """One Parquet file, one row group (or more) per part; later parts are cast to the
+    first one's schema. `fix_row`, if given, rewrites each row first."""
+    sink = _Chunks()
+    writer: Any = None
+    for part in parts:
+        table = read_part(part, stored)
+        if fix_row is not None:
+            table = pa.Table.from_pylist([fix_row(r) for r in table.to_pylist()])
+        if writer is None:
+            writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), table.schema)
+        elif table.schema != writer.schema:
+            table = table.cast(writer.schema)
+        writer.write_table(table)
+        yield sink.take()
+    if writer is None:
+        writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), pa.schema([]))
+    writer.close()
+    yield sink.take()

@@ -1,0 +1,199 @@
+"""`/v1/jobs`: submit a job, list and read a tenant's jobs, cancel one, download its
+results and errors. Another tenant's job answers 404, exactly as a job that never was."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+
+from thresher.service.auth import Tenant
+from thresher.service.downloads import (
+    MEDIA_TYPES,
+    error_parts,
+    result_parts,
+    stream_errors,
+    stream_parts,
+)
+from thresher.service.errors import Conflict, NotFound
+from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
+from thresher.service.state import ServiceState, StateDep
+from thresher.service.submission import JobRequest
+from thresher.store import JobRecord, JobState, StoreError
+from thresher.store.jobs import now
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+Format = Literal["jsonl", "csv", "parquet"]
+
+
+def tenant_job(state: ServiceState, tenant: str, job_id: str) -> JobRecord:
+    """The tenant's job `job_id`; NotFound for any other (or none)."""
+    try:
+        record = state.store.job(job_id)
+    except StoreError:
+        record = None
+    if record is None or record.tenant != tenant:
+        raise NotFound(f"no job {job_id!r}")
+    return record
+
+
+def describe(state: ServiceState, record: JobRecord) -> JobInfo:
+    """What the API shows of a job: status, counts, progress, timings."""
+    totals = state.store.totals(record.id)
+    manifest = record.manifest or {}
+    return JobInfo(
+        id=record.id,
+        name=record.name,
+        status=record.state.value,
+        model=_model_name(state, record.spec.get("model", {})),
+        priority=record.priority,
+        output_format=record.spec.get("sink", {}).get("format"),
+        request_counts=RequestCounts(
+            total=totals.rows_in, completed=totals.rows_out, failed=totals.rows_error
+        ),
+        errors=totals.rows_error,
+        progress=Progress(
+            shards_done=totals.shards_done,
+            shards_failed=totals.shards_failed,
+            shards_total=record.shard_count,
+        ),
+        created_at=record.created_at,
+        started_at=manifest.get("started_at"),
+        finished_at=record.finished_at,
+        seconds=manifest.get("seconds"),
+        rows_per_second=manifest.get("rows_per_second"),
+        message=record.message,
+        results_url=f"/v1/jobs/{record.id}/results",
+        errors_url=f"/v1/jobs/{record.id}/errors",
+    )
+
+
+def _model_name(state: ServiceState, section: dict[str, Any]) -> str | None:
+    """The registered name of the model a job runs (None if the config no longer has it)."""
+    for name, model in state.config.models.items():
+        if model.model_dump(mode="json") == section:
+            return name
+    return None
+
+
+@router.post("", status_code=201, summary="Submit a job")
+def submit_job(
+    job: JobRequest,
+    state: StateDep,
+    tenant: Tenant,
+    idempotency_key: Annotated[
+        str | None,
+        Header(description="Submitting again with the same key returns the first job."),
+    ] = None,
+) -> JobInfo:
+    """Queue a job over an uploaded file (`input_file_id`) or a server-side path under the
+    server's `allowed_roots` (`source.uri`), with a model registered on the server."""
+    body = job.model_dump(mode="json", exclude_unset=True)
+    job_id = state.submit_job(tenant, body, idempotency_key)
+    return describe(state, state.store.job(job_id))
+
+
+@router.get("", summary="List jobs, newest first")
+def list_jobs(
+    state: StateDep,
+    tenant: Tenant,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    after: Annotated[str | None, Query(description="The last id of the previous page.")] = None,
+) -> JobList:
+    """A page of the tenant's jobs; pass the page's `last_id` as `after` for the next."""
+    sql = "SELECT id FROM thresher_jobs WHERE tenant = ?"
+    params: list[Any] = [tenant]
+    if after is not None:
+        cursor = tenant_job(state, tenant, after)
+        sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
+        params += [cursor.created_at, cursor.created_at, cursor.id]
+    rows = state.store.db.query(
+        f"{sql} ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit + 1]
+    )
+    page = [describe(state, state.store.job(str(r[0]))) for r in rows[:limit]]
+    return JobList(data=page, has_more=len(rows) > limit, last_id=page[-1].id if page else None)
+
+
+@router.get("/{job_id}", summary="A job's status, counts and progress")
+def get_job(
+    job_id: str,
+    state: StateDep,
+    tenant: Tenant,
+) -> JobInfo:
+    """Status (`queued`, `running`, `succeeded`, `failed`, `cancelled`), request counts,
+    shards done of total, timings and the number of bad records."""
+    return describe(state, tenant_job(state, tenant, job_id))
+
+
+@router.post("/{job_id}/cancel", summary="Cancel a job")
+def cancel_job(
+    job_id: str,
+    state: StateDep,
+    tenant: Tenant,
+) -> JobInfo:
+    """Stop a queued or running job (a running one stops within a second); a finished
+    job is left as it is."""
+    record = tenant_job(state, tenant, job_id)
+    if _cancel_if_queued(state, job_id):
+        state.job_finished(state.store.job(job_id))  # the scheduler never sees this one
+    elif not record.state.finished:
+        state.store.request_cancel(job_id)
+    return describe(state, state.store.job(job_id))
+
+
+def _cancel_if_queued(state: ServiceState, job_id: str) -> bool:
+    """Cancel the job if it is still queued, atomically against the scheduler's claim."""
+    with state.store.db.transaction() as cur:
+        changed = cur.execute(
+            "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?"
+            " WHERE id = ? AND state = ?",
+            (JobState.CANCELLED.value, now(), "cancelled by request", job_id, "queued"),
+        ).rowcount
+    return changed > 0
+
+
+@router.get("/{job_id}/results", summary="Download a job's results")
+def get_results(
+    job_id: str,
+    state: StateDep,
+    tenant: Tenant,
+    fmt: Annotated[
+        Format | None, Query(alias="format", description="Default: the job's format.")
+    ] = None,
+) -> StreamingResponse:
+    """The result rows of a succeeded job, in input order, as one file."""
+    record = tenant_job(state, tenant, job_id)
+    if record.state != JobState.SUCCEEDED:
+        raise Conflict(f"job {job_id} is {record.state.value}; results come when it succeeds")
+    stored = str(record.spec["sink"]["format"])
+    parts = result_parts(state.output_dir(job_id), stored)
+    wanted = fmt or stored
+    return _download(stream_parts(parts, stored, wanted), wanted, f"{job_id}-results")
+
+
+@router.get("/{job_id}/errors", summary="Download a job's bad records")
+def get_errors(
+    job_id: str,
+    state: StateDep,
+    tenant: Tenant,
+    fmt: Annotated[Format | None, Query(alias="format", description="Default: jsonl.")] = None,
+) -> StreamingResponse:
+    """One record per bad input row (file, line or row, stage, error, message, raw text),
+    once the job has ended."""
+    record = tenant_job(state, tenant, job_id)
+    if not record.state.finished:
+        raise Conflict(f"job {job_id} is {record.state.value}; errors come when it ends")
+    wanted = fmt or "jsonl"
+    chunks = stream_errors(error_parts(state.output_dir(job_id)), wanted, state.data_dir)
+    return _download(chunks, wanted, f"{job_id}-errors")
+
+
+def _download(chunks: Iterator[bytes], wanted: str, stem: str) -> StreamingResponse:
+    return StreamingResponse(
+        chunks,
+        media_type=MEDIA_TYPES[wanted],
+        headers={"Content-Disposition": f'attachment; filename="{stem}.{wanted}"'},
+    )

@@ -1,0 +1,101 @@
+"""`/metrics` in Prometheus' text format, and `/healthz`.
+
+`/metrics` covers every job in the store: jobs by state, rows read, written and rejected,
+and the rate of each running job (rows of its committed shards over the time since its
+first shard started). It needs a bearer token unless `metrics_public = true`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+
+from thresher.service.auth import Credentials, current_tenant
+from thresher.service.state import ServiceState, StateDep
+from thresher.store import JobState
+
+router = APIRouter(tags=["operations"])
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@router.get("/healthz", summary="Liveness: the server answers and its store is readable")
+def healthz(state: StateDep) -> dict[str, str]:
+    """`{"status": "ok"}` while the store answers a query."""
+    state.store.db.query("SELECT 1")
+    return {"status": "ok"}
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=PlainTextResponse,
+    description="Jobs by state, row totals and running jobs' rows/s. Needs a bearer token "
+    "unless the server's `metrics_public` is true.",
+)
+def metrics(
+    credentials: Credentials,
+    state: StateDep,
+) -> PlainTextResponse:
+    """The metrics text, for Prometheus to scrape."""
+    if not state.config.metrics_public:
+        current_tenant(credentials, state)
+    return PlainTextResponse(render(state), media_type=CONTENT_TYPE)
+
+
+def render(state: ServiceState) -> str:
+    """Every metric, as Prometheus' text exposition format."""
+    lines: list[str] = []
+    _jobs_by_state(state, lines)
+    _row_totals(state, lines)
+    _running_rates(state, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _metric(lines: list[str], name: str, kind: str, help_text: str) -> None:
+    lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+
+
+def _jobs_by_state(state: ServiceState, lines: list[str]) -> None:
+    counts = dict(state.store.db.query("SELECT state, COUNT(*) FROM thresher_jobs GROUP BY state"))
+    _metric(lines, "thresher_jobs", "gauge", "Jobs in the store, by state.")
+    lines += [f'thresher_jobs{{state="{s.value}"}} {int(counts.get(s.value, 0))}' for s in JobState]
+
+
+def _row_totals(state: ServiceState, lines: list[str]) -> None:
+    row = state.store.db.query(
+        "SELECT COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0),"
+        " COALESCE(SUM(rows_error), 0) FROM thresher_shards WHERE state = 'done'"
+    )[0]
+    for name, value, what in zip(
+        ("rows_in", "rows_out", "rows_error"),
+        row,
+        ("read", "written to outputs", "sent to error files"),
+        strict=True,
+    ):
+        _metric(lines, f"thresher_{name}_total", "counter", f"Rows {what}, all jobs.")
+        lines.append(f"thresher_{name}_total {int(value)}")
+
+
+def _running_rates(state: ServiceState, lines: list[str]) -> None:
+    rows = state.store.db.query(
+        "SELECT j.id, MIN(a.started_at),"
+        " (SELECT COALESCE(SUM(s.rows_in), 0) FROM thresher_shards s"
+        "  WHERE s.job_id = j.id AND s.state = 'done')"
+        " FROM thresher_jobs j JOIN thresher_attempts a ON a.job_id = j.id"
+        " WHERE j.state = ? GROUP BY j.id",
+        (JobState.RUNNING.value,),
+    )
+    _metric(
+        lines,
+        "thresher_job_rows_per_second",
+        "gauge",
+        "Rows per second of each running job (committed shards since its first start).",
+    )
+    clock = datetime.now(UTC)
+    for job_id, started, rows_in in rows:
+        seconds = (clock - datetime.fromisoformat(started)).total_seconds()
+        rate = int(rows_in) / seconds if seconds > 0 else 0.0
+        lines.append(f'thresher_job_rows_per_second{{job="{job_id}"}} {rate:.3f}')

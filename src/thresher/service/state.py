@@ -1,0 +1,101 @@
+"""The service's shared state: the store, the server's config, and the hooks that run when
+a job ends. Every router, the scheduler, the request buffer and the webhook sender work
+through one `ServiceState`.
+
+A route reaches it through a parameter typed `StateDep` (`Depends(get_state)`) and the
+caller's tenant through one typed `Tenant` (`Depends(current_tenant)`, from
+`thresher.service.auth`):
+
+    @router.post("/v1/things")
+    def make(state: StateDep, tenant: Tenant) -> dict[str, str]:
+        return {"id": state.submit_job(tenant, {"input_file_id": ..., "model": "tiny"})}
+
+Anything that must act when a job reaches a terminal state (succeeded, failed, cancelled)
+appends a callable to `on_job_finished`; the scheduler calls each with the job's final
+record when a job it ran ends (the cancel route does, for a job cancelled before it
+started). A hook that raises is logged and does not stop the others. A server that dies
+between a job's end and its hooks does not call them later: a hook that must never miss
+one reconciles from the store at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends
+from starlette.requests import HTTPConnection
+
+from thresher.service.config import ServerConfig
+from thresher.store import JobRecord, Store
+
+log = logging.getLogger("thresher.service")
+
+JobHook = Callable[[JobRecord], None]
+
+
+@dataclass
+class ServiceState:
+    """What the service's parts share. `data_dir` holds `uploads/` and `outputs/<job id>/`."""
+
+    store: Store
+    config: ServerConfig
+    data_dir: Path
+    on_job_finished: list[JobHook] = field(default_factory=list)
+    # Set when a job is queued, so the scheduler starts it without waiting for its poll.
+    jobs_waiting: threading.Event = field(default_factory=threading.Event)
+
+    def submit_job(
+        self, tenant: str, body: dict[str, Any], idempotency_key: str | None = None
+    ) -> str:
+        """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id` or
+        `source.uri`, `model` by registered name, optional `columns`, `id_column`,
+        `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`), build the
+        whole job spec on the server's side, and queue it. Returns the job id; with an
+        `idempotency_key` the tenant's earlier job with that key, if any, instead.
+
+        Raises `Unprocessable` (422) for a body that does not make a job (naming each
+        field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
+        (403) or `BadRequest` (400) for a `source.uri` the server will not read — all
+        `thresher.service.errors.ServiceError`s.
+        """
+        from thresher.engine.job import new_job_id
+        from thresher.service.submission import build_spec
+
+        job_id = new_job_id()
+        spec = build_spec(self, tenant, body, job_id)
+        queued = self.store.queue_job(job_id, spec.model_dump(mode="json"), tenant, idempotency_key)
+        self.jobs_waiting.set()
+        return queued
+
+    def job_finished(self, record: JobRecord) -> None:
+        """Call every `on_job_finished` hook with a job's final record."""
+        for hook in list(self.on_job_finished):
+            try:
+                hook(record)
+            except Exception:
+                log.exception("on_job_finished hook %r failed for job %s", hook, record.id)
+
+    @property
+    def uploads_dir(self) -> Path:
+        """Where uploaded files are stored, under server-generated names."""
+        return self.data_dir / "uploads"
+
+    def output_dir(self, job_id: str) -> Path:
+        """Where a job's results (`part-*`), `_errors/` and `_SUCCESS` go."""
+        return self.data_dir / "outputs" / job_id
+
+
+def get_state(connection: HTTPConnection) -> ServiceState:
+    """FastAPI dependency: the app's ServiceState (set by `create_app`)."""
+    state = connection.app.state.service
+    assert isinstance(state, ServiceState)
+    return state
+
+
+StateDep = Annotated[ServiceState, Depends(get_state)]
+"""A route parameter typed `StateDep` receives the app's ServiceState."""

@@ -1,0 +1,136 @@
+"""A tenant's job submission, and the full job spec the server builds from it.
+
+A tenant says what to read (an uploaded file, or a server-side path under
+`allowed_roots`), which registered model to run, and a few choices about columns, output
+format and batching. Everything else — the model's file and kind, the `[run]` section,
+where the outputs go — comes from the server, so a submission can never point the server
+at code or paths of the tenant's choosing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from thresher.errors import SpecError
+from thresher.service.errors import NotFound, Unprocessable
+from thresher.service.roots import check_source_uri
+from thresher.service.uploads import find_file
+from thresher.service.webhooks import check_webhook_url
+from thresher.spec import BatchSection, JobSpec, describe_errors, parse_spec
+
+if TYPE_CHECKING:
+    from thresher.service.state import ServiceState
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceRequest(_Strict):
+    """A server-side input: a file, directory or glob under one of `allowed_roots`."""
+
+    uri: str = Field(description="An absolute path or URL under the server's allowed_roots.")
+    format: Literal["parquet", "csv", "jsonl"] | None = Field(
+        None, description="Default: from the suffix."
+    )
+
+
+class NotifyRequest(_Strict):
+    """Where to tell the tenant that the job ended."""
+
+    webhook: str = Field(description="An http(s) URL; it gets a signed POST when the job ends.")
+
+
+class JobRequest(_Strict):
+    """The body of `POST /v1/jobs`. Exactly one of `input_file_id` and `source`."""
+
+    input_file_id: str | None = Field(None, description="An id from POST /v1/files.")
+    source: SourceRequest | None = None
+    model: str = Field(description="The name of a model registered on the server.")
+    columns: list[str] | None = Field(
+        None, description="The model's input columns (default: all but id and keep columns)."
+    )
+    id_column: str | None = Field(None, description="Copied into every result and error row.")
+    keep_columns: list[str] = Field(
+        default_factory=list, description="Input columns copied beside the predictions."
+    )
+    output_format: Literal["jsonl", "csv", "parquet"] = "jsonl"
+    priority: int = Field(0, description="Higher runs first; equal priorities run oldest first.")
+    name: str = Field("api", max_length=200, description="A name for listings and logs.")
+    notify: NotifyRequest | None = None
+    batch: BatchSection | None = Field(None, description="size (rows or 'auto'), max_size.")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> JobRequest:
+        if (self.input_file_id is None) == (self.source is None):
+            raise ValueError("input_file_id: give exactly one of input_file_id and source")
+        return self
+
+
+def parse_request(body: dict[str, Any]) -> JobRequest:
+    """Validate a submission's JSON; Unprocessable names each bad field."""
+    try:
+        return JobRequest.model_validate(body)
+    except ValidationError as exc:
+        raise Unprocessable(describe_errors(exc)) from None
+
+
+def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: str) -> JobSpec:
+    """The whole job spec for a tenant's submission, its output in `outputs/<job_id>/`."""
+    request = parse_request(body)
+    model = state.config.models.get(request.model)
+    if model is None:
+        known = ", ".join(sorted(state.config.models)) or "none"
+        raise Unprocessable([f"model: no model named {request.model!r} (registered: {known})"])
+    if request.notify is not None:
+        try:
+            check_webhook_url(request.notify.webhook, state.config.webhook_allow_private)
+        except ValueError as exc:
+            raise Unprocessable([str(exc)]) from None
+    raw: dict[str, Any] = {
+        "job": {"name": request.name, "priority": request.priority},
+        "source": _source(state, tenant, request),
+        "model": model.model_dump(mode="json"),
+        "run": state.config.run.model_dump(mode="json"),
+        "sink": {
+            "uri": f"{state.output_dir(job_id)}/",
+            "format": request.output_format,
+            "keep_columns": request.keep_columns,
+        },
+    }
+    if request.batch is not None:
+        raw["batch"] = request.batch.model_dump(mode="json")
+    if request.notify is not None:
+        raw["notify"] = request.notify.model_dump(mode="json")
+    try:
+        return parse_spec(raw)
+    except SpecError as exc:
+        raise Unprocessable(exc.problems) from None
+
+
+def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, Any]:
+    if request.input_file_id is not None:
+        upload = find_file(state.store, tenant, request.input_file_id)
+        source: dict[str, Any] = {"uri": upload.path, "format": upload.format}
+    else:
+        assert request.source is not None
+        source = {"uri": _readable(state, tenant, request.source.uri)}
+        source["format"] = request.source.format
+    source["id_column"] = request.id_column
+    source["columns"] = request.columns
+    return source
+
+
+def _readable(state: ServiceState, tenant: str, uri: str) -> str:
+    """A server-side input the tenant may read: under `allowed_roots`, or one of the
+    tenant's own request-buffer batch files (which the buffer submits as jobs)."""
+    from thresher.service.buffer import buffered_batch_owner
+
+    owner = buffered_batch_owner(state, uri)
+    if owner is None:
+        return check_source_uri(uri, state.config.allowed_roots)
+    if owner != tenant:
+        raise NotFound(f"source.uri: no such input {uri!r}")
+    return uri

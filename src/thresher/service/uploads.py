@@ -1,0 +1,218 @@
+"""Uploaded input files: received as a multipart stream straight to disk under a
+server-generated name, and recorded per tenant in the `thresher_files` table.
+
+The client's filename is kept as metadata only — it never becomes part of a path — and an
+upload is cut off (and its partial file deleted) the moment it passes `max_upload_bytes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.concurrency import run_in_threadpool
+
+from thresher.service.errors import BadRequest, NotFound, TooLarge
+from thresher.store import Store
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS thresher_files (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, filename TEXT NOT NULL, format TEXT NOT NULL,
+    bytes BIGINT NOT NULL, sha256 TEXT NOT NULL, path TEXT NOT NULL, created_at TEXT NOT NULL)"""
+FILE_FIELD = "file"
+# Multipart framing (boundaries, part headers, small fields) on top of the file itself.
+FRAMING_ALLOWANCE = 64 * 1024
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One uploaded file: whose it is, what it was called, where the server keeps it."""
+
+    id: str
+    tenant: str
+    filename: str
+    format: str
+    bytes: int
+    sha256: str
+    path: str
+    created_at: str
+
+    def public(self) -> dict[str, Any]:
+        """What the API shows of it (never the server-side path)."""
+        return {
+            "id": self.id,
+            "object": "file",
+            "filename": self.filename,
+            "format": self.format,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "created_at": self.created_at,
+        }
+
+
+def new_file_id() -> str:
+    """`file-` and 24 random hex digits: unguessable, and safe as a file name."""
+    return f"file-{secrets.token_hex(12)}"
+
+
+def create_file_table(store: Store) -> None:
+    """Create the `thresher_files` table if it is not there yet."""
+    with store.db.transaction() as cur:
+        cur.execute(SCHEMA)
+
+
+def record_file(store: Store, record: FileRecord) -> None:
+    """Add an uploaded (or buffered) file, already complete on disk, to the table."""
+    with store.db.transaction() as cur:
+        cur.execute(
+            "INSERT INTO thresher_files (id, tenant, filename, format, bytes, sha256, path,"
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.id,
+                record.tenant,
+                record.filename,
+                record.format,
+                record.bytes,
+                record.sha256,
+                record.path,
+                record.created_at,
+            ),
+        )
+
+
+def find_file(store: Store, tenant: str, file_id: str) -> FileRecord:
+    """The tenant's file `file_id`; NotFound when there is none (or it is another's)."""
+    rows = store.db.query(
+        "SELECT id, tenant, filename, format, bytes, sha256, path, created_at"
+        " FROM thresher_files WHERE id = ? AND tenant = ?",
+        (file_id, tenant),
+    )
+    if not rows:
+        raise NotFound(f"no file {file_id!r}; upload one with POST /v1/files")
+    return FileRecord(*rows[0])
+
+
+@dataclass
+class Received:
+    """What came in the upload's file part."""
+
+    filename: str
+    bytes: int
+    sha256: str
+
+
+async def receive_upload(
+    content_type: str, body: AsyncIterator[bytes], dest: Path, limit: int
+) -> Received:
+    """Stream the multipart part named `file` to `dest`, counting and hashing as it
+    goes. Raises TooLarge past `limit` bytes and BadRequest for anything but one file
+    part; `dest` is removed whenever it raises."""
+    kind, options = parse_options_header(content_type)
+    if kind != b"multipart/form-data" or b"boundary" not in options:
+        raise BadRequest("send the file as multipart/form-data, in a field named 'file'")
+    sink = _PartSink(dest, limit)
+    parser = MultipartParser(options[b"boundary"], sink.callbacks())
+    try:
+        async for chunk in body:
+            parser.write(chunk)
+            await run_in_threadpool(sink.flush)
+        parser.finalize()
+        sink.close()
+    except MultipartParseError as exc:
+        sink.discard()
+        raise BadRequest(f"invalid multipart body: {exc}") from None
+    except BaseException:
+        sink.discard()
+        raise
+    if sink.filename is None:
+        sink.discard()
+        raise BadRequest("no file in the upload; send it in a multipart field named 'file'")
+    return Received(sink.filename, sink.size, sink.hasher.hexdigest())
+
+
+class _PartSink:
+    """Multipart callbacks that send the `file` part's bytes to disk and skip the rest."""
+
+    def __init__(self, dest: Path, limit: int) -> None:
+        self.dest, self.limit = dest, limit
+        self.filename: str | None = None
+        self.size = 0
+        self.hasher = hashlib.sha256()
+        self._file: BinaryIO | None = None
+        self._in_file_part = False
+        self._header = b""
+        self._disposition = b""
+        self._pending: list[bytes] = []
+
+    def callbacks(self) -> MultipartCallbacks:
+        return {
+            "on_part_begin": self._part_begin,
+            "on_header_field": self._header_field,
+            "on_header_value": self._header_value,
+            "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_finished,
+            "on_part_data": self._part_data,
+            "on_part_end": self._part_end,
+        }
+
+    def _part_begin(self) -> None:
+        self._header, self._disposition, self._in_file_part = b"", b"", False
+
+    def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header += data[start:end]
+
+    def _header_value(self, data: bytes, start: int, end: int) -> None:
+        if self._header.lower() == b"content-disposition":
+            self._disposition += data[start:end]
+
+    def _header_end(self) -> None:
+        self._header = b""
+
+    def _headers_finished(self) -> None:
+        _, options = parse_options_header(self._disposition)
+        if options.get(b"name") != FILE_FIELD.encode() or b"filename" not in options:
+            return  # another form field: ignored
+        if self.filename is not None:
+            raise BadRequest("send one file per upload")
+        self.filename = options[b"filename"].decode("utf-8", "replace")[:255]
+        self._in_file_part = True
+        self._file = self.dest.open("xb")
+
+    def _part_data(self, data: bytes, start: int, end: int) -> None:
+        if not self._in_file_part:
+            return
+        self.size += end - start
+        if self.size > self.limit:
+            raise TooLarge(f"the upload is larger than this server's limit of {self.limit:,} bytes")
+        piece = data[start:end]
+        self.hasher.update(piece)
+        self._pending.append(piece)
+
+    def _part_end(self) -> None:
+        self._in_file_part = False
+
+    def flush(self) -> None:
+        """Write what the last chunk brought (called off the event loop)."""
+        if self._file is not None and self._pending:
+            self._file.writelines(self._pending)
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._file is not None:
+            self._file.close()
+
+    def discard(self) -> None:
+        """Close and remove the partial file."""
+        self._pending.clear()
+        if self._file is not None:
+            self._file.close()
+        self.dest.unlink(missing_ok=True)

@@ -1,0 +1,276 @@
+"""Signed webhooks when a job ends: `notify.webhook` in a job's spec.
+
+When a job reaches a terminal state the service POSTs one JSON event to the job's webhook:
+
+    {"event": "job.completed", "job_id": "20261130-020304-a1b2c3", "status": "succeeded",
+     "request_counts": {"total": 10, "completed": 9, "failed": 1},
+     "created_at": "…", "finished_at": "…"}
+
+`event` is `job.completed`, `job.failed` or `job.cancelled`; `status` is the job's status
+as `GET /v1/jobs/{id}` shows it (`succeeded`, `failed`, `cancelled`).
+
+Every attempt is signed with the server's `webhook_secret`: `X-Thresher-Timestamp` is the
+attempt's Unix time and `X-Thresher-Signature` is `sha256=` + the hex HMAC-SHA256 of
+`"<timestamp>.<body>"`. To verify one, recompute that over the raw bytes received (not
+re-serialised JSON), compare in constant time, and refuse timestamps more than a few
+minutes old, so a captured delivery cannot be replayed later. `verify_signature` does
+all three:
+
+    ok = verify_signature(secret, headers["X-Thresher-Timestamp"], raw_body,
+                          headers["X-Thresher-Signature"])
+
+Deliveries run on background threads, so the scheduler never waits on a receiver. They
+are retried with exponential backoff (1, 2, 4, 8 s: five tries) on connection errors,
+429 and 5xx; any other answer ends them. Each is a row of `thresher_webhook_deliveries`
+(job, event, url, attempts, last status, delivered_at); those still pending when the
+server stops resume when it starts again.
+
+URL policy (`check_webhook_url`): http or https only, and every address the host
+resolves to must be public — loopback, private, link-local, multicast, reserved and
+unspecified addresses are refused unless the server sets `webhook_allow_private`. The
+jobs API checks at submission; each attempt checks again (DNS may have changed) and then
+connects to the very address it checked, with no proxy and no redirects followed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import httpx2 as httpx
+
+from thresher.service.delivery import Delivery, RetryingDispatcher
+from thresher.service.webhook_policy import check_webhook_url, resolve_webhook_url
+from thresher.store import JobRecord, JobState, Store
+from thresher.store.db import Database
+from thresher.store.jobs import now
+
+if TYPE_CHECKING:
+    from thresher.service.state import ServiceState
+
+__all__ = [
+    "WebhookSender",
+    "WebhookSettings",
+    "check_webhook_url",
+    "sign",
+    "start_webhooks",
+    "verify_signature",
+]
+
+log = logging.getLogger("thresher.service.webhooks")
+
+TIMESTAMP_HEADER = "X-Thresher-Timestamp"
+SIGNATURE_HEADER = "X-Thresher-Signature"
+SCHEMA = """CREATE TABLE IF NOT EXISTS thresher_webhook_deliveries (
+    job_id TEXT NOT NULL, event TEXT NOT NULL, url TEXT NOT NULL, payload TEXT NOT NULL,
+    state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_status INTEGER,
+    last_error TEXT, created_at TEXT NOT NULL, delivered_at TEXT,
+    PRIMARY KEY (job_id, event, url))"""
+EVENTS = {
+    JobState.SUCCEEDED: "job.completed",
+    JobState.FAILED: "job.failed",
+    JobState.CANCELLED: "job.cancelled",
+}
+
+
+class DeliveryState(StrEnum):
+    PENDING = "pending"  # waiting for its next try
+    DELIVERED = "delivered"  # the receiver answered 2xx
+    FAILED = "failed"  # out of tries, or an answer that is not worth retrying
+    REFUSED = "refused"  # the URL broke the policy; nothing was sent
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """How webhooks are signed and sent. `backoff` holds the waits between tries."""
+
+    secret: str
+    allow_private: bool = False
+    backoff: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    timeout: float = 10.0
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The `X-Thresher-Signature` value for `body` sent at `timestamp`."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return f"sha256={digest.hexdigest()}"
+
+
+def verify_signature(
+    secret: str, timestamp: str, body: bytes | str, header: str, max_age: float | None = 300.0
+) -> bool:
+    """For receivers: whether `header` (`X-Thresher-Signature`) signs `body` at `timestamp`
+    (`X-Thresher-Timestamp`) with `secret`, and the timestamp is at most `max_age` seconds
+    from now (None: any age)."""
+    if max_age is not None:
+        try:
+            if abs(time.time() - int(timestamp)) > max_age:
+                return False
+        except ValueError:
+            return False
+    raw = body.encode() if isinstance(body, str) else body
+    return hmac.compare_digest(sign(secret, timestamp, raw), header.strip())
+
+
+def job_event(job: JobRecord, store: Store) -> dict[str, Any]:
+    """The webhook body for a job that ended."""
+    totals = store.totals(job.id)
+    return {
+        "event": EVENTS[job.state],
+        "job_id": job.id,
+        "status": job.state.value,
+        "request_counts": {
+            "total": totals.rows_in,
+            "completed": totals.rows_out,
+            "failed": totals.rows_error,
+        },
+        "created_at": job.created_at,
+        "finished_at": job.finished_at,
+    }
+
+
+def webhook_of(job: JobRecord) -> str | None:
+    """The job's `notify.webhook` URL, if it has one."""
+    notify = job.spec.get("notify") or {}
+    url = notify.get("webhook") if isinstance(notify, dict) else None
+    return str(url) if url else None
+
+
+class WebhookSender:
+    """Records and delivers webhooks; `job_finished` is the `on_job_finished` hook."""
+
+    def __init__(self, store: Store, settings: WebhookSettings, workers: int = 4) -> None:
+        self._store, self._db, self._settings = store, store.db, settings
+        with self._db.transaction() as cur:
+            cur.execute(SCHEMA)
+        self._client = httpx.Client(
+            timeout=settings.timeout, trust_env=False, follow_redirects=False
+        )
+        self._dispatcher = RetryingDispatcher(self._attempt, workers)
+
+    def job_finished(self, job: JobRecord) -> None:
+        """Record the job's webhook, once per job and event, and queue it for delivery."""
+        url = webhook_of(job)
+        if url is None or job.state not in EVENTS:
+            return
+        delivery = Delivery(job.id, EVENTS[job.state], url, json.dumps(job_event(job, self._store)))
+        with self._db.transaction() as cur:
+            added = cur.execute(
+                "INSERT INTO thresher_webhook_deliveries (job_id, event, url, payload, state,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (delivery.job_id, delivery.event, url, delivery.payload,
+                 DeliveryState.PENDING.value, now()),
+            ).rowcount  # fmt: skip
+        if added:
+            self._dispatcher.submit(delivery)
+
+    def resume_pending(self) -> int:
+        """Queue the deliveries a stopped server left pending; returns how many."""
+        rows = self._db.query(
+            "SELECT job_id, event, url, payload, attempts FROM thresher_webhook_deliveries"
+            " WHERE state = ?",
+            (DeliveryState.PENDING.value,),
+        )
+        for row in rows:
+            self._dispatcher.submit(Delivery(*row))
+        return len(rows)
+
+    def close(self) -> None:
+        """Stop sending; deliveries not yet done stay pending for the next start."""
+        self._dispatcher.close()
+        self._client.close()
+
+    def _attempt(self, delivery: Delivery) -> float | None:
+        """One try; returns the wait before the next one, or None when it is over."""
+        tries = delivery.attempts + 1
+        status: int | None = None
+        try:
+            status = self._post(delivery)
+            error = None if 200 <= status < 300 else f"HTTP {status}"
+        except ValueError as exc:  # the policy refused the URL as it resolves now
+            self._record(delivery, tries, None, str(exc), DeliveryState.REFUSED)
+            return None
+        except httpx.TransportError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        if error is None:
+            self._record(delivery, tries, status, None, DeliveryState.DELIVERED)
+            return None
+        retryable = status is None or status >= 500 or status == 429
+        if retryable and tries <= len(self._settings.backoff):
+            self._record(delivery, tries, status, error, DeliveryState.PENDING)
+            return self._settings.backoff[tries - 1]
+        log.warning("webhook for job %s to %s failed: %s", delivery.job_id, delivery.url, error)
+        self._record(delivery, tries, status, error, DeliveryState.FAILED)
+        return None
+
+    def _post(self, delivery: Delivery) -> int:
+        addresses = resolve_webhook_url(delivery.url, self._settings.allow_private)
+        body = delivery.payload.encode()
+        timestamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "thresher-webhooks",
+            TIMESTAMP_HEADER: timestamp,
+            SIGNATURE_HEADER: sign(self._settings.secret, timestamp, body),
+        }
+        url = httpx.URL(delivery.url)
+        extensions: dict[str, Any] = {}
+        if addresses:  # connect to the address just checked, whatever DNS says next
+            headers["Host"] = url.netloc.decode("ascii")
+            extensions["sni_hostname"] = url.host
+            url = url.copy_with(host=str(addresses[0]))
+        response = self._client.post(url, content=body, headers=headers, extensions=extensions)
+        return response.status_code
+
+    def _record(
+        self,
+        delivery: Delivery,
+        tries: int,
+        status: int | None,
+        error: str | None,
+        state: DeliveryState,
+    ) -> None:
+        delivered_at = now() if state == DeliveryState.DELIVERED else None
+        with self._db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_webhook_deliveries SET attempts = ?, last_status = ?,"
+                " last_error = ?, state = ?, delivered_at = ?"
+                " WHERE job_id = ? AND event = ? AND url = ?",
+                (tries, status, error, state.value, delivered_at, delivery.job_id,
+                 delivery.event, delivery.url),
+            )  # fmt: skip
+        delivery.attempts = tries
+
+
+def deliveries(db: Database, job_id: str) -> list[dict[str, Any]]:
+    """The recorded webhook deliveries of a job (for the API and tests)."""
+    rows = db.query(
+        "SELECT event, url, state, attempts, last_status, last_error, created_at, delivered_at"
+        " FROM thresher_webhook_deliveries WHERE job_id = ? ORDER BY created_at",
+        (job_id,),
+    )
+    keys = ("event", "url", "state", "attempts", "last_status", "last_error")
+    return [dict(zip((*keys, "created_at", "delivered_at"), row, strict=True)) for row in rows]
+
+
+def start_webhooks(
+    state: ServiceState, settings: WebhookSettings | None = None
+) -> Callable[[], None]:
+    """Deliver `notify.webhook` events for the service: registers the hook on
+    `state.on_job_finished`, resumes pending deliveries, and returns the stop function."""
+    config = state.config
+    if settings is None:
+        if not config.webhook_secret:
+            raise ValueError("webhook_secret is not set; load the config with load_config()")
+        settings = WebhookSettings(config.webhook_secret, config.webhook_allow_private)
+    sender = WebhookSender(state.store, settings)
+    state.on_job_finished.append(sender.job_finished)
+    sender.resume_pending()
+    return sender.close

@@ -1,0 +1,167 @@
+"""A real `thresher serve` in a subprocess, for the service's end-to-end tests.
+
+`ServiceSite` lays out a server's folder (config, models, a shared input folder, the
+store) and makes tokens with the real CLI; `Server` starts uvicorn on a free port of
+127.0.0.1, waits for `/healthz`, and can be stopped politely or killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .support import THRESHER
+
+# Two small models: `Double` answers at once, `Slow` sleeps per batch (to be caught
+# mid-job). Both reject a negative x, so bad rows reach the error file at the predict stage.
+MODELS = """
+import time
+
+import numpy as np
+
+
+class Double:
+    def predict(self, batch):
+        x = np.asarray(batch["x"], dtype=float)
+        if (x < 0).any():
+            raise ValueError("x must not be negative")
+        return {"prediction": 2.0 * x}
+
+
+class Slow(Double):
+    def __init__(self, delay=1.0):
+        self.delay = delay
+
+    def predict(self, batch):
+        time.sleep(self.delay)
+        return super().predict(batch)
+"""
+FINISHED = ("succeeded", "failed", "cancelled")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServiceSite:
+    """A server's folder: `server.toml`, `models.py`, `shared/` (the allowed root), the
+    store, and `data/` (uploads and outputs)."""
+
+    root: Path
+    max_upload_bytes: int = 20_000
+    slow_delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.shared = self.root / "shared"
+        self.shared.mkdir(parents=True, exist_ok=True)
+        self.data = self.root / "data"
+        self.store = f"sqlite:///{self.root / 'store.db'}"
+        self.models = self.root / "models.py"
+        self.models.write_text(MODELS, encoding="utf-8")
+        self.config = self.root / "server.toml"
+        self.config.write_text(
+            f"""
+data_dir = {json.dumps(str(self.data))}
+allowed_roots = [{json.dumps(str(self.shared))}]
+max_upload_bytes = {self.max_upload_bytes}
+max_concurrent_jobs = 2
+
+[run]
+workers = 1
+
+[models.double]
+kind = "python"
+uri = {json.dumps(f"{self.models}:Double")}
+batch_format = "numpy"
+
+[models.slow]
+kind = "python"
+uri = {json.dumps(f"{self.models}:Slow")}
+batch_format = "numpy"
+options = {{ delay = {self.slow_delay} }}
+""",
+            encoding="utf-8",
+        )
+
+    def token(self, tenant: str) -> str:
+        """A new token for `tenant`, made by `thresher token create`."""
+        done = subprocess.run(
+            [str(THRESHER), "--store", self.store, "token", "create", "--tenant", tenant],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+
+class Server:
+    """`thresher serve` on a free port, its log in the site's folder."""
+
+    def __init__(self, site: ServiceSite) -> None:
+        self.site = site
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = site.root / f"server-{self.port}.log"
+        command = [
+            str(THRESHER),
+            "serve",
+            "--port",
+            str(self.port),
+            "--config",
+            str(site.config),
+            "--store",
+            site.store,
+        ]
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        self._wait_healthy()
+
+    def _wait_healthy(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited:\n{self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the server did not start in {timeout} s:\n{self.log.read_text()}")
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no shutdown code runs."""
+        self.process.kill()
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def wait_for_job(client: httpx.Client, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Poll a job until it ends; its last status."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in FINISHED:
+            return dict(job)
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not end in {timeout} s: {job}")

@@ -1,0 +1,331 @@
+"""Webhooks: signatures, the URL policy, and delivery with retries to a real local server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thresher.service import webhook_policy
+from thresher.service.config import ServerConfig, prepare
+from thresher.service.state import ServiceState
+from thresher.service.webhooks import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WebhookSender,
+    WebhookSettings,
+    check_webhook_url,
+    deliveries,
+    sign,
+    start_webhooks,
+    verify_signature,
+)
+from thresher.store import JobRecord, JobState, Store, open_store
+
+SECRET = "s3cret"
+FAST = (0.05, 0.1, 0.2, 0.4)  # five tries, well under a second of waiting
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver on 127.0.0.1 answering each POST with the next scripted status."""
+
+    statuses: list[int]
+    received: list[dict[str, Any]] = field(default_factory=list)
+    port: int = 0
+
+    def url(self, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}/hook"
+
+    def wait_for(self, count: int, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(self.received) >= count, f"got {len(self.received)} of {count} deliveries"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    got = Receiver(statuses=[])
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            headers = dict(self.headers.items())
+            got.received.append({"headers": headers, "body": body, "at": time.monotonic()})
+            status = got.statuses.pop(0) if got.statuses else 200
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    got.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    yield got
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return open_store(f"sqlite:///{tmp_path / 'store.db'}")
+
+
+def finished_job(
+    store: Store, webhook: str | None, state: JobState = JobState.SUCCEEDED
+) -> JobRecord:
+    """A job that ran two shards (10 rows in, 9 out, 1 error) and ended in `state`."""
+    job_id = f"job-{time.monotonic_ns()}"
+    spec = {"notify": {"webhook": webhook}}
+    store.create_job(job_id, "hooked", spec, {"shards": [{}, {}]})
+    store.shard_done(job_id, 0, "a0", (6, 5, 1), 0.1)
+    store.shard_done(job_id, 1, "a1", (4, 4, 0), 0.1)
+    store.finish(job_id, state, None, None if state == JobState.SUCCEEDED else "it broke")
+    return store.job(job_id)
+
+
+def wait_state(store: Store, job_id: str, state: str, timeout: float = 5.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = deliveries(store.db, job_id)
+        if rows and rows[0]["state"] == state:
+            return rows[0]
+        time.sleep(0.01)
+    raise AssertionError(
+        f"delivery of {job_id} never reached {state}: {deliveries(store.db, job_id)}"
+    )
+
+
+def test_signature_round_trip() -> None:
+    body = b'{"event": "job.completed"}'
+    now = str(int(time.time()))
+    header = sign(SECRET, now, body)
+    assert header.startswith("sha256=") and len(header) == 7 + 64
+    assert verify_signature(SECRET, now, body, header)
+    assert verify_signature(SECRET, now, body.decode(), header)
+    assert not verify_signature("other", now, body, header)
+    assert not verify_signature(SECRET, now, body + b" ", header)
+    assert not verify_signature(SECRET, str(int(now) + 1), body, header)
+
+
+def test_an_old_signature_is_refused_unless_age_is_not_checked() -> None:
+    old = str(int(time.time()) - 3600)
+    header = sign(SECRET, old, b"{}")
+    assert not verify_signature(SECRET, old, b"{}", header)
+    assert verify_signature(SECRET, old, b"{}", header, max_age=None)
+    assert not verify_signature(SECRET, "yesterday", b"{}", header)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:8080/hook", "loopback"),
+        ("http://10.1.2.3/hook", "private"),
+        ("http://169.254.169.254/latest/meta-data", "link-local"),
+        ("http://[::1]/hook", "loopback"),
+        ("http://localhost/hook", "loopback"),
+        ("http://[::ffff:192.168.0.1]/hook", "private"),
+        ("http://224.0.0.1/hook", "multicast"),
+        ("http://0.0.0.0/hook", "unspecified"),
+        ("http://100.64.0.1/hook", "non-global"),
+    ],
+)
+def test_private_addresses_are_refused_unless_allowed(url: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=rf"notify\.webhook: .*\({reason}\), not a public"):
+        check_webhook_url(url, allow_private=False)
+    check_webhook_url(url, allow_private=True)
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/x", "file:///etc/passwd", "http:///nohost"])
+def test_only_http_urls_with_a_host_are_webhooks(url: str) -> None:
+    with pytest.raises(ValueError, match=r"notify\.webhook"):
+        check_webhook_url(url, allow_private=True)
+
+
+def fake_dns(monkeypatch: pytest.MonkeyPatch, names: dict[str, list[str]]) -> None:
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host in names:
+            family = {4: socket.AF_INET, 6: socket.AF_INET6}
+            return [
+                (family[6 if ":" in ip else 4], socket.SOCK_STREAM, 6, "", (ip, port))
+                for ip in names[host]
+            ]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(webhook_policy.socket, "getaddrinfo", getaddrinfo)
+
+
+def test_a_public_host_passes_but_any_private_address_refuses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_dns(monkeypatch, {"hooks.example.com": ["93.184.216.34"], "mixed.example.com":
+                           ["93.184.216.34", "10.0.0.7"]})  # fmt: skip
+    check_webhook_url("https://hooks.example.com/x", allow_private=False)
+    with pytest.raises(ValueError, match=r"10\.0\.0\.7 \(private\)"):
+        check_webhook_url("https://mixed.example.com/x", allow_private=False)
+
+
+def test_delivery_retries_with_backoff_until_the_receiver_answers(
+    store: Store, receiver: Receiver
+) -> None:
+    receiver.statuses = [503, 500]
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    job = finished_job(store, receiver.url())
+    try:
+        sender.job_finished(job)
+        receiver.wait_for(3)
+        row = wait_state(store, job.id, "delivered")
+    finally:
+        sender.close()
+    assert row["attempts"] == 3 and row["last_status"] == 200 and row["delivered_at"]
+    gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(receiver.received)]
+    assert gaps[0] >= FAST[0] and gaps[1] >= FAST[1]
+    last = receiver.received[-1]
+    headers = {k.lower(): v for k, v in last["headers"].items()}
+    assert verify_signature(
+        SECRET, headers[TIMESTAMP_HEADER.lower()], last["body"], headers[SIGNATURE_HEADER.lower()]
+    )
+    assert json.loads(last["body"]) == {
+        "event": "job.completed",
+        "job_id": job.id,
+        "status": "succeeded",
+        "request_counts": {"total": 10, "completed": 9, "failed": 1},
+        "created_at": job.created_at,
+        "finished_at": job.finished_at,
+    }
+
+
+def test_a_job_end_is_delivered_once_however_often_the_hook_runs(
+    store: Store, receiver: Receiver
+) -> None:
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    job = finished_job(store, receiver.url(), JobState.FAILED)
+    try:
+        sender.job_finished(job)
+        sender.job_finished(job)
+        wait_state(store, job.id, "delivered")
+        time.sleep(0.1)
+    finally:
+        sender.close()
+    assert len(receiver.received) == 1
+    assert json.loads(receiver.received[0]["body"])["event"] == "job.failed"
+
+
+def test_a_refused_url_gets_no_delivery(store: Store, receiver: Receiver) -> None:
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=False, backoff=FAST))
+    job = finished_job(store, receiver.url())
+    try:
+        sender.job_finished(job)
+        row = wait_state(store, job.id, "refused")
+    finally:
+        sender.close()
+    assert receiver.received == [] and row["attempts"] == 1
+    assert "loopback" in row["last_error"]
+
+
+def test_a_client_error_is_not_retried(store: Store, receiver: Receiver) -> None:
+    receiver.statuses = [404]
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    job = finished_job(store, receiver.url(), JobState.CANCELLED)
+    try:
+        sender.job_finished(job)
+        row = wait_state(store, job.id, "failed")
+    finally:
+        sender.close()
+    assert row["attempts"] == 1 and row["last_status"] == 404 and len(receiver.received) == 1
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_connection_errors_are_retried_then_given_up(store: Store) -> None:
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    job = finished_job(store, f"http://127.0.0.1:{closed_port()}/hook")
+    try:
+        sender.job_finished(job)
+        row = wait_state(store, job.id, "failed")
+    finally:
+        sender.close()
+    assert row["attempts"] == 5 and row["last_status"] is None and "Connect" in row["last_error"]
+
+
+def test_pending_deliveries_resume_after_a_restart(store: Store, receiver: Receiver) -> None:
+    receiver.statuses = [503]
+    slow = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=(60.0,)))
+    job = finished_job(store, receiver.url())
+    slow.job_finished(job)
+    receiver.wait_for(1)
+    wait_state(store, job.id, "pending")
+    slow.close()  # the server stops while the retry waits
+    restarted = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    try:
+        assert restarted.resume_pending() == 1
+        row = wait_state(store, job.id, "delivered")
+    finally:
+        restarted.close()
+    assert row["attempts"] == 2 and len(receiver.received) == 2
+
+
+def test_delivery_connects_to_the_address_it_checked(
+    store: Store, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host is resolved once, by the policy; the POST goes to that address with the
+    name in `Host`, so a DNS answer that changes after the check cannot redirect it."""
+    fake_dns(monkeypatch, {"hooks.example.com": ["127.0.0.1"]})
+    monkeypatch.setattr(webhook_policy, "_not_public", lambda address: None)
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=False, backoff=FAST))
+    job = finished_job(store, receiver.url("hooks.example.com"))
+    try:
+        sender.job_finished(job)
+        wait_state(store, job.id, "delivered")
+    finally:
+        sender.close()
+    headers = {k.lower(): v for k, v in receiver.received[0]["headers"].items()}
+    assert headers["host"] == f"hooks.example.com:{receiver.port}"
+
+
+def test_the_service_hook_delivers_with_the_configured_secret(
+    store: Store, receiver: Receiver, tmp_path: Path
+) -> None:
+    config = prepare(ServerConfig(data_dir=tmp_path / "data", webhook_allow_private=True))
+    state = ServiceState(store=store, config=config, data_dir=config.data_dir)
+    stop = start_webhooks(state)
+    try:
+        state.job_finished(finished_job(store, receiver.url()))
+        receiver.wait_for(1)
+    finally:
+        stop()
+    got = receiver.received[0]
+    headers = {k.lower(): v for k, v in got["headers"].items()}
+    assert config.webhook_secret
+    assert verify_signature(
+        config.webhook_secret, headers["x-thresher-timestamp"], got["body"],
+        headers["x-thresher-signature"],
+    )  # fmt: skip
+
+
+def test_a_job_without_a_webhook_sends_nothing(store: Store, receiver: Receiver) -> None:
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    job = finished_job(store, None)
+    sender.job_finished(job)
+    sender.close()
+    assert deliveries(store.db, job.id) == [] and receiver.received == []
