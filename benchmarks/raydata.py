@@ -50,7 +50,13 @@ def main() -> None:
     import ray
 
     temp = tempfile.mkdtemp(prefix="ray-bench-", dir="/tmp")
-    ray.init(num_cpus=args.cpus, include_dashboard=False, _temp_dir=temp, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=args.cpus,
+        include_dashboard=False,
+        _temp_dir=temp,
+        log_to_driver=False,
+    )
     ray.data.DataContext.get_current().enable_progress_bars = False
     ds = ray.data.read_parquet(workload.data, columns=["id", *workload.features])
     ds = ds.map_batches(

@@ -82,7 +82,10 @@ class RayExecutor:
         ray = _import_ray()
         if not ray.is_initialized():
             try:
-                ray.init(address=self.run.address, log_to_driver=False, **_join_as(self.run))
+                # No address means a Ray of this job's own: "local", never a cluster that
+                # some earlier `ray start` left recorded (and that may be long dead).
+                address = self.run.address or "local"
+                ray.init(address=address, log_to_driver=False, **_join_as(self.run))
             except ConnectionError as exc:
                 raise ThresherError(f"run.address: {exc}") from exc
             self._started_ray = True
