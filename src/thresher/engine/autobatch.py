@@ -1,20 +1,23 @@
 """`batch.size = "auto"`: find the batch size where throughput stops growing, per worker.
 
 The tuner starts small and doubles the size while measured rows/s keeps rising by more
-than `GAIN`; two steps without such a gain (or the ceiling) settle it at the best size
-seen. Out of memory halves the size and caps it there for good. `batch.max_memory` caps
-the input bytes of one batch. Only full batches are measured, and the first call (model
-warm-up) is ignored.
+than `GAIN`; `FLAT_STEPS` steps in a row without such a gain (or the ceiling) settle it at
+the best size seen. Each size is measured over at least `MIN_SECONDS` of model time, as
+rows over seconds in total: single small calls are too noisy to rank sizes by. Out of
+memory halves the size and caps it there for good. `batch.max_memory` caps the input
+bytes of one batch. Only full batches are measured, and the first call (model warm-up) is
+ignored.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 GAIN = 1.05  # a size must beat the best so far by 5% to count as better
-SAMPLES = 3  # full batches measured at each size
-SAMPLE_SECONDS = 1.0  # ...or fewer, once the model has spent this long at a size
+FLAT_STEPS = 3  # sizes in a row without that gain before settling
+SAMPLES = 3  # full batches measured at each size, at least...
+MIN_SECONDS = 0.05  # ...and at least this much model time
+SAMPLE_SECONDS = 1.0  # ...unless one size has already taken this long
 
 
 @dataclass
@@ -28,7 +31,8 @@ class BatchTuner:
     size: int = field(init=False)
     settled: bool = field(init=False)
     _best: tuple[int, float] = field(init=False, default=(0, 0.0))
-    _rates: list[float] = field(init=False, default_factory=list)
+    _calls: int = field(init=False, default=0)
+    _rows: int = field(init=False, default=0)
     _seconds: float = field(init=False, default=0.0)
     _flat_steps: int = field(init=False, default=0)
     _warm: bool = field(init=False, default=False)
@@ -50,10 +54,12 @@ class BatchTuner:
         if not self._warm:
             self._warm = True  # the first call pays for lazy initialisation
             return
-        self._rates.append(rows / seconds)
+        self._calls += 1
+        self._rows += rows
         self._seconds += seconds
-        if len(self._rates) >= SAMPLES or self._seconds > SAMPLE_SECONDS:
-            self._step(statistics.median(self._rates))
+        enough = self._calls >= SAMPLES and self._seconds >= MIN_SECONDS
+        if enough or self._seconds > SAMPLE_SECONDS:
+            self._step(self._rows / self._seconds)
 
     def back_off(self, failed_rows: int) -> None:
         """A batch of `failed_rows` ran out of memory: halve, and never grow past that."""
@@ -66,8 +72,8 @@ class BatchTuner:
             self._best, self._flat_steps = (self.size, rate), 0
         else:
             self._flat_steps += 1
-        self._rates, self._seconds = [], 0.0
-        if self._flat_steps >= 2 or self.size * 2 > self.max_size:
+        self._calls, self._rows, self._seconds = 0, 0, 0.0
+        if self._flat_steps >= FLAT_STEPS or self.size * 2 > self.max_size:
             self.size, self.settled = self._best[0] or self.size, True
         else:
             self.size *= 2
