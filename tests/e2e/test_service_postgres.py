@@ -43,8 +43,8 @@ def test_the_service_runs_on_a_postgresql_store(tmp_path: Path, pg_store: str) -
     site = ServiceSite(tmp_path)
     site.store = pg_store
     server = Server(site)
+    acme, globex = server.client(site.token("acme")), server.client(site.token("globex"))
     try:
-        acme, globex = server.client(site.token("acme")), server.client(site.token("globex"))
         rows = [{"id": i, "x": float(i)} for i in range(30)]
         data = "".join(json.dumps(r) + "\n" for r in rows).encode()
         uploaded = acme.post("/v1/files", files={"file": ("in.jsonl", data)}).json()
@@ -66,6 +66,8 @@ def test_the_service_runs_on_a_postgresql_store(tmp_path: Path, pg_store: str) -
         assert globex.get(f"/v1/jobs/{job_id}").status_code == 404
         assert len(acme.get("/v1/jobs").json()["data"]) == 1
     finally:
+        acme.close()
+        globex.close()
         server.stop()
 
 
