@@ -24,6 +24,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from thresher.engine.tasks import (
+    NOT_RETRYABLE,
     Event,
     Progress,
     ShardDone,
@@ -32,7 +33,6 @@ from thresher.engine.tasks import (
     WorkerBroken,
     WorkerSetup,
 )
-from thresher.errors import BadInputError, ModelOutputError
 from thresher.faults import crash_point
 
 THREAD_VARIABLES = (
@@ -42,7 +42,6 @@ THREAD_VARIABLES = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
-NOT_RETRYABLE = (BadInputError, ModelOutputError)
 READY = "ready"  # a worker's first message: its model is loaded, shard clocks may run
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from thresher.engine.tasks import (
+    NOT_RETRYABLE,
     Event,
     Progress,
     ShardDone,
@@ -30,10 +31,8 @@ from thresher.engine.tasks import (
     ShardTask,
     WorkerSetup,
 )
-from thresher.errors import BadInputError, ModelOutputError, ThresherError
+from thresher.errors import ThresherError
 from thresher.spec import RunSection
-
-NOT_RETRYABLE = (BadInputError, ModelOutputError)
 
 
 class ShardActor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from thresher.errors import BadInputError, ModelOutputError
 from thresher.models.base import LoadContext
 from thresher.sinks.base import PartTarget
 from thresher.sinks.parts import PartLayout, StagedPart
@@ -59,6 +60,10 @@ class ShardResult:
     rows_error: int
     seconds: float
     batch_size: int = 0  # the model batch size the worker ended the shard with
+
+
+# Errors a retry cannot fix: the same input or model fails the same way on any worker.
+NOT_RETRYABLE = (BadInputError, ModelOutputError)
 
 
 # Events, worker -> coordinator.

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from thresher.sources.files import filesystem
+from thresher.sources.files import filesystem, is_local
 
 STAGING = "_staging"
 
@@ -63,7 +63,7 @@ def commit_file(staged: StagedPart, layout: PartLayout) -> None:
         if fs.exists(dst):
             return
         raise FileNotFoundError(f"staged part {staged.path} is missing")
-    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+    if is_local(fs):
         os.replace(src, dst)
     else:
         fs.mv(src, dst)

@@ -55,6 +55,13 @@ def file_size(url: str) -> int:
     return int(fs.size(path))
 
 
+def is_local(fs: Any) -> bool:
+    """Whether an fsspec filesystem is this machine's disk (where renames are atomic and
+    Arrow's own file reader applies)."""
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "file" in protocols
+
+
 def _is_data_file(relative: str, suffixes: tuple[str, ...]) -> bool:
     """A path below the listed directory: hidden if any part of it is (not the root's)."""
     hidden = any(part.startswith(HIDDEN_PREFIXES) for part in relative.split("/"))

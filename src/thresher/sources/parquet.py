@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from thresher.errors import SourceError
 from thresher.sources.base import Chunk, Plan, Shard
-from thresher.sources.files import filesystem, list_files
+from thresher.sources.files import filesystem, is_local, list_files
 
 SUFFIXES = (".parquet", ".pq")
 
@@ -75,10 +75,6 @@ def _split_row_groups(url: str, meta: Any, shard_bytes: int, first_index: int) -
     return shards
 
 
-def _is_local(fs: Any) -> bool:
-    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-
 class _open:  # used like the built-in open()
     """A ParquetFile over a local path (memory-mapped) or an fsspec file, closed on exit."""
 
@@ -86,7 +82,7 @@ class _open:  # used like the built-in open()
         fs, path = filesystem(url)
         try:
             # Local files go through Arrow's own reader, which is faster than a Python file.
-            self._file = pa.OSFile(path) if _is_local(fs) else fs.open(path, "rb")
+            self._file = pa.OSFile(path) if is_local(fs) else fs.open(path, "rb")
             self._parquet = pq.ParquetFile(self._file)
         except (OSError, pa.ArrowException) as exc:
             raise SourceError(f"{url}: not a readable Parquet file: {exc}") from exc

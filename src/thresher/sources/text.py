@@ -9,10 +9,10 @@ re-parses and never the rest of its block.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import fsspec
 import numpy as np
@@ -26,6 +26,7 @@ from thresher.sources.files import file_size, list_files
 SAMPLE_BYTES = 1 << 20
 READ_BLOCK = 4 << 20
 INFER_LINES = 10_000
+T = TypeVar("T")
 COMPRESSED = (".gz", ".bz2", ".zst", ".xz")
 
 
@@ -94,13 +95,8 @@ class TextSource:
             return self.format.infer(sample, names)
         except (pa.ArrowException, ValueError):
             pass
-        good, schemas = [], []
-        for line in sample.splitlines()[:INFER_LINES]:
-            try:
-                schemas.append(self.format.infer(line + b"\n", names))
-                good.append(line)
-            except (pa.ArrowException, ValueError):
-                continue
+        readable = _line_by_line(sample, lambda line: self.format.infer(line, names))
+        good, schemas = [line for line, _ in readable], [schema for _, schema in readable]
         if not good:
             raise SourceError(f"source.uri: no readable record in the first lines of {self.uri}")
         try:
@@ -126,12 +122,7 @@ class TextSource:
             return self.format.parse(sample, schema)
         except (pa.ArrowException, ValueError):
             pass
-        tables = []
-        for line in sample.splitlines()[:INFER_LINES]:
-            try:
-                tables.append(self.format.parse(line + b"\n", schema))
-            except (pa.ArrowException, ValueError):
-                continue
+        tables = [t for _, t in _line_by_line(sample, lambda line: self.format.parse(line, schema))]
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
     def _split(self, url: str, names: list[str] | None, first_index: int) -> list[Shard]:
@@ -300,6 +291,18 @@ def _most_common_types(schemas: list[pa.Schema]) -> pa.Schema:
             counts = votes.setdefault(column.name, Counter())
             counts[column.type] += 0 if pa.types.is_null(column.type) else 1
     return pa.schema([(name, counts.most_common(1)[0][0]) for name, counts in votes.items()])
+
+
+def _line_by_line(sample: bytes, attempt: Callable[[bytes], T]) -> list[tuple[bytes, T]]:
+    """`attempt` on each of the sample's first lines alone (with its newline); the lines
+    it succeeds on, with what it returned. The slow path when a whole sample will not do."""
+    done = []
+    for line in sample.splitlines()[:INFER_LINES]:
+        try:
+            done.append((line, attempt(line + b"\n")))
+        except (pa.ArrowException, ValueError):
+            continue
+    return done
 
 
 def _is_number_type(kind: pa.DataType) -> bool:
