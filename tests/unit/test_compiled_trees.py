@@ -1,0 +1,185 @@
+"""Tree ensembles compiled with tl2cgen: the same outputs as the library, a cache that a
+pool of workers shares, and a clear fallback (or error) when compiling is not possible."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from pathlib import Path
+
+import lightgbm
+import numpy as np
+import pytest
+import xgboost
+
+from thresher.errors import ModelLoadError
+from thresher.models import compiled_trees
+from thresher.models.compiled_trees import cache_dir, compile_option, fastest_predict
+
+WIDTH = 6
+
+
+def _rows(count: int = 2_000, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((count, WIDTH))
+    x[rng.random(x.shape) < 0.05] = np.nan  # missing values take the trees' default branch
+    return x
+
+
+def _lightgbm(folder: Path, objective: str = "binary") -> tuple[Path, lightgbm.Booster]:
+    x = _rows(seed=1)
+    y = (np.nan_to_num(x[:, 0]) + np.nan_to_num(x[:, 1]) > 0).astype(int)
+    params = {"objective": objective, "num_leaves": 15, "verbose": -1}
+    if objective == "multiclass":
+        params["num_class"], y = 3, np.digitize(np.nan_to_num(x[:, 0]), [-0.5, 0.5])
+    booster = lightgbm.train(params, lightgbm.Dataset(x, y), num_boost_round=20)
+    path = folder / f"lightgbm-{objective}.txt"
+    booster.save_model(str(path))
+    return path, booster
+
+
+def _xgboost(folder: Path) -> tuple[Path, xgboost.Booster]:
+    x = _rows(seed=2)
+    y = (np.nan_to_num(x[:, 2]) > 0).astype(int)
+    params = {"objective": "binary:logistic", "max_depth": 4, "nthread": 1}
+    booster = xgboost.train(params, xgboost.DMatrix(x, label=y), num_boost_round=20)
+    path = folder / "xgboost.json"
+    booster.save_model(str(path))
+    return path, booster
+
+
+def _libraries() -> list[Path]:
+    return sorted(cache_dir().glob("*.so")) if cache_dir().exists() else []
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("THRESHER_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("objective", ["binary", "multiclass", "regression"])
+def test_compiled_lightgbm_predicts_what_lightgbm_predicts(
+    tmp_path: Path, cache: Path, objective: str
+) -> None:
+    path, booster = _lightgbm(tmp_path, objective)
+    native = booster.predict
+    predict = fastest_predict(path, "lightgbm", native, width=WIDTH, threads=1, mode="auto")
+    assert predict is not native
+    assert len(_libraries()) == 1
+    x = _rows(5_000, seed=3)
+    np.testing.assert_allclose(predict(x), native(x), rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_xgboost_predicts_what_xgboost_predicts(tmp_path: Path, cache: Path) -> None:
+    path, booster = _xgboost(tmp_path)
+    native = booster.inplace_predict
+    predict = fastest_predict(path, "xgboost", native, width=WIDTH, threads=2, mode=True)
+    assert predict is not native
+    x = _rows(5_000, seed=3)
+    np.testing.assert_allclose(predict(x), native(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_second_load_reuses_the_compiled_library(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, booster = _lightgbm(tmp_path)
+    fastest_predict(path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode=True)
+    (library,) = _libraries()
+    built = library.stat().st_mtime_ns
+    import tl2cgen
+
+    def no_compiling(*_: object, **__: object) -> None:
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(tl2cgen, "export_lib", no_compiling)
+    fastest_predict(path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode=True)
+    assert _libraries() == [library]
+    assert library.stat().st_mtime_ns == built
+
+
+def _load_in_process(path: str, cache: str) -> None:
+    import os
+
+    os.environ["THRESHER_CACHE"] = cache
+    booster = lightgbm.Booster(model_file=path)
+    fastest_predict(Path(path), "lightgbm", booster.predict, width=WIDTH, threads=1, mode=True)
+
+
+def test_workers_that_load_at_once_compile_once(tmp_path: Path, cache: Path) -> None:
+    path, _ = _lightgbm(tmp_path)
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_load_in_process, args=(str(path), str(cache))) for _ in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0, 0, 0]
+    assert len(_libraries()) == 1
+    assert not list(cache_dir().glob("*.partial.so"))
+
+
+def test_compile_false_keeps_the_library_predict(tmp_path: Path, cache: Path) -> None:
+    path, booster = _lightgbm(tmp_path)
+    native = booster.predict
+    assert fastest_predict(path, "lightgbm", native, width=WIDTH, threads=1, mode=False) is native
+    assert _libraries() == []
+
+
+def test_without_a_compiler_auto_falls_back_and_true_fails(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, booster = _lightgbm(tmp_path)
+    monkeypatch.setattr(compiled_trees.shutil, "which", lambda _: None)
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        predict = fastest_predict(
+            path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode="auto"
+        )
+    assert predict == booster.predict
+    assert "no C compiler" in caplog.text
+    with pytest.raises(ModelLoadError, match=r"compile = true.*no C compiler"):
+        fastest_predict(path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode=True)
+
+
+def test_a_compiled_model_that_disagrees_is_not_used(
+    tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, booster = _lightgbm(tmp_path)
+
+    def shifted(x: np.ndarray) -> np.ndarray:  # stands in for a transform read wrongly
+        return np.asarray(booster.predict(x)) * 0.5
+
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        predict = fastest_predict(path, "lightgbm", shifted, width=WIDTH, threads=1, mode="auto")
+    assert predict is shifted
+    assert "differ" in caplog.text
+    with pytest.raises(ModelLoadError, match="differ"):
+        fastest_predict(path, "lightgbm", shifted, width=WIDTH, threads=1, mode=True)
+
+
+def test_a_file_treelite_cannot_read_falls_back_with_the_reason(
+    tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, booster = _lightgbm(tmp_path)
+    broken = tmp_path / "broken.txt"
+    broken.write_text("tree\nversion=v4\nthis is not a LightGBM model\n")
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        predict = fastest_predict(
+            broken, "lightgbm", booster.predict, width=WIDTH, threads=1, mode="auto"
+        )
+    assert predict == booster.predict
+    assert "broken.txt" in caplog.text
+    assert not list(cache_dir().glob("*.partial.so"))
+
+
+@pytest.mark.parametrize("value", [True, False, "auto"])
+def test_compile_option_accepts_true_false_auto(value: object) -> None:
+    assert compile_option({"compile": value}) == value
+    assert compile_option({}) == "auto"
+
+
+def test_compile_option_refuses_anything_else() -> None:
+    with pytest.raises(ModelLoadError, match=r"model\.options\.compile: 'yes'"):
+        compile_option({"compile": "yes"})
