@@ -1,6 +1,7 @@
 """Peak memory of `thresher run` as the input grows: it should stay roughly flat.
 
     python benchmarks/memory_scaling.py --rows 1000000 5000000 --model sklearn onnx
+    python benchmarks/memory_scaling.py --rows 1000000 42000000 --model onnx  # 10 GB
 
 For each size it writes a Parquet file of `rows` x 30 float features (plus an id), trains a
 small model once, runs the real CLI under `/usr/bin/time -v`, and samples the summed RSS of
@@ -13,7 +14,9 @@ the smallest input.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,6 +49,28 @@ def train(directory: Path, kind: str) -> Path:
     path = directory / "model.onnx"
     path.write_bytes(onx.SerializeToString())
     return path
+
+
+MODEL_ONLY = """
+import resource, sys
+from thresher.models import LoadContext, load_model
+from thresher.spec import ModelSection
+load_model(ModelSection(kind=sys.argv[1], uri=sys.argv[2]), LoadContext(features=(), threads=1))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def model_only_rss(model_path: Path, kind: str, env: dict[str, str]) -> int:
+    """Peak RSS of a process that only loads the model as a worker does (Python, the
+    libraries it imports, the model itself): "the model" in the memory target."""
+    out = subprocess.run(
+        [sys.executable, "-c", MODEL_ONLY, kind, str(model_path)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(out.stdout.strip().splitlines()[-1])
 
 
 def run_job(spec: Path, env: dict[str, str]) -> tuple[int, int, float]:
@@ -93,13 +118,17 @@ def main() -> None:
     parser.add_argument("--model", nargs="+", default=["sklearn", "onnx"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--batch-size", default="auto", help='batch.size: "auto" or rows')
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="thresher-mem-"))
     root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     rows_table = []
+    size: int | str = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
+    baselines = {}
     for kind in args.model:
         model_path = train(root, kind)
+        baselines[kind] = model_only_rss(model_path, kind, env)
         for rows in args.rows:
             data = root / f"input-{rows}.parquet"
             if not data.exists():
@@ -109,21 +138,30 @@ def main() -> None:
             spec.write_text(
                 f'[source]\nuri = "{data}"\nid_column = "id"\n'
                 f'[model]\nkind = "{kind}"\nuri = "{model_path}"\n'
-                f"[batch]\nsize = 8192\n[run]\nworkers = {args.workers}\n"
+                f"[batch]\nsize = {json.dumps(size)}\n[run]\nworkers = {args.workers}\n"
                 f'[sink]\nuri = "{out}/"\nforce = true\n'
             )
             one, tree, seconds = run_job(spec, env)
             check_output(out, data, model_path, kind)
-            rows_table.append((kind, rows, one, tree, seconds))
-    print("| model | rows | max RSS, one process (time -v) | peak RSS, whole tree | seconds |")
-    print("|---|---:|---:|---:|---:|")
-    for kind, rows, one, tree, seconds in rows_table:
-        mib = f"{one / 2**20:,.0f} MiB | {tree / 2**20:,.0f} MiB"
-        print(f"| {kind} | {rows:,} | {mib} | {seconds:.1f} |")
+            rows_table.append((kind, rows, data.stat().st_size, one, tree, seconds))
+    print(f"batch.size = {size}, {args.workers} workers. 'model': peak RSS of a process that")
+    print("only loads the model (Python, its libraries, the model), once per worker.")
+    print()
+    print(
+        "| model | rows | input | max RSS, one process (time -v) | peak RSS, whole tree"
+        " | tree - workers x model | seconds |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for kind, rows, size_bytes, one, tree, seconds in rows_table:
+        beyond = tree - args.workers * baselines[kind]
+        mib = f"{one / 2**20:,.0f} MiB | {tree / 2**20:,.0f} MiB | {beyond / 2**20:,.0f} MiB"
+        print(f"| {kind} | {rows:,} | {size_bytes / 1e9:.1f} GB | {mib} | {seconds:.1f} |")
+    for kind, rss in baselines.items():
+        print(f"{kind}: model alone {rss / 2**20:,.0f} MiB")
     for kind in args.model:
         runs = [r for r in rows_table if r[0] == kind]
         if len(runs) > 1:
-            ratio = runs[-1][3] / runs[0][3]
+            ratio = runs[-1][4] / runs[0][4]
             grow = runs[-1][1] / runs[0][1]
             print(f"{kind}: input x{grow:.0f} -> peak tree RSS x{ratio:.2f}")
 

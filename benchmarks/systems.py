@@ -125,6 +125,11 @@ def optimum(workload: Workload, root: Path, env: dict[str, str], hint: int) -> R
         f"read {stages['read']:.2f} + model {stages['model']:.2f} + write {stages['write']:.2f} s"
         f" (batch {stages['batch_size']:,}, {CORES} threads; process {measured.seconds:.1f} s)"
     )
+    if "model_library" in stages:
+        note += (
+            f"; trees compiled with tl2cgen, as thresher runs them (LightGBM's own predict:"
+            f" model {stages['model_library']:.2f} s)"
+        )
     seconds = measured.seconds if workload.whole_process else total
     return Result("hand-written optimum", seconds, workload.rows, measured, out, note, stages)
 
@@ -139,6 +144,8 @@ def naive(workload: Workload, root: Path, env: dict[str, str]) -> Result:
     loop = json.loads(measured.stdout.strip().splitlines()[-1])
     seconds = loop["loop"] * workload.rows / loop["rows"]
     note = f"{loop['rows']:,} rows in {loop['loop']:.2f} s, extrapolated; memory of the sample run"
+    if workload.kind == "lightgbm":
+        note += "; LightGBM's own predict"
     if workload.whole_process:
         seconds, note = measured.seconds, f"process start to exit; {loop['rows']:,} rows"
     return Result("per-row loop", seconds, workload.rows, measured, out, note)
@@ -153,6 +160,8 @@ def ray_data(workload: Workload, root: Path, env: dict[str, str], tuning: Tuning
     cmd += ["--threads", str(tuning.threads), "--cpus", str(CORES)]
     measured = run_measured(cmd, env, watch=out)
     note = f"{tuning.workers} actor(s), {tuning.threads} thread(s) each; ray.init included"
+    if workload.kind == "lightgbm":
+        note += "; LightGBM's own predict, as a Ray Data user writes it"
     return Result("Ray Data", measured.seconds, workload.rows, measured, out, note)
 
 

@@ -73,10 +73,12 @@ def write_input(path: Path, rows: int, seed: int = 0) -> None:
 
 
 def write_sentences(path: Path, rows: int, seed: int = 0) -> None:
-    """`rows` sentences of 5-120 words drawn from `VOCABULARY`, plus an id."""
+    """`rows` sentences of words drawn from `VOCABULARY`, plus an id: four in five of 4-30
+    words, one in five of 31-120 (a long tail, so sorting by length matters)."""
     rng = np.random.default_rng(seed)
     words = np.array(VOCABULARY)
-    lengths = rng.integers(5, 121, size=rows)
+    long = rng.random(rows) < 0.2
+    lengths = np.where(long, rng.integers(31, 121, size=rows), rng.integers(4, 31, size=rows))
     texts = [" ".join(words[rng.integers(0, len(words), size=n)]) for n in lengths]
     table = pa.table({"id": np.arange(rows, dtype=np.int64), "text": texts})
     pq.write_table(table, path, row_group_size=16_384)
@@ -141,8 +143,12 @@ def read_inputs(workload: Workload, table: pa.Table) -> Any:
     return np.column_stack([table.column(f).to_numpy() for f in workload.features])
 
 
-def load_predictor(workload: Workload, threads: int) -> Predictor:
-    """The workload's model, loaded directly with `threads` threads."""
+def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> Predictor:
+    """The workload's model, loaded directly with `threads` threads; `compiled`: a tree
+    model compiled to native code with treelite + tl2cgen, as thresher does (by hand here,
+    so the optimum does not lean on thresher's code)."""
+    if workload.kind == "lightgbm" and compiled:
+        return _compiled_lightgbm(workload, threads)
     if workload.kind == "lightgbm":
         import lightgbm
 
@@ -166,6 +172,23 @@ def load_predictor(workload: Workload, threads: int) -> Predictor:
 
         return _in_slices(mlp)
     return _load_encoder(workload, threads)
+
+
+def _compiled_lightgbm(workload: Workload, threads: int) -> Predictor:
+    import tl2cgen
+    import treelite
+
+    library = Path(workload.model).with_suffix(".so")
+    if not library.exists():  # compiling is set-up, like loading: not timed
+        model = treelite.frontend.load_lightgbm_model(workload.model)
+        tl2cgen.export_lib(model, "gcc", str(library), params={"parallel_comp": 8}, nthread=2)
+    predictor = tl2cgen.Predictor(str(library), nthread=threads)
+
+    def trees(x: np.ndarray) -> np.ndarray:
+        p = predictor.predict(tl2cgen.DMatrix(x, dtype="float64")).reshape(-1)
+        return np.argmax(np.column_stack([1.0 - p, p]), axis=1).astype(np.int64)
+
+    return _in_slices(trees)
 
 
 def _in_slices(predict: Callable[[np.ndarray], np.ndarray]) -> Predictor:
@@ -205,7 +228,7 @@ def output_table(ids: Any, predictions: np.ndarray, column: str) -> pa.Table:
 # name -> (title, rows, rows with --quick, per-row loop sample, the same with --quick)
 SIZES = {
     "tabular": ("LightGBM classifier, 30 float features", 5_000_000, 200_000, 2_000, 1_000),
-    "mlp": ("ONNX MLP classifier, 30 float features", 1_000_000, 200_000, 2_000, 1_000),
+    "mlp": ("ONNX MLP classifier, 30 float features", 5_000_000, 200_000, 2_000, 1_000),
     "minilm": ("all-MiniLM-L6-v2 sentence embeddings", 20_000, 1_000, 200, 100),
     "overhead": ("1,000-row job (fixed overhead), the ONNX MLP", 1_000, 1_000, 1_000, 1_000),
 }
@@ -221,7 +244,8 @@ def prepare(name: str, root: Path, quick: bool) -> Workload:
     """Generate the input and model for workload `name` under `root` (both reused)."""
     title, full, small, naive, naive_small = SIZES[name]
     rows = small if quick else full
-    data = root / f"{name}-{rows}.parquet"
+    # The matrix workloads of one size read the very same file.
+    data = root / f"{'text' if name == 'minilm' else 'matrix'}-{rows}.parquet"
     common = {"name": name, "title": title, "rows": rows, "data": str(data)}
     common["naive_rows"] = min(naive_small if quick else naive, rows)
     if name == "minilm":
