@@ -162,7 +162,7 @@ def test_a_compiled_model_that_disagrees_is_not_used(
 def test_a_file_treelite_cannot_read_falls_back_with_the_reason(
     tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path, booster = _lightgbm(tmp_path)
+    _, booster = _lightgbm(tmp_path)
     broken = tmp_path / "broken.txt"
     broken.write_text("tree\nversion=v4\nthis is not a LightGBM model\n")
     with caplog.at_level(logging.WARNING, logger="thresher.models"):

@@ -45,6 +45,28 @@ def test_auto_stops_at_the_ceiling() -> None:
     assert tuner.settled and tuner.size == 256
 
 
+def test_auto_compares_sizes_by_work_when_rows_grow_longer() -> None:
+    """A text model sees rows shortest first: each bigger size runs on longer rows. Its
+    cost per token falls with the batch up to 256 and is flat after; rows/s alone would
+    fall all along (the rows grow) and settle at the first size."""
+    tokens_per_second = {64: 1e4, 128: 1.5e4, 256: 2e4, 512: 2.02e4, 1024: 2.03e4, 2048: 2e4}
+
+    def drive(with_work: bool) -> int:
+        tuner, length = BatchTuner(start=64, max_size=2048), 10.0
+        for _ in range(200):
+            if tuner.settled:
+                break
+            size = tuner.batch_size(row_bytes=8.0)
+            tokens = size * length
+            seconds = tokens / tokens_per_second[size]
+            tuner.observe(size, seconds, tokens if with_work else None)
+            length *= 1.3  # the next batch's rows are longer
+        return tuner.size
+
+    assert drive(with_work=True) == 256
+    assert drive(with_work=False) == 64
+
+
 def test_out_of_memory_halves_and_caps_for_good() -> None:
     tuner = BatchTuner(start=64, max_size=4096)
     tuner.back_off(failed_rows=1024)

@@ -3,7 +3,8 @@
 The tuner starts small and doubles the size while measured rows/s keeps rising by more
 than `GAIN`; `FLAT_STEPS` steps in a row without such a gain (or the ceiling) settle it at
 the best size seen. Each size is measured over at least `MIN_SECONDS` of model time, as
-rows over seconds in total: single small calls are too noisy to rank sizes by. Out of
+work over seconds in total (work is rows, or tokens for a text model: see `observe`):
+single small calls are too noisy to rank sizes by. Out of
 memory halves the size and caps it there for good. `batch.max_memory` caps the input
 bytes of one batch. Only full batches are measured, and the first call (model warm-up) is
 ignored.
@@ -32,7 +33,7 @@ class BatchTuner:
     settled: bool = field(init=False)
     _best: tuple[int, float] = field(init=False, default=(0, 0.0))
     _calls: int = field(init=False, default=0)
-    _rows: int = field(init=False, default=0)
+    _work: float = field(init=False, default=0.0)
     _seconds: float = field(init=False, default=0.0)
     _flat_steps: int = field(init=False, default=0)
     _warm: bool = field(init=False, default=False)
@@ -47,19 +48,24 @@ class BatchTuner:
             return max(1, min(self.size, int(self.max_memory // row_bytes)))
         return self.size
 
-    def observe(self, rows: int, seconds: float) -> None:
-        """Record one model call of `rows` rows that took `seconds`."""
+    def observe(self, rows: int, seconds: float, work: float | None = None) -> None:
+        """Record one model call of `rows` rows that took `seconds`.
+
+        `work` is what the call cost in the model's own units when rows differ in cost:
+        tokens for a text model. Its rows come sorted shortest first, so each bigger size
+        is measured on longer rows, and rows/s would fall for that reason alone; work/s
+        compares the sizes fairly. Rows by default."""
         if self.settled or rows < self.size or seconds <= 0:
             return
         if not self._warm:
             self._warm = True  # the first call pays for lazy initialisation
             return
         self._calls += 1
-        self._rows += rows
+        self._work += rows if work is None else work
         self._seconds += seconds
         enough = self._calls >= SAMPLES and self._seconds >= MIN_SECONDS
         if enough or self._seconds > SAMPLE_SECONDS:
-            self._step(self._rows / self._seconds)
+            self._step(self._work / self._seconds)
 
     def back_off(self, failed_rows: int) -> None:
         """A batch of `failed_rows` ran out of memory: halve, and never grow past that."""
@@ -72,7 +78,7 @@ class BatchTuner:
             self._best, self._flat_steps = (self.size, rate), 0
         else:
             self._flat_steps += 1
-        self._calls, self._rows, self._seconds = 0, 0, 0.0
+        self._calls, self._work, self._seconds = 0, 0.0, 0.0
         if self._flat_steps >= FLAT_STEPS or self.size * 2 > self.max_size:
             self.size, self.settled = self._best[0] or self.size, True
         else:

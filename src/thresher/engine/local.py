@@ -194,7 +194,7 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
         conn.send(WorkerBroken(type(exc).__name__, str(exc)))
         return
     conn.send(READY)
-    tuner = tuner_for(setup.batch)  # kept across shards: later shards start settled
+    tuner = tuner_for(setup.batch, model)  # kept across shards: later shards start settled
     while (task := conn.recv()) is not None:
 
         def report(rows: int, shard: int = task.shard.index) -> None:

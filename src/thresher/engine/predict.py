@@ -32,10 +32,15 @@ class Predicted:
 
 
 def predict_isolating(
-    model: Model, features: pa.Table, model_name: str, tuner: BatchTuner | None = None
+    model: Model,
+    features: pa.Table,
+    model_name: str,
+    tuner: BatchTuner | None = None,
+    work: float | None = None,
 ) -> Predicted:
     """Predict every row that the model accepts; isolate the ones that make it raise.
-    Out of memory splits the batch too (and tells the tuner), but fails no row."""
+    Out of memory splits the batch too (and tells the tuner), but fails no row. The
+    tuner hears how long the whole batch took, and its `work` (see BatchTuner.observe)."""
     segments: list[tuple[int, dict[str, pa.Array]]] = []
     failed: dict[int, tuple[str, str]] = {}
 
@@ -46,7 +51,7 @@ def predict_isolating(
             clock = time.perf_counter()
             outputs = model.predict(part)
             if tuner is not None and offset == 0 and part is features:
-                tuner.observe(part.num_rows, time.perf_counter() - clock)
+                tuner.observe(part.num_rows, time.perf_counter() - clock, work)
         except Exception as exc:
             out_of_memory = is_out_of_memory(exc)
             if out_of_memory and part.num_rows == 1:

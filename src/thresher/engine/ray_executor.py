@@ -44,7 +44,7 @@ class ShardActor:
 
         self.setup = setup
         self.model = load_model(setup.model, setup.context)
-        self.tuner = tuner_for(setup.batch)
+        self.tuner = tuner_for(setup.batch, self.model)
 
     def ready(self) -> bool:
         return True

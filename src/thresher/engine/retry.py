@@ -97,7 +97,7 @@ class _Round:
         writer = self.setup.parts.open(shard.index, attempt)
         work = ShardWork(self.setup, self.model, shard, errors)
         fixed = 0
-        for chunk in self.setup.reader.read(shard, self.setup.batch.read_rows):
+        for chunk in self.setup.reader.read(shard, self.setup.batch.read_rows()):
             picked = _pick(chunk, wanted, self.setup, shard)
             if picked.table.num_rows:
                 output, _ = work.predict(picked)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from thresher.engine.executor import plan_placement
 from thresher.engine.job import check_features
 from thresher.models import LoadContext, load_model
-from thresher.models.base import Model
+from thresher.models.base import Model, SortsByLength
 from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
 
@@ -53,9 +53,8 @@ def sweep(spec: JobSpec, sizes: Sequence[int] | None = None) -> list[SweepRow]:
     sample = _sample(spec, plan, features, max(SAMPLE_ROWS, *sizes))
     threads = plan_placement(spec.run, len(plan.shards)).threads
     model = load_model(spec.model, LoadContext(features=tuple(features), threads=threads))
-    sort_key = getattr(model, "sort_key", None)
-    if sort_key is not None:  # as the workers do: text models see rows shortest first
-        order = np.argsort(np.asarray(sort_key(sample)), kind="stable")
+    if isinstance(model, SortsByLength):  # as the workers do: text rows shortest first
+        order = np.argsort(np.asarray(model.sort_key(sample)), kind="stable")
         sample = sample.take(pa.array(order))
     return [_measure(model, sample, size) for size in sizes if size <= max(sample.num_rows, 1)]
 

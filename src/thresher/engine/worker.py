@@ -20,7 +20,7 @@ from thresher.engine.pipeline import Prefetch, WriteBehind
 from thresher.engine.predict import predict_isolating, row_as_text
 from thresher.engine.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.errors import BadInputError, ModelOutputError
-from thresher.models.base import Model
+from thresher.models.base import Model, SortsByLength
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import StagedPart, open_for_write
 from thresher.sources.base import Chunk, Shard
@@ -69,14 +69,15 @@ class ShardWork:
     errors: ErrorPart
     tuner: BatchTuner | None = None
 
-    def predict(self, chunk: Chunk) -> tuple[pa.Table, np.ndarray]:
+    def predict(self, chunk: Chunk, work: float | None = None) -> tuple[pa.Table, np.ndarray]:
         """A chunk's output rows (id, keep columns, predictions) and their positions;
-        its bad rows go to the error part."""
+        its bad rows go to the error part. `work`: the chunk's cost in the model's units
+        (its rows' total length), for the tuner."""
         setup = self.setup
         rows = _drop_missing(_Rows(setup, self.shard, chunk.table, chunk.positions), self.errors)
         table, positions = rows.table, rows.positions
         features = table.select(list(setup.context.features))
-        predicted = predict_isolating(self.model, features, setup.model.uri, self.tuner)
+        predicted = predict_isolating(self.model, features, setup.model.uri, self.tuner, work)
         for index, (error, message) in sorted(predicted.failed.items()):
             self.errors.add(rows.bad(index, "predict", error, message))
         if len(predicted.rows) < table.num_rows:
@@ -96,28 +97,37 @@ class ShardWork:
         """The chunk's output rows, in input order, predicted in batches of the tuner's
         size. A text model that can measure its rows (`sort_key`: token lengths) gets them
         shortest first, so each batch pads little; rows go back in input order after."""
-        sort_key = getattr(self.model, "sort_key", None)
-        if sort_key is not None and chunk.table.num_rows > 1:
-            keys = sort_key(chunk.table.select(list(self.setup.context.features)))
-            order = np.argsort(np.asarray(keys), kind="stable")
+        lengths: np.ndarray | None = None
+        model = self.model
+        sorting = isinstance(model, SortsByLength)
+        if isinstance(model, SortsByLength) and chunk.table.num_rows > 1:
+            features = chunk.table.select(list(self.setup.context.features))
+            keys = np.asarray(model.sort_key(features))
+            order = np.argsort(keys, kind="stable")
             chunk = Chunk(chunk.table.take(pa.array(order)), chunk.positions[order])
-        outputs = [self.predict(piece) for piece in self._pieces(chunk)]
+            lengths = keys[order]
+        outputs = [self.predict(piece, work) for piece, work in self._pieces(chunk, lengths)]
         if not outputs:
             return pa.table({})
         table = pa.concat_tables([t for t, _ in outputs]) if len(outputs) > 1 else outputs[0][0]
-        if sort_key is not None and table.num_rows > 1:
+        if sorting and table.num_rows > 1:
             positions = np.concatenate([p for _, p in outputs])
             table = table.take(pa.array(np.argsort(positions, kind="stable")))
         return table
 
-    def _pieces(self, chunk: Chunk) -> Iterator[Chunk]:
+    def _pieces(
+        self, chunk: Chunk, lengths: np.ndarray | None
+    ) -> Iterator[tuple[Chunk, float | None]]:
+        """Batches of the tuner's size, each with its rows' total length (when known)."""
         rows = chunk.table.num_rows
         row_bytes = chunk.table.nbytes / rows if rows else 0.0
         start = 0
         while start < rows:
             size = self.tuner.batch_size(row_bytes) if self.tuner else rows
-            yield Chunk(chunk.table.slice(start, size), chunk.positions[start : start + size])
-            start += size
+            stop = start + size
+            work = None if lengths is None else float(lengths[start:stop].sum())
+            yield Chunk(chunk.table.slice(start, size), chunk.positions[start:stop]), work
+            start = stop
 
 
 def run_shard(
@@ -133,7 +143,7 @@ def run_shard(
     the model works through the chunk in batches of the tuner's current size."""
     started = time.perf_counter()
     shard = task.shard
-    tuner = tuner or tuner_for(setup.batch)
+    tuner = tuner or tuner_for(setup.batch, model)
     part = setup.parts.open(shard.index, task.attempt)
     errors = ErrorPart(
         setup.errors.staging(shard.index, task.attempt), setup.on_bad_input == "fail"
@@ -141,7 +151,7 @@ def run_shard(
     work = ShardWork(setup, model, shard, errors, tuner)
     rows_in = rows_out = 0
     with (
-        Prefetch(setup.reader.read(shard, setup.batch.read_rows)) as chunks,
+        Prefetch(setup.reader.read(shard, setup.batch.read_rows(sorts_by_length(model)))) as chunks,
         WriteBehind(part.write) as writer,
     ):
         for chunk in chunks:
@@ -165,10 +175,17 @@ def run_shard(
     )
 
 
-def tuner_for(batch: BatchSection) -> BatchTuner:
-    """A worker's tuner: it lives as long as the worker, so later shards start settled."""
+def tuner_for(batch: BatchSection, model: Model) -> BatchTuner:
+    """A worker's tuner: it lives as long as the worker, so later shards start settled.
+    It never grows past the rows read at once (see `BatchSection.read_rows`)."""
     fixed = batch.size if isinstance(batch.size, int) else None
-    return BatchTuner(fixed=fixed, max_size=batch.max_size, max_memory=batch.max_memory)
+    ceiling = min(batch.max_size, batch.read_rows(sorts_by_length(model)))
+    return BatchTuner(fixed=fixed, max_size=ceiling, max_memory=batch.max_memory)
+
+
+def sorts_by_length(model: Model) -> bool:
+    """Whether the model measures its rows (text models), so chunks are sorted by it."""
+    return isinstance(model, SortsByLength)
 
 
 @dataclass(frozen=True)
