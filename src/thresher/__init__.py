@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from thresher.engine.job import JobResult
+from typing import TYPE_CHECKING, Any
+
 from thresher.errors import (
     BadInputError,
     JobFailed,
@@ -20,8 +21,11 @@ from thresher.errors import (
     SpecError,
     ThresherError,
 )
-from thresher.progress import Reporter
 from thresher.spec import JobSpec, load_spec, parse_spec
+
+if TYPE_CHECKING:
+    from thresher.engine.job import JobResult
+    from thresher.progress import Reporter
 
 __all__ = [
     "BadInputError",
@@ -40,6 +44,17 @@ __all__ = [
     "run",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """`JobResult` on first use: importing the engine here would load the job store, the
+    sinks and the progress display into every worker process, which imports this
+    package first and needs none of them."""
+    if name == "JobResult":
+        from thresher.engine.job import JobResult
+
+        return JobResult
+    raise AttributeError(f"module 'thresher' has no attribute {name!r}")
 
 
 def run(

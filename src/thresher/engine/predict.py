@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from thresher.arrays import from_numpy
 from thresher.engine.autobatch import BatchTuner
 from thresher.errors import ModelOutputError
 from thresher.models.base import Column, Model
@@ -107,11 +108,11 @@ def _to_arrow(values: Column, name: str, model_name: str) -> pa.Array:
         return values
     array = np.asarray(values)
     if array.ndim == 2:
-        flat = pa.array(np.ascontiguousarray(array).reshape(-1))
+        flat = from_numpy(np.ascontiguousarray(array).reshape(-1))
         return pa.FixedSizeListArray.from_arrays(flat, array.shape[1])
     if array.ndim != 1:
         raise ModelOutputError(f"model {model_name}: column {name!r} has shape {array.shape}")
-    return pa.array(array)
+    return from_numpy(array)
 
 
 def _flag_non_finite(predicted: Predicted) -> None:
@@ -122,7 +123,10 @@ def _flag_non_finite(predicted: Predicted) -> None:
         values = array.flatten() if pa.types.is_fixed_size_list(array.type) else array
         if not pa.types.is_floating(values.type):
             continue
-        finite = pc.is_finite(values).to_numpy(zero_copy_only=False)
+        checked = pc.is_finite(values)
+        if checked.null_count == 0 and checked.false_count == 0:
+            continue  # all finite: the usual case, and no conversion to NumPy
+        finite = checked.to_numpy(zero_copy_only=False)
         if pa.types.is_fixed_size_list(array.type):
             width = array.type.list_size
             finite = finite.reshape(-1, width).all(axis=1) if width else finite

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from thresher.arrays import to_numpy
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -34,7 +36,7 @@ def to_matrix(table: pa.Table, dtype: np.dtype[Any] | type = np.float64) -> np.n
         start = 0
         for chunk in column.chunks:
             stop = start + len(chunk)
-            matrix[start:stop, j] = chunk.to_numpy(zero_copy_only=False)
+            matrix[start:stop, j] = to_numpy(chunk)  # no pandas import (see arrays)
             start = stop
     return matrix
 

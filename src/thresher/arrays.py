@@ -1,0 +1,51 @@
+"""NumPy <-> Arrow for plain numbers, without pandas.
+
+When pandas is installed, pyarrow imports it on the first `pa.array(ndarray)` or
+`Array.to_numpy` (to look for pandas objects): a third of a second and tens of MiB in
+every worker of every job, for nothing when the values are plain numbers. These two move
+fixed-width integers and floats through the Arrow buffer directly and leave everything
+else (nulls, booleans, text, objects) to pyarrow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+_PLAIN = "iuf"  # NumPy kinds: signed, unsigned, float
+
+
+def to_numpy(array: pa.Array) -> np.ndarray:
+    """The array's values; a view of its buffer when they are numbers without nulls."""
+    dtype = _numpy_dtype(array.type)
+    if dtype is not None and array.null_count == 0 and len(array):
+        start = array.offset * dtype.itemsize
+        return np.frombuffer(array.buffers()[1], dtype, count=len(array), offset=start)
+    converted: np.ndarray = array.to_numpy(zero_copy_only=False)
+    return converted
+
+
+def from_numpy(values: np.ndarray) -> pa.Array:
+    """A 1-D NumPy array as an Arrow array; numbers are wrapped without a copy (when
+    contiguous), and the Arrow array keeps the NumPy one alive. Long doubles,
+    booleans and objects go through pyarrow."""
+    if values.dtype.kind in _PLAIN and not values.dtype.isnative:
+        values = values.astype(values.dtype.newbyteorder("="))  # Arrow holds native order
+    dtype = values.dtype
+    if values.ndim == 1 and dtype.kind in _PLAIN and dtype.itemsize <= 8:
+        data = np.ascontiguousarray(values)
+        buffers = [None, pa.py_buffer(data)]
+        return pa.Array.from_buffers(pa.from_numpy_dtype(dtype), len(data), buffers)
+    return pa.array(values)
+
+
+def _numpy_dtype(kind: pa.DataType) -> np.dtype | None:
+    if pa.types.is_floating(kind):
+        code = "f"
+    elif pa.types.is_signed_integer(kind):
+        code = "i"
+    elif pa.types.is_unsigned_integer(kind):
+        code = "u"
+    else:
+        return None
+    return np.dtype(f"={code}{kind.bit_width // 8}")
