@@ -52,8 +52,11 @@ class Tuning:
 def environment(root: Path) -> dict[str, str]:
     """The environment every system runs in: a private job store, our modules importable."""
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    # Bytecode caching on, as on a user's machine: with it off (some sandboxes set this),
+    # every process compiles an editable install's modules from source at each start.
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     return {
-        **os.environ,
+        **inherited,
         "THRESHER_STORE": f"sqlite:///{root / 'store.db'}",
         "THRESHER_CACHE": str(root / "cache"),
         "PYTHONWARNINGS": "ignore",

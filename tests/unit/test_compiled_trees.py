@@ -183,3 +183,29 @@ def test_compile_option_accepts_true_false_auto(value: object) -> None:
 def test_compile_option_refuses_anything_else() -> None:
     with pytest.raises(ModelLoadError, match=r"model\.options\.compile: 'yes'"):
         compile_option({"compile": "yes"})
+
+
+def test_threads_stay_within_what_openmp_allows(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray sets OMP_NUM_THREADS=1 in its workers; tl2cgen refuses more threads than that."""
+    path, booster = _lightgbm(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    predict = fastest_predict(path, "lightgbm", booster.predict, width=WIDTH, threads=2, mode=True)
+    x = _rows(100)
+    np.testing.assert_allclose(predict(x), booster.predict(x), rtol=1e-12)
+
+
+def test_an_unwritable_cache_falls_back_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, booster = _lightgbm(tmp_path)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("THRESHER_CACHE", str(blocker))
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        predict = fastest_predict(
+            path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode="auto"
+        )
+    assert predict == booster.predict
+    assert "cache folder" in caplog.text

@@ -104,11 +104,11 @@ def _compiled(path: Path, frontend: Frontend, threads: int) -> Predict:
     toolchain = next((name for name in ("gcc", "clang") if shutil.which(name)), None)
     if toolchain is None:
         raise CannotCompile("no C compiler (gcc or clang) on PATH")
+    library = _library(path, frontend, toolchain, tl2cgen, treelite)
     try:
-        library = _library(path, frontend, toolchain, tl2cgen, treelite)
-        predictor = tl2cgen.Predictor(str(library), nthread=threads)
-    except OSError as exc:  # an unwritable cache folder, a library that will not load
-        raise CannotCompile(str(exc)) from None
+        predictor = tl2cgen.Predictor(str(library), nthread=min(threads, _openmp_threads()))
+    except Exception as exc:  # a library that will not load here
+        raise CannotCompile(_first_line(exc)) from None
     dtype = str(predictor.threshold_type)  # float32 for XGBoost, float64 for LightGBM
 
     def predict(matrix: np.ndarray) -> np.ndarray:
@@ -126,9 +126,7 @@ def _library(path: Path, frontend: Frontend, toolchain: str, tl2cgen: Any, treel
     """The compiled library for the model file at `path`, built once and cached."""
     digest = hashlib.sha256(path.read_bytes())
     digest.update(f"{tl2cgen.__version__} {platform.machine()} {toolchain}".encode())
-    folder = cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    library = folder / f"{frontend}-{digest.hexdigest()[:32]}.so"
+    library = cache_dir() / f"{frontend}-{digest.hexdigest()[:32]}.so"
     with _locked(library.with_suffix(".lock")):
         if library.exists():
             return library
@@ -145,6 +143,15 @@ def _library(path: Path, frontend: Frontend, toolchain: str, tl2cgen: Any, treel
             raise CannotCompile(_first_line(exc)) from None
         os.replace(partial, library)  # whole or absent: a reader never sees half a library
         return library
+
+
+def _openmp_threads() -> int:
+    """The threads OpenMP allows this process: tl2cgen refuses more. Ray, for one, sets
+    OMP_NUM_THREADS in its workers."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        return os.cpu_count() or 1
 
 
 def _load(treelite: Any, path: Path, frontend: Frontend) -> Any:
@@ -189,7 +196,13 @@ def _quiet() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _locked(lock: Path) -> Iterator[None]:
-    with open(lock, "a") as handle:
+    """Hold `lock` (a file in the cache folder, made if need be) exclusively."""
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a")  # noqa: SIM115 - closed below, after the lock is released
+    except OSError as exc:  # an unwritable cache folder
+        raise CannotCompile(f"cache folder {lock.parent}: {exc.strerror or exc}") from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
