@@ -51,12 +51,15 @@ def train(directory: Path, kind: str) -> Path:
     return path
 
 
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child started by a
+# large parent would report the parent's peak.
 MODEL_ONLY = """
-import resource, sys
+import sys
 from thresher.models import LoadContext, load_model
 from thresher.spec import ModelSection
 load_model(ModelSection(kind=sys.argv[1], uri=sys.argv[2]), LoadContext(features=(), threads=1))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+status = open("/proc/self/status").read().split("VmHWM:")[1]
+print(int(status.split()[0]) * 1024)
 """
 
 

@@ -40,6 +40,7 @@ class WorkloadRun:
     workload: Workload
     tuning: Tuning
     results: dict[str, Result]
+    compile_seconds: float | None = None  # tree models: the one-off compile, before the runs
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,13 @@ def write_report(
             f"`thresher tune` recommends batch.size = {t.recommended:,} (fastest measured:"
             f" {t.fastest:,}); placement: {t.workers} worker(s), {t.threads} thread(s) each.",
             "",
-            *table(run),
         ]
+        if run.compile_seconds is not None:
+            lines += [
+                f"thresher compiled the trees once before the runs, in {run.compile_seconds:.1f} s"
+                " (a cold `load_model`, as a user's first run of this model pays it); every run"
+                " below found them in its cache.",
+                "",
+            ]
+        lines += table(run)
     path.write_text("\n".join(lines) + "\n")
