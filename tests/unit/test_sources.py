@@ -209,6 +209,19 @@ def test_parquet_shards_are_runs_of_row_groups(tmp_path: Path) -> None:
     assert 5 <= len(plan.shards) <= 10
 
 
+def test_parquet_chunks_span_row_groups_and_keep_their_positions(tmp_path: Path) -> None:
+    """Row groups of 7 rows read in chunks of 16: every chunk is full but the last, rows
+    come out once each, in order, with their positions in the file."""
+    path = write_rows(tmp_path / "data.parquet", range(70), row_group_size=7)
+    source = ParquetSource(uri=str(path), shard_bytes=1 << 40)
+    (shard,) = source.plan().shards
+    chunks = list(source.reader(source.plan().schema, ["id"]).read(shard, 16))
+    assert [c.table.num_rows for c in chunks] == [16, 16, 16, 16, 6]
+    assert np.concatenate([c.positions for c in chunks]).tolist() == list(range(70))
+    values = [v for c in chunks for v in c.table.column("id").to_pylist()]
+    assert values == list(range(70))
+
+
 def test_parquet_shard_closes_when_it_reaches_shard_bytes(tmp_path: Path) -> None:
     path = write_rows(tmp_path / "data.parquet", range(100), row_group_size=10)
     meta = pq.ParquetFile(path).metadata

@@ -47,18 +47,41 @@ class ParquetReader:
             missing = [c for c in self.columns if c not in parquet.schema_arrow.names]
             if missing:
                 raise SourceError(f"{shard.path}: missing column(s) {', '.join(missing)}")
-            batches = parquet.iter_batches(
-                batch_size=rows_per_chunk,
-                row_groups=range(shard.start, shard.stop),
-                columns=list(self.columns),
+            # One row group at a time: Arrow pre-buffers (coalesces the reads of) every
+            # row group it is given, so a whole shard at once held all of its bytes.
+            batches = (
+                batch
+                for group in range(shard.start, shard.stop)
+                for batch in parquet.iter_batches(
+                    batch_size=rows_per_chunk, row_groups=[group], columns=list(self.columns)
+                )
             )
-            for batch in batches:
-                positions = np.arange(next_row, next_row + batch.num_rows, dtype=np.int64)
-                next_row += batch.num_rows
-                yield Chunk(table=pa.Table.from_batches([batch]), positions=positions)
+            for table in _rechunk(batches, rows_per_chunk):
+                positions = np.arange(next_row, next_row + table.num_rows, dtype=np.int64)
+                next_row += table.num_rows
+                yield Chunk(table=table, positions=positions)
 
     def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
         return "row", position
+
+
+def _rechunk(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """Tables of exactly `rows` rows (the last may be shorter) across row-group ends,
+    without copying: a chunk is the same size wherever the row groups happen to end."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for whole in batches:
+        rest = whole
+        while rest.num_rows:
+            take = min(rows - count, rest.num_rows)
+            pending.append(rest.slice(0, take))
+            count += take
+            rest = rest.slice(take)
+            if count == rows:
+                yield pa.Table.from_batches(pending)
+                pending, count = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
 
 
 def _split_row_groups(url: str, meta: Any, shard_bytes: int, first_index: int) -> list[Shard]:
