@@ -91,6 +91,7 @@ def fastest_predict(
 
 
 def cache_dir() -> Path:
+    """Where compiled libraries are kept: `$THRESHER_CACHE/compiled`, else the user's."""
     root = os.environ.get("THRESHER_CACHE") or Path.home() / ".cache" / "thresher"
     return Path(root) / "compiled"
 
