@@ -62,12 +62,21 @@ class FaultJob:
         )
 
     def latest_job(self) -> str:
+        job_id = self.recorded_job()
+        assert job_id, "the job was never recorded"
+        return job_id
+
+    def recorded_job(self) -> str | None:
+        """The job last recorded in the store; None when the coordinator was killed before
+        it recorded any (still importing, or creating the store's tables)."""
         with sqlite3.connect(self.store.removeprefix("sqlite:///")) as db:
-            row = db.execute(
-                "SELECT id FROM thresher_jobs ORDER BY created_at DESC LIMIT 1"
-            ).fetchone()
-        assert row, "the job was never recorded"
-        return str(row[0])
+            try:
+                row = db.execute(
+                    "SELECT id FROM thresher_jobs ORDER BY created_at DESC LIMIT 1"
+                ).fetchone()
+            except sqlite3.OperationalError:  # no thresher_jobs table yet
+                return None
+        return str(row[0]) if row else None
 
     def resume(self, job_id: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         cmd = [THRESHER, "resume", job_id]

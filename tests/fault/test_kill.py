@@ -26,8 +26,14 @@ RANDOM_KILLS = 20
 
 
 def finish(job: FaultJob, tries: int = 3) -> int:
-    """Resume the latest job until it succeeds; returns how many resumes it took."""
-    job_id = job.latest_job()
+    """Resume the latest job until it succeeds; returns how many resumes it took. A
+    coordinator killed before it recorded the job left nothing to resume (and, the job
+    unrecorded, nothing committed): the job is run again, as a user would."""
+    job_id = job.recorded_job()
+    if job_id is None:
+        again = job.run()
+        assert again.returncode == 0, f"rerun after an early kill failed:\n{again.stderr[-2000:]}"
+        return 0
     for attempt in range(1, tries + 1):
         result = job.resume(job_id)
         if result.returncode == 0:
