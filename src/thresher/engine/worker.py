@@ -97,9 +97,8 @@ class ShardWork:
         """The chunk's output rows, in input order, predicted in batches of the tuner's
         size. A text model that can measure its rows (`sort_key`: token lengths) gets them
         shortest first, so each batch pads little; rows go back in input order after."""
-        lengths: np.ndarray | None = None
+        lengths: np.ndarray | None = None  # set when the rows were sorted
         model = self.model
-        sorting = isinstance(model, SortsByLength)
         if isinstance(model, SortsByLength) and chunk.table.num_rows > 1:
             features = chunk.table.select(list(self.setup.context.features))
             keys = np.asarray(model.sort_key(features))
@@ -110,7 +109,7 @@ class ShardWork:
         if not outputs:
             return pa.table({})
         table = pa.concat_tables([t for t, _ in outputs]) if len(outputs) > 1 else outputs[0][0]
-        if sorting and table.num_rows > 1:
+        if lengths is not None:  # back to input order
             positions = np.concatenate([p for _, p in outputs])
             table = table.take(pa.array(np.argsort(positions, kind="stable")))
         return table
