@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import lightgbm
 import numpy as np
@@ -14,7 +19,7 @@ import xgboost
 
 from thresher.errors import ModelLoadError
 from thresher.models import compiled_trees
-from thresher.models.compiled_trees import cache_dir, compile_option, fastest_predict
+from thresher.models.compiled_trees import Predict, Trees, cache_dir, compile_option, fastest
 
 WIDTH = 6
 
@@ -48,6 +53,21 @@ def _xgboost(folder: Path) -> tuple[Path, xgboost.Booster]:
     return path, booster
 
 
+def _loader(predict: Predict, facts: dict[str, object] | None = None) -> Callable[[], Trees]:
+    """What an adapter passes: loads the model through its library, here already loaded."""
+    return lambda: Trees(predict, WIDTH, facts or {})
+
+
+def _never() -> Trees:
+    raise AssertionError("loaded the model through its library")
+
+
+def _fastest(
+    path: Path, predict: Predict, *, threads: int = 1, mode: bool | Literal["auto"] = True
+) -> Predict:
+    return fastest(path, "lightgbm", _loader(predict), threads=threads, mode=mode).predict
+
+
 def _libraries() -> list[Path]:
     return sorted(cache_dir().glob("*.so")) if cache_dir().exists() else []
 
@@ -64,7 +84,7 @@ def test_compiled_lightgbm_predicts_what_lightgbm_predicts(
 ) -> None:
     path, booster = _lightgbm(tmp_path, objective)
     native = booster.predict
-    predict = fastest_predict(path, "lightgbm", native, width=WIDTH, threads=1, mode="auto")
+    predict = _fastest(path, native, threads=1, mode="auto")
     assert predict is not native
     assert len(_libraries()) == 1
     x = _rows(5_000, seed=3)
@@ -74,7 +94,7 @@ def test_compiled_lightgbm_predicts_what_lightgbm_predicts(
 def test_compiled_xgboost_predicts_what_xgboost_predicts(tmp_path: Path, cache: Path) -> None:
     path, booster = _xgboost(tmp_path)
     native = booster.inplace_predict
-    predict = fastest_predict(path, "xgboost", native, width=WIDTH, threads=2, mode=True)
+    predict = fastest(path, "xgboost", _loader(native), threads=2, mode=True).predict
     assert predict is not native
     x = _rows(5_000, seed=3)
     np.testing.assert_allclose(predict(x), native(x), rtol=1e-5, atol=1e-6)
@@ -84,7 +104,7 @@ def test_a_second_load_reuses_the_compiled_library(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, booster = _lightgbm(tmp_path)
-    fastest_predict(path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode=True)
+    _fastest(path, booster.predict, threads=1, mode=True)
     (library,) = _libraries()
     built = library.stat().st_mtime_ns
     import tl2cgen
@@ -93,9 +113,61 @@ def test_a_second_load_reuses_the_compiled_library(
         raise AssertionError("compiled again")
 
     monkeypatch.setattr(tl2cgen, "export_lib", no_compiling)
-    fastest_predict(path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode=True)
+    _fastest(path, booster.predict, threads=1, mode=True)
     assert _libraries() == [library]
     assert library.stat().st_mtime_ns == built
+
+
+def test_a_checked_library_loads_without_its_frontend(tmp_path: Path, cache: Path) -> None:
+    path, booster = _lightgbm(tmp_path)
+    facts = {"objective": "binary", "classes": 2}
+    fastest(path, "lightgbm", _loader(booster.predict, facts), threads=1, mode="auto")
+    again = fastest(path, "lightgbm", _never, threads=1, mode="auto")
+    assert (again.width, again.facts) == (WIDTH, facts)
+    x = _rows(500, seed=4)
+    np.testing.assert_allclose(again.predict(x), booster.predict(x), rtol=1e-12, atol=1e-12)
+
+
+def test_kept_facts_that_cannot_be_read_are_checked_again(tmp_path: Path, cache: Path) -> None:
+    path, booster = _lightgbm(tmp_path)
+    _fastest(path, booster.predict)
+    (kept,) = cache_dir().glob("*.json")
+    kept.write_text('{"width": ')  # cut short
+    loads = []
+
+    def load() -> Trees:
+        loads.append(1)
+        return Trees(booster.predict, WIDTH, {"objective": "binary"})
+
+    fastest(path, "lightgbm", load, threads=1, mode=True)
+    assert loads == [1]
+    assert fastest(path, "lightgbm", _never, threads=1, mode=True).facts == {"objective": "binary"}
+
+
+def test_a_job_model_loaded_from_the_cache_never_imports_lightgbm(
+    tmp_path: Path, cache: Path
+) -> None:
+    """The point of keeping the facts: a worker skips LightGBM's import (and scikit-learn's
+    and pandas', which it pulls in)."""
+    path, _ = _lightgbm(tmp_path)
+    load = (
+        "import sys\n"
+        "from thresher.models import LoadContext, load_model\n"
+        "from thresher.spec import ModelSection\n"
+        f"spec = ModelSection(kind='lightgbm', uri={str(path)!r})\n"
+        "load_model(spec, LoadContext(features=(), threads=1))\n"
+        "print(sorted({'lightgbm', 'sklearn', 'pandas'} & set(sys.modules)))\n"
+    )
+    env = os.environ | {"THRESHER_CACHE": str(cache)}
+
+    def imported() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", load], env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    assert "lightgbm" in imported()  # compiles, checks against LightGBM, keeps the facts
+    assert imported() == "[]"
 
 
 def _load_in_process(path: str, cache: str) -> None:
@@ -103,7 +175,7 @@ def _load_in_process(path: str, cache: str) -> None:
 
     os.environ["THRESHER_CACHE"] = cache
     booster = lightgbm.Booster(model_file=path)
-    fastest_predict(Path(path), "lightgbm", booster.predict, width=WIDTH, threads=1, mode=True)
+    _fastest(Path(path), booster.predict)
 
 
 def test_workers_that_load_at_once_compile_once(tmp_path: Path, cache: Path) -> None:
@@ -124,7 +196,7 @@ def test_workers_that_load_at_once_compile_once(tmp_path: Path, cache: Path) -> 
 def test_compile_false_keeps_the_library_predict(tmp_path: Path, cache: Path) -> None:
     path, booster = _lightgbm(tmp_path)
     native = booster.predict
-    assert fastest_predict(path, "lightgbm", native, width=WIDTH, threads=1, mode=False) is native
+    assert _fastest(path, native, threads=1, mode=False) is native
     assert _libraries() == []
 
 
@@ -134,13 +206,11 @@ def test_without_a_compiler_auto_falls_back_and_true_fails(
     path, booster = _lightgbm(tmp_path)
     monkeypatch.setattr(compiled_trees.shutil, "which", lambda _: None)
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = fastest_predict(
-            path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode="auto"
-        )
+        predict = _fastest(path, booster.predict, threads=1, mode="auto")
     assert predict == booster.predict
     assert "no C compiler" in caplog.text
     with pytest.raises(ModelLoadError, match=r"compile = true.*no C compiler"):
-        fastest_predict(path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode=True)
+        _fastest(path, booster.predict, threads=1, mode=True)
 
 
 def test_a_compiled_model_that_disagrees_is_not_used(
@@ -152,11 +222,12 @@ def test_a_compiled_model_that_disagrees_is_not_used(
         return np.asarray(booster.predict(x)) * 0.5
 
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = fastest_predict(path, "lightgbm", shifted, width=WIDTH, threads=1, mode="auto")
+        predict = _fastest(path, shifted, threads=1, mode="auto")
     assert predict is shifted
     assert "differ" in caplog.text
+    assert not list(cache_dir().glob("*.json"))  # so the next load checks it again
     with pytest.raises(ModelLoadError, match="differ"):
-        fastest_predict(path, "lightgbm", shifted, width=WIDTH, threads=1, mode=True)
+        _fastest(path, shifted, threads=1, mode=True)
 
 
 def test_a_file_treelite_cannot_read_falls_back_with_the_reason(
@@ -166,9 +237,7 @@ def test_a_file_treelite_cannot_read_falls_back_with_the_reason(
     broken = tmp_path / "broken.txt"
     broken.write_text("tree\nversion=v4\nthis is not a LightGBM model\n")
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = fastest_predict(
-            broken, "lightgbm", booster.predict, width=WIDTH, threads=1, mode="auto"
-        )
+        predict = _fastest(broken, booster.predict, threads=1, mode="auto")
     assert predict == booster.predict
     assert "broken.txt" in caplog.text
     assert not list(cache_dir().glob("*.partial.so"))
@@ -191,7 +260,7 @@ def test_threads_stay_within_what_openmp_allows(
     """Ray sets OMP_NUM_THREADS=1 in its workers; tl2cgen refuses more threads than that."""
     path, booster = _lightgbm(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    predict = fastest_predict(path, "lightgbm", booster.predict, width=WIDTH, threads=2, mode=True)
+    predict = _fastest(path, booster.predict, threads=2, mode=True)
     x = _rows(100)
     np.testing.assert_allclose(predict(x), booster.predict(x), rtol=1e-12)
 
@@ -204,8 +273,6 @@ def test_an_unwritable_cache_falls_back_with_the_reason(
     blocker.write_text("a file where the cache folder should be")
     monkeypatch.setenv("THRESHER_CACHE", str(blocker))
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = fastest_predict(
-            path, "lightgbm", booster.predict, width=WIDTH, threads=1, mode="auto"
-        )
+        predict = _fastest(path, booster.predict, threads=1, mode="auto")
     assert predict == booster.predict
     assert "cache folder" in caplog.text

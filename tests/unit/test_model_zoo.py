@@ -368,10 +368,11 @@ def test_refusals_say_what_to_do(tmp_path: Path, data: Data, classifier_folder: 
             load_model(spec, context)
 
 
-def test_missing_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_library_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "lightgbm", None)  # `import lightgbm` now fails
+    (tmp_path / "model.txt").write_text("tree\nversion=v4\n")
     with pytest.raises(ModelLoadError, match=r"pip install 'thresher\[boosters\]'"):
-        load_model(ModelSection(kind="lightgbm", uri="model.txt"), CONTEXT)
+        load_model(ModelSection(kind="lightgbm", uri=str(tmp_path / "model.txt")), CONTEXT)
 
 
 def test_importing_the_adapters_imports_no_heavy_library() -> None:

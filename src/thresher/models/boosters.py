@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from thresher.errors import ModelLoadError
 from thresher.models.base import Column, LoadContext, Model
-from thresher.models.compiled_trees import compile_option, fastest_predict
+from thresher.models.compiled_trees import Frontend, Trees, compile_option, fastest
 from thresher.models.features import to_matrix
 from thresher.models.outputs import as_column, proba_columns, proba_names
 from thresher.spec import ModelSection
@@ -46,68 +46,81 @@ LIGHTGBM_PROBA = frozenset({"binary", "multiclass", "softmax", "multiclassova", 
 
 
 @dataclass(frozen=True)
-class Trained:
-    """What a booster file says: how to run it, what it outputs, what it was trained on."""
+class Facts:
+    """What a booster file says of its output and inputs (kept as JSON with a compiled
+    library, see `compiled_trees.Trees`)."""
 
-    run: Callable[[np.ndarray], Any]
     objective: str
     classes: int  # 0: one plain value per row; k: k class probabilities
     names: Sequence[str] | None  # the training columns' names, when it was given names
-    width: int
 
 
 def load_xgboost(spec: ModelSection, context: LoadContext) -> Model:
     """Load an XGBoost Booster from its native file; see the module docstring."""
-    import xgboost
-
     path = _model_file(spec.uri, XGBOOST_SUFFIXES, "booster.save_model('model.json')")
-    booster = xgboost.Booster(model_file=str(path))
-    booster.set_param({"nthread": context.threads})
-    learner = json.loads(booster.save_config())["learner"]
-    objective = learner["objective"]["name"]
-    classes = 0  # class labels (multi:softmax) or margins are a plain value per row
-    if objective in XGBOOST_PROBA:
-        classes = max(int(learner["learner_model_param"].get("num_class", "0")), 2)
-    width, mode = booster.num_features(), compile_option(spec.options)
-    run = fastest_predict(
-        path, "xgboost", booster.inplace_predict, width=width, threads=context.threads, mode=mode
-    )
-    names = booster.feature_names
-    return BoosterModel(Trained(run, objective, classes, names, width), spec, context)
+
+    def load() -> Trees:
+        import xgboost
+
+        booster = xgboost.Booster(model_file=str(path))
+        booster.set_param({"nthread": context.threads})
+        learner = json.loads(booster.save_config())["learner"]
+        objective = learner["objective"]["name"]
+        classes = 0  # class labels (multi:softmax) or margins are a plain value per row
+        if objective in XGBOOST_PROBA:
+            classes = max(int(learner["learner_model_param"].get("num_class", "0")), 2)
+        facts = Facts(objective, classes, booster.feature_names)
+        return Trees(booster.inplace_predict, booster.num_features(), asdict(facts))
+
+    return _booster_model(path, "xgboost", load, spec, context)
 
 
 def load_lightgbm(spec: ModelSection, context: LoadContext) -> Model:
     """Load a LightGBM Booster from its native text file; see the module docstring."""
-    import lightgbm
-
     path = _model_file(spec.uri, LIGHTGBM_SUFFIXES, "booster.save_model('model.txt')")
-    booster = lightgbm.Booster(model_file=str(path))
-    objective = str(booster.params.get("objective", "regression")).split()[0]
-    classes = 0
-    if objective in LIGHTGBM_PROBA:
-        classes = max(int(booster.params.get("num_class", 1)), 2)
-    names = booster.feature_name()
-    # Trained on a bare matrix, LightGBM names the columns Column_0, Column_1, …
-    named = names if names != [f"Column_{i}" for i in range(len(names))] else None
-    threads = context.threads
 
-    def native(matrix: np.ndarray) -> Any:
-        return booster.predict(matrix, num_threads=threads)
+    def load() -> Trees:
+        import lightgbm
 
-    width, mode = booster.num_feature(), compile_option(spec.options)
-    run = fastest_predict(path, "lightgbm", native, width=width, threads=threads, mode=mode)
-    return BoosterModel(Trained(run, objective, classes, named, width), spec, context)
+        booster = lightgbm.Booster(model_file=str(path))
+        objective = str(booster.params.get("objective", "regression")).split()[0]
+        classes = 0
+        if objective in LIGHTGBM_PROBA:
+            classes = max(int(booster.params.get("num_class", 1)), 2)
+        names = booster.feature_name()
+        # Trained on a bare matrix, LightGBM names the columns Column_0, Column_1, …
+        named = names if names != [f"Column_{i}" for i in range(len(names))] else None
+
+        def native(matrix: np.ndarray) -> Any:
+            return booster.predict(matrix, num_threads=context.threads)
+
+        return Trees(native, booster.num_feature(), asdict(Facts(objective, classes, named)))
+
+    return _booster_model(path, "lightgbm", load, spec, context)
+
+
+def _booster_model(
+    path: Path,
+    frontend: Frontend,
+    load: Callable[[], Trees],
+    spec: ModelSection,
+    context: LoadContext,
+) -> Model:
+    mode = compile_option(spec.options)
+    trees = fastest(path, frontend, load, threads=context.threads, mode=mode)
+    return BoosterModel(trees, spec, context)
 
 
 class BoosterModel:
     """A loaded booster; `predict` runs it on each batch's float64 feature matrix."""
 
-    def __init__(self, trained: Trained, spec: ModelSection, context: LoadContext) -> None:
-        _check_outputs(trained, spec)
-        self._run = trained.run
-        self._input_names = _input_names(trained, context.features)
-        self._classes = trained.classes
-        labels = spec.options.get("classes", list(range(trained.classes)))
+    def __init__(self, trees: Trees, spec: ModelSection, context: LoadContext) -> None:
+        facts = Facts(**trees.facts)
+        _check_outputs(facts, spec)
+        self._run = trees.predict
+        self._input_names = _input_names(facts, trees.width, context.features)
+        self._classes = facts.classes
+        labels = spec.options.get("classes", list(range(facts.classes)))
         self._labels = np.asarray(labels)
         self._want_prediction = "prediction" in spec.outputs
         self._proba_names = proba_names(labels) if "proba" in spec.outputs else None
@@ -139,37 +152,37 @@ def _model_file(uri: str, suffixes: tuple[str, ...], how: str) -> Path:
     return path
 
 
-def _check_outputs(trained: Trained, spec: ModelSection) -> None:
-    if "proba" in spec.outputs and not trained.classes:
+def _check_outputs(facts: Facts, spec: ModelSection) -> None:
+    if "proba" in spec.outputs and not facts.classes:
         raise ModelLoadError(
             f"model.outputs: 'proba' asks for class probabilities, but the objective"
-            f" {trained.objective!r} does not give them; remove 'proba'"
+            f" {facts.objective!r} does not give them; remove 'proba'"
         )
     labels = spec.options.get("classes")
-    if trained.classes and labels is not None and len(labels) != trained.classes:
+    if facts.classes and labels is not None and len(labels) != facts.classes:
         raise ModelLoadError(
             f"model.options.classes: lists {len(labels)} labels, but the model has"
-            f" {trained.classes} classes"
+            f" {facts.classes} classes"
         )
 
 
-def _input_names(trained: Trained, features: Sequence[str]) -> list[str] | None:
+def _input_names(facts: Facts, width: int, features: Sequence[str]) -> list[str] | None:
     """The training columns to select, in training order; None to pass the batch as is.
 
     An empty `features` means the job did not say, and nothing can be checked.
     """
-    if trained.names and features:
-        missing = [name for name in trained.names if name not in features]
-        if missing or len(features) != len(trained.names):
+    if facts.names and features:
+        missing = [name for name in facts.names if name not in features]
+        if missing or len(features) != len(facts.names):
             raise ModelLoadError(
-                f"source.columns: the model was trained on columns {list(trained.names)}; the job's"
+                f"source.columns: the model was trained on columns {list(facts.names)}; the job's"
                 f" features ({', '.join(features)}) lack {missing}. Make source.columns the"
                 " model's columns"
             )
-        return list(trained.names)
-    if features and trained.width != len(features):
+        return list(facts.names)
+    if features and width != len(features):
         raise ModelLoadError(
-            f"source.columns: the model was trained on {trained.width} features, but the job"
+            f"source.columns: the model was trained on {width} features, but the job"
             f" gives it {len(features)} ({', '.join(features)})"
         )
     return None
