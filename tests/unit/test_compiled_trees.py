@@ -14,12 +14,14 @@ from typing import Literal
 
 import lightgbm
 import numpy as np
+import pyarrow as pa
 import pytest
 import xgboost
 
 from thresher.errors import ModelLoadError
 from thresher.models import compiled_trees
 from thresher.models.compiled_trees import Predict, Trees, cache_dir, compile_option, fastest
+from thresher.models.features import to_matrix
 
 WIDTH = 6
 
@@ -53,6 +55,17 @@ def _xgboost(folder: Path) -> tuple[Path, xgboost.Booster]:
     return path, booster
 
 
+def _table(x: np.ndarray) -> pa.Table:
+    return pa.table({f"f{j}": x[:, j] for j in range(x.shape[1])})
+
+
+def _native(booster: lightgbm.Booster | xgboost.Booster) -> Predict:
+    """The library's own predict, on a batch's feature table, as the adapters call it."""
+    if isinstance(booster, xgboost.Booster):
+        return lambda table: booster.inplace_predict(to_matrix(table))
+    return lambda table: booster.predict(to_matrix(table))
+
+
 def _loader(predict: Predict, facts: dict[str, object] | None = None) -> Callable[[], Trees]:
     """What an adapter passes: loads the model through its library, here already loaded."""
     return lambda: Trees(predict, WIDTH, facts or {})
@@ -83,37 +96,36 @@ def test_compiled_lightgbm_predicts_what_lightgbm_predicts(
     tmp_path: Path, cache: Path, objective: str
 ) -> None:
     path, booster = _lightgbm(tmp_path, objective)
-    native = booster.predict
+    native = _native(booster)
     predict = _fastest(path, native, threads=1, mode="auto")
     assert predict is not native
     assert len(_libraries()) == 1
     x = _rows(5_000, seed=3)
-    np.testing.assert_allclose(predict(x), native(x), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(predict(_table(x)), native(_table(x)), rtol=1e-12, atol=1e-12)
 
 
 def test_compiled_xgboost_predicts_what_xgboost_predicts(tmp_path: Path, cache: Path) -> None:
     path, booster = _xgboost(tmp_path)
-    native = booster.inplace_predict
+    native = _native(booster)
     predict = fastest(path, "xgboost", _loader(native), threads=2, mode=True).predict
     assert predict is not native
     x = _rows(5_000, seed=3)
-    np.testing.assert_allclose(predict(x), native(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(predict(_table(x)), native(_table(x)), rtol=1e-5, atol=1e-6)
 
 
 def test_a_second_load_reuses_the_compiled_library(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, booster = _lightgbm(tmp_path)
-    _fastest(path, booster.predict, threads=1, mode=True)
+    _fastest(path, _native(booster), threads=1, mode=True)
     (library,) = _libraries()
     built = library.stat().st_mtime_ns
-    import tl2cgen
 
     def no_compiling(*_: object, **__: object) -> None:
         raise AssertionError("compiled again")
 
-    monkeypatch.setattr(tl2cgen, "export_lib", no_compiling)
-    _fastest(path, booster.predict, threads=1, mode=True)
+    monkeypatch.setattr(compiled_trees, "build", no_compiling)
+    _fastest(path, _native(booster), threads=1, mode=True)
     assert _libraries() == [library]
     assert library.stat().st_mtime_ns == built
 
@@ -121,23 +133,23 @@ def test_a_second_load_reuses_the_compiled_library(
 def test_a_checked_library_loads_without_its_frontend(tmp_path: Path, cache: Path) -> None:
     path, booster = _lightgbm(tmp_path)
     facts = {"objective": "binary", "classes": 2}
-    fastest(path, "lightgbm", _loader(booster.predict, facts), threads=1, mode="auto")
+    fastest(path, "lightgbm", _loader(_native(booster), facts), threads=1, mode="auto")
     again = fastest(path, "lightgbm", _never, threads=1, mode="auto")
     assert (again.width, again.facts) == (WIDTH, facts)
     x = _rows(500, seed=4)
-    np.testing.assert_allclose(again.predict(x), booster.predict(x), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(again.predict(_table(x)), booster.predict(x), rtol=1e-12, atol=1e-12)
 
 
 def test_kept_facts_that_cannot_be_read_are_checked_again(tmp_path: Path, cache: Path) -> None:
     path, booster = _lightgbm(tmp_path)
-    _fastest(path, booster.predict)
+    _fastest(path, _native(booster))
     (kept,) = cache_dir().glob("*.json")
     kept.write_text('{"width": ')  # cut short
     loads = []
 
     def load() -> Trees:
         loads.append(1)
-        return Trees(booster.predict, WIDTH, {"objective": "binary"})
+        return Trees(_native(booster), WIDTH, {"objective": "binary"})
 
     fastest(path, "lightgbm", load, threads=1, mode=True)
     assert loads == [1]
@@ -175,7 +187,7 @@ def _load_in_process(path: str, cache: str) -> None:
 
     os.environ["THRESHER_CACHE"] = cache
     booster = lightgbm.Booster(model_file=path)
-    _fastest(Path(path), booster.predict)
+    _fastest(Path(path), _native(booster))
 
 
 def test_workers_that_load_at_once_compile_once(tmp_path: Path, cache: Path) -> None:
@@ -191,11 +203,12 @@ def test_workers_that_load_at_once_compile_once(tmp_path: Path, cache: Path) -> 
     assert [worker.exitcode for worker in workers] == [0, 0, 0]
     assert len(_libraries()) == 1
     assert not list(cache_dir().glob("*.partial.so"))
+    assert not list(cache_dir().glob("build-*"))  # the generated sources went too
 
 
 def test_compile_false_keeps_the_library_predict(tmp_path: Path, cache: Path) -> None:
     path, booster = _lightgbm(tmp_path)
-    native = booster.predict
+    native = _native(booster)
     assert _fastest(path, native, threads=1, mode=False) is native
     assert _libraries() == []
 
@@ -204,13 +217,13 @@ def test_without_a_compiler_auto_falls_back_and_true_fails(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path, booster = _lightgbm(tmp_path)
-    monkeypatch.setattr(compiled_trees.shutil, "which", lambda _: None)
+    monkeypatch.setattr(compiled_trees, "which_compiler", lambda: None)
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = _fastest(path, booster.predict, threads=1, mode="auto")
-    assert predict == booster.predict
+        predict = _fastest(path, native := _native(booster), threads=1, mode="auto")
+    assert predict is native
     assert "no C compiler" in caplog.text
     with pytest.raises(ModelLoadError, match=r"compile = true.*no C compiler"):
-        _fastest(path, booster.predict, threads=1, mode=True)
+        _fastest(path, _native(booster), threads=1, mode=True)
 
 
 def test_a_compiled_model_that_disagrees_is_not_used(
@@ -218,8 +231,8 @@ def test_a_compiled_model_that_disagrees_is_not_used(
 ) -> None:
     path, booster = _lightgbm(tmp_path)
 
-    def shifted(x: np.ndarray) -> np.ndarray:  # stands in for a transform read wrongly
-        return np.asarray(booster.predict(x)) * 0.5
+    def shifted(table: pa.Table) -> np.ndarray:  # stands in for a transform read wrongly
+        return np.asarray(booster.predict(to_matrix(table))) * 0.5
 
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
         predict = _fastest(path, shifted, threads=1, mode="auto")
@@ -237,10 +250,11 @@ def test_a_file_treelite_cannot_read_falls_back_with_the_reason(
     broken = tmp_path / "broken.txt"
     broken.write_text("tree\nversion=v4\nthis is not a LightGBM model\n")
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = _fastest(broken, booster.predict, threads=1, mode="auto")
-    assert predict == booster.predict
+        predict = _fastest(broken, native := _native(booster), threads=1, mode="auto")
+    assert predict is native
     assert "broken.txt" in caplog.text
     assert not list(cache_dir().glob("*.partial.so"))
+    assert not list(cache_dir().glob("build-*"))  # the generated sources went too
 
 
 @pytest.mark.parametrize("value", [True, False, "auto"])
@@ -254,15 +268,29 @@ def test_compile_option_refuses_anything_else() -> None:
         compile_option({"compile": "yes"})
 
 
-def test_threads_stay_within_what_openmp_allows(
-    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Ray sets OMP_NUM_THREADS=1 in its workers; tl2cgen refuses more threads than that."""
+def test_several_threads_share_a_batch_and_agree(tmp_path: Path, cache: Path) -> None:
+    path, booster = _lightgbm(tmp_path, "multiclass")
+    predict = _fastest(path, _native(booster), threads=3)
+    x = _rows(10_000, seed=5)
+    np.testing.assert_allclose(predict(_table(x)), booster.predict(x), rtol=1e-12, atol=1e-12)
+
+
+def test_columns_arrow_cannot_lend_are_converted_first(tmp_path: Path, cache: Path) -> None:
+    """Integers, nulls and columns in several chunks go through one float64 matrix; text
+    fails the batch with ValueError, which the engine reports row by row."""
     path, booster = _lightgbm(tmp_path)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    predict = _fastest(path, booster.predict, threads=2, mode=True)
-    x = _rows(100)
-    np.testing.assert_allclose(predict(x), booster.predict(x), rtol=1e-12)
+    predict = _fastest(path, _native(booster))
+    x = np.round(_rows(300, seed=6) * 10)
+    table = _table(x)
+    whole = np.nan_to_num(x[:, 0]).astype(np.int64)
+    table = table.set_column(0, "f0", pa.array(whole))  # an integer column
+    table = table.set_column(1, "f1", pa.chunked_array([x[:100, 1], x[100:, 1]]))
+    table = table.set_column(2, "f2", pa.array(x[:, 2], from_pandas=True))  # NaN -> null
+    x[:, 0] = whole
+    assert table.column(2).null_count > 0
+    np.testing.assert_allclose(predict(table), booster.predict(x), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError):
+        predict(table.set_column(3, "f3", pa.array(["x"] * 300)))
 
 
 def test_an_unwritable_cache_falls_back_with_the_reason(
@@ -273,6 +301,6 @@ def test_an_unwritable_cache_falls_back_with_the_reason(
     blocker.write_text("a file where the cache folder should be")
     monkeypatch.setenv("THRESHER_CACHE", str(blocker))
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = _fastest(path, booster.predict, threads=1, mode="auto")
-    assert predict == booster.predict
+        predict = _fastest(path, native := _native(booster), threads=1, mode="auto")
+    assert predict is native
     assert "cache folder" in caplog.text

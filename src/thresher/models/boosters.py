@@ -34,9 +34,10 @@ import pyarrow as pa
 
 from thresher.errors import ModelLoadError
 from thresher.models.base import Column, LoadContext, Model
-from thresher.models.compiled_trees import Frontend, Trees, compile_option, fastest
+from thresher.models.compiled_trees import Trees, compile_option, fastest
 from thresher.models.features import to_matrix
 from thresher.models.outputs import as_column, proba_columns, proba_names
+from thresher.models.tree_library import Frontend
 from thresher.spec import ModelSection
 
 XGBOOST_SUFFIXES = (".json", ".ubj")
@@ -70,7 +71,11 @@ def load_xgboost(spec: ModelSection, context: LoadContext) -> Model:
         if objective in XGBOOST_PROBA:
             classes = max(int(learner["learner_model_param"].get("num_class", "0")), 2)
         facts = Facts(objective, classes, booster.feature_names)
-        return Trees(booster.inplace_predict, booster.num_features(), asdict(facts))
+
+        def native(features: pa.Table) -> Any:
+            return booster.inplace_predict(to_matrix(features))
+
+        return Trees(native, booster.num_features(), asdict(facts))
 
     return _booster_model(path, "xgboost", load, spec, context)
 
@@ -91,8 +96,8 @@ def load_lightgbm(spec: ModelSection, context: LoadContext) -> Model:
         # Trained on a bare matrix, LightGBM names the columns Column_0, Column_1, …
         named = names if names != [f"Column_{i}" for i in range(len(names))] else None
 
-        def native(matrix: np.ndarray) -> Any:
-            return booster.predict(matrix, num_threads=context.threads)
+        def native(features: pa.Table) -> Any:
+            return booster.predict(to_matrix(features), num_threads=context.threads)
 
         return Trees(native, booster.num_feature(), asdict(Facts(objective, classes, named)))
 
@@ -112,7 +117,7 @@ def _booster_model(
 
 
 class BoosterModel:
-    """A loaded booster; `predict` runs it on each batch's float64 feature matrix."""
+    """A loaded booster; `predict` runs it on each batch's feature columns."""
 
     def __init__(self, trees: Trees, spec: ModelSection, context: LoadContext) -> None:
         facts = Facts(**trees.facts)
@@ -128,7 +133,7 @@ class BoosterModel:
     def predict(self, batch: pa.Table) -> Mapping[str, Column]:
         """Output columns for one batch of feature rows."""
         inputs = batch if self._input_names is None else batch.select(self._input_names)
-        raw = np.asarray(self._run(to_matrix(inputs)))
+        raw = np.asarray(self._run(inputs))
         if not self._classes:
             return {"prediction": as_column(raw)}
         proba = np.column_stack([1.0 - raw, raw]) if raw.ndim == 1 else raw

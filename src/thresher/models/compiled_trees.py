@@ -30,14 +30,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import logging
 import os
 import platform
-import shutil
-import sys
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -45,13 +41,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
 
+from thresher.arrays import from_numpy
 from thresher.errors import ModelLoadError
+from thresher.models.tree_library import (
+    DRIVER,
+    BuildError,
+    Frontend,
+    TreeLibrary,
+    build,
+    first_line,
+    which_compiler,
+)
 
 log = logging.getLogger("thresher.models")
 
-Predict = Callable[[np.ndarray], np.ndarray]
-Frontend = Literal["lightgbm", "xgboost"]
+# A batch's features (in the model's order) -> one value per row, or a column per class.
+Predict = Callable[[pa.Table], np.ndarray]
 PROBE_ROWS = 512
 # Compiled code may sum the trees in another order than the library does; probabilities
 # then differ in the last bits of a float32, never by more.
@@ -99,19 +106,21 @@ def fastest(
         return load()
     native: Trees | None = None
     try:
-        tl2cgen, toolchain = _compiler()
-        library = _library_file(path, frontend, toolchain, tl2cgen)
+        toolchain = which_compiler()
+        if toolchain is None:
+            raise CannotCompile("no C compiler (gcc or clang) on PATH")
+        library = _library_file(path, frontend, toolchain)
         kept = _read_checked(library)
         if kept is not None:
             width, facts = kept
-            return Trees(_predictor(library, tl2cgen, threads), width, facts)
+            return Trees(_loaded(library, threads).predict, width, facts)
         native = load()
-        _build(library, path, frontend, toolchain, tl2cgen)
-        compiled = _predictor(library, tl2cgen, threads)
-        _check_agrees(compiled, native.predict, native.width)
+        _build(library, path, frontend, toolchain)
+        compiled = _loaded(library, threads)
+        _check_agrees(compiled.predict, native.predict, native.width)
         _write_checked(library, native)
-        return replace(native, predict=compiled)
-    except CannotCompile as reason:
+        return replace(native, predict=compiled.predict)
+    except (CannotCompile, BuildError) as reason:
         if mode is True:
             raise ModelLoadError(
                 f"model.options.compile = true, but {path.name} cannot be compiled: {reason}"
@@ -126,47 +135,27 @@ def cache_dir() -> Path:
     return Path(root) / "compiled"
 
 
-def _compiler() -> tuple[Any, str]:
-    """tl2cgen and the C compiler it will call."""
-    try:
-        import tl2cgen
-    except ImportError:
-        raise CannotCompile("tl2cgen is not installed (pip install 'thresher[boosters]')") from None
-    toolchain = next((name for name in ("gcc", "clang") if shutil.which(name)), None)
-    if toolchain is None:
-        raise CannotCompile("no C compiler (gcc or clang) on PATH")
-    return tl2cgen, toolchain
-
-
-def _library_file(path: Path, frontend: Frontend, toolchain: str, tl2cgen: Any) -> Path:
-    """Where the library compiled from this model file by these tools lives in the cache.
+def _library_file(path: Path, frontend: Frontend, toolchain: str) -> Path:
+    """Where the library built from this model file by these tools lives in the cache.
     The frontend's version is in the name because the check against it is kept too."""
-    try:
-        frontend_version = metadata.version(frontend)
-    except metadata.PackageNotFoundError:
-        frontend_version = "absent"
     digest = hashlib.sha256(path.read_bytes())
-    tools = f"{tl2cgen.__version__} {frontend_version} {platform.machine()} {toolchain}"
-    digest.update(tools.encode())
+    versions = " ".join(_version(package) for package in ("tl2cgen", "treelite", frontend))
+    digest.update(f"{versions} {platform.machine()} {toolchain}\n{DRIVER}".encode())
     return cache_dir() / f"{frontend}-{digest.hexdigest()[:32]}.so"
 
 
-def _predictor(library: Path, tl2cgen: Any, threads: int) -> Predict:
+def _version(package: str) -> str:
     try:
-        predictor = tl2cgen.Predictor(str(library), nthread=min(threads, _openmp_threads()))
-    except Exception as exc:  # a library that will not load here
-        raise CannotCompile(_first_line(exc)) from None
-    dtype = str(predictor.threshold_type)  # float32 for XGBoost, float64 for LightGBM
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
 
-    def predict(matrix: np.ndarray) -> np.ndarray:
-        # Cast here: tl2cgen's own cast trips over NumPy 2's copy rules.
-        matrix = np.ascontiguousarray(matrix, dtype=dtype)
-        out = predictor.predict(tl2cgen.DMatrix(matrix, dtype=dtype))
-        # (rows, targets, classes): one column per class, or one value per row.
-        out = np.asarray(out).reshape(len(matrix), -1)
-        return out[:, 0] if out.shape[1] == 1 else out
 
-    return predict
+def _loaded(library: Path, threads: int) -> TreeLibrary:
+    try:
+        return TreeLibrary(library, threads)
+    except BuildError as exc:
+        raise CannotCompile(str(exc)) from None
 
 
 def _read_checked(library: Path) -> tuple[int, dict[str, Any]] | None:
@@ -189,74 +178,18 @@ def _write_checked(library: Path, trees: Trees) -> None:
         log.warning("cannot keep %s (the next load checks the library again): %s", kept, exc)
 
 
-def _build(library: Path, path: Path, frontend: Frontend, toolchain: str, tl2cgen: Any) -> None:
+def _build(library: Path, path: Path, frontend: Frontend, toolchain: str) -> None:
     """Compile the model at `path` into `library`, unless another worker has."""
-    import treelite
-
     with _locked(library.with_suffix(".lock")):
         if library.exists():
             return
         partial = library.with_suffix(f".{os.getpid()}.partial.so")
-        cores = os.cpu_count() or 1
         try:
-            with _quiet():
-                model = _load(treelite, path, frontend)
-                tl2cgen.export_lib(
-                    model, toolchain, str(partial), params={"parallel_comp": cores}, nthread=cores
-                )
-        except Exception as exc:  # treelite or the compiler: say which, in one line
+            build(path, frontend, partial, toolchain)
+        except BaseException:
             partial.unlink(missing_ok=True)
-            raise CannotCompile(_first_line(exc)) from None
+            raise
         os.replace(partial, library)  # whole or absent: a reader never sees half a library
-
-
-def _openmp_threads() -> int:
-    """The threads OpenMP allows this process: tl2cgen refuses more. Ray, for one, sets
-    OMP_NUM_THREADS in its workers."""
-    try:
-        return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
-    except ValueError:
-        return os.cpu_count() or 1
-
-
-def _load(treelite: Any, path: Path, frontend: Frontend) -> Any:
-    if frontend == "lightgbm":
-        return treelite.frontend.load_lightgbm_model(str(path))
-    # Newer XGBoost files carry fields (categories, say) this treelite does not know; the
-    # probe in `_check_agrees` still catches a model they would change.
-    return treelite.frontend.load_xgboost_model(str(path), allow_unknown_field=True)
-
-
-def _first_line(error: Exception) -> str:
-    """The message of a C++ error, without its stack trace and source excerpt."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return next((line for line in lines if "rror" in line), lines[0] if lines else repr(error))
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence treelite and tl2cgen while they compile: their C++ code logs to file
-    descriptor 2, their Python callbacks print to stdout and warn (versions, translation
-    units, fields they skip). Failures still raise. Only while a model loads, before the
-    worker starts any thread that could want the terminal."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-            os.dup2(devnull.fileno(), 2)
-        with (
-            contextlib.redirect_stdout(io.StringIO()),
-            contextlib.redirect_stderr(io.StringIO()),
-            warnings.catch_warnings(),
-        ):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for fd, copy in enumerate(saved, start=1):
-            os.dup2(copy, fd)
-            os.close(copy)
 
 
 @contextlib.contextmanager
@@ -279,12 +212,14 @@ def _check_agrees(compiled: Predict, native: Predict, width: int) -> None:
     """Both predict the same on random rows with some values missing; they may differ
     only in float rounding. Catches an objective or transform the compiler reads wrong."""
     rng = np.random.default_rng(0)
-    probe = rng.standard_normal((PROBE_ROWS, width)) * 3.0
-    probe[rng.random(probe.shape) < 0.1] = np.nan
+    values = rng.standard_normal((PROBE_ROWS, width)) * 3.0
+    values[rng.random(values.shape) < 0.1] = np.nan
+    columns = [from_numpy(np.ascontiguousarray(values[:, j])) for j in range(width)]
+    probe = pa.table(columns, names=[f"f{j}" for j in range(width)])
     want = np.asarray(native(probe))
     try:
         got = np.asarray(compiled(probe))
     except Exception as exc:
-        raise CannotCompile(f"the compiled model fails on a probe: {_first_line(exc)}") from None
+        raise CannotCompile(f"the compiled model fails on a probe: {first_line(exc)}") from None
     if want.shape != got.shape or not np.allclose(got, want, rtol=RTOL, atol=ATOL):
         raise CannotCompile("the compiled model's outputs differ from the library's on a probe")
