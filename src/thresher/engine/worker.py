@@ -118,11 +118,14 @@ class ShardWork:
         self, chunk: Chunk, lengths: np.ndarray | None
     ) -> Iterator[tuple[Chunk, float | None]]:
         """Batches of the tuner's size, each with its rows' total length (when known)."""
-        rows = chunk.table.num_rows
-        row_bytes = chunk.table.nbytes / rows if rows else 0.0
+        rows, tuner = chunk.table.num_rows, self.tuner
+        # Table.nbytes walks every buffer of every column (a millisecond for 30 sliced
+        # columns, 3% of a tree model's time): only a memory cap needs it.
+        capped = rows and tuner is not None and tuner.max_memory
+        row_bytes = chunk.table.nbytes / rows if capped else 0.0
         start = 0
         while start < rows:
-            size = self.tuner.batch_size(row_bytes) if self.tuner else rows
+            size = tuner.batch_size(row_bytes) if tuner else rows
             stop = start + size
             work = None if lengths is None else float(lengths[start:stop].sum())
             yield Chunk(chunk.table.slice(start, size), chunk.positions[start:stop]), work
