@@ -36,6 +36,16 @@ class RejectsVeryNegative:
         return {"prediction": 2.0 * batch["f0"]}
 
 
+# Rejects f3 below -1 until a file named `fixed` stands beside this module.
+class RejectsUntilFixed:
+    def predict(self, batch):
+        fixed = __import__("pathlib").Path(__file__).with_name("fixed").exists()
+        if not fixed and (batch["f3"] < -1.0).any():
+            raise ValueError("f3 below -1 is out of range")
+        rows = len(batch["f0"])
+        return {"prediction": 2.0 * batch["f0"], "batch_rows": [rows] * rows}
+
+
 class DropsOne:
     def predict(self, batch):
         return {"prediction": np.zeros(len(batch["f0"]) - 1)}
@@ -343,6 +353,26 @@ def test_rows_the_model_rejects_go_to_errors_alone(workspace: Workspace) -> None
     )
     assert output.manifest is not None
     assert output.manifest["rows_error"] == len(rejected)
+
+
+def test_retry_errors_predicts_the_fixed_rows_once_in_batches_of_batch_size(
+    workspace: Workspace,
+) -> None:
+    table = make_table(ROWS)
+    source = workspace.write_input(table, "parquet")
+    spec = spec_for(workspace, source, "RejectsUntilFixed", model={"batch_format": "numpy"})
+    first = workspace.run("run", spec, *FAST, "--set", "batch.size=8")
+    assert first.returncode == 0, first.stderr
+    rejected = np.flatnonzero(table.column("f3").to_numpy() < -1.0)
+    assert len(rejected) > 100  # many to a shard: more than one batch each
+    (workspace.root / "fixed").touch()
+    retry = workspace.run("retry-errors", job_id(first.stdout))
+    assert retry.returncode == 0, retry.stderr
+    output = workspace.read_dir(workspace.root / "out", "parquet")
+    assert sorted(output.table.column(ID).to_pylist()) == sorted(table.column(ID).to_pylist())
+    assert output.errors == []
+    retried = output.table.filter(pa.compute.is_in(output.table[ID], table[ID].take(rejected)))
+    assert max(retried.column("batch_rows").to_pylist()) <= 8  # as the job's workers batch
 
 
 def test_a_model_returning_the_wrong_number_of_rows_fails_the_job(workspace: Workspace) -> None:

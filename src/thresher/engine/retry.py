@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from thresher.engine.autobatch import BatchTuner
 from thresher.engine.executor import Placement
 from thresher.engine.job import Job, JobResult, check_features, worker_setup
 from thresher.engine.tasks import WorkerSetup
-from thresher.engine.worker import ErrorPart, ShardWork
+from thresher.engine.worker import ErrorPart, ShardWork, sorts_by_length, tuner_for
 from thresher.errors import JobFailed, SpecError
 from thresher.faults import crash_point
 from thresher.models import load_model, model_fingerprint
@@ -63,7 +64,8 @@ def retry_errors(
     sink.start(job_id, len(job.plan.shards), resume=True)
     number = store.retries.begin(job_id, model_fingerprint(job.spec.model).get("sha256"))
     setup = worker_setup(job, Placement(1, os.cpu_count() or 1), sink.for_retry(number))
-    retry = _Round(job, sink, number, setup, load_model(job.spec.model, setup.context))
+    model = load_model(job.spec.model, setup.context)
+    retry = _Round(job, sink, number, setup, model, tuner_for(setup.batch, model))
     done = store.retries.shards(job_id, number)
     reporter.note(f"job {job_id}: retry round {number}")
     for shard in job.plan.shards:
@@ -76,13 +78,15 @@ def retry_errors(
 
 @dataclass(frozen=True)
 class _Round:
-    """One retry round: the job, its sink, and the model loaded once for all shards."""
+    """One retry round: the job, its sink, and the model loaded once for all shards, in
+    batches sized as a job's worker sizes them (text rows sorted by length)."""
 
     job: Job
     sink: Sink
     number: int
     setup: WorkerSetup
     model: Model
+    tuner: BatchTuner
 
     def shard(self, shard: Shard, progress: RetryShard | None) -> None:
         records = _error_lines(self.sink.error_layout.final(shard.index))
@@ -95,12 +99,13 @@ class _Round:
             if rec["stage"] != "predict":
                 errors.add_line(json.dumps(rec, ensure_ascii=False))
         writer = self.setup.parts.open(shard.index, attempt)
-        work = ShardWork(self.setup, self.model, shard, errors)
+        work = ShardWork(self.setup, self.model, shard, errors, self.tuner)
         fixed = 0
-        for chunk in self.setup.reader.read(shard, self.setup.batch.read_rows()):
+        rows_per_chunk = self.setup.batch.read_rows(sorts_by_length(self.model))
+        for chunk in self.setup.reader.read(shard, rows_per_chunk):
             picked = _pick(chunk, wanted, self.setup, shard)
             if picked.table.num_rows:
-                output, _ = work.predict(picked)
+                output = work.predict_in_batches(picked)
                 writer.write(output)
                 fixed += output.num_rows
         part, still = writer.close(), errors.close(shard.index, attempt)
