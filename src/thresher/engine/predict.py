@@ -42,33 +42,9 @@ def predict_isolating(
     """Predict every row that the model accepts; isolate the ones that make it raise.
     Out of memory splits the batch too (and tells the tuner), but fails no row. The
     tuner hears how long the whole batch took, and its `work` (see BatchTuner.observe)."""
-    segments: list[tuple[int, dict[str, pa.Array]]] = []
-    failed: dict[int, tuple[str, str]] = {}
-
-    def bisect(part: pa.Table, offset: int) -> None:
-        if part.num_rows == 0:
-            return
-        try:
-            clock = time.perf_counter()
-            outputs = model.predict(part)
-            if tuner is not None and offset == 0 and part is features:
-                tuner.observe(part.num_rows, time.perf_counter() - clock, work)
-        except Exception as exc:
-            out_of_memory = is_out_of_memory(exc)
-            if out_of_memory and part.num_rows == 1:
-                raise  # not the row's fault: fail the attempt, a retry may have memory
-            if out_of_memory and tuner is not None:
-                tuner.back_off(part.num_rows)
-            if not out_of_memory and part.num_rows == 1:
-                failed[offset] = (type(exc).__name__, str(exc) or type(exc).__name__)
-                return
-            half = part.num_rows // 2
-            bisect(part.slice(0, half), offset)
-            bisect(part.slice(half), offset + half)
-            return
-        segments.append((offset, check_outputs(outputs, part.num_rows, model_name)))
-
-    bisect(features, 0)
+    calls = _Bisection(model, features, model_name, tuner, work)
+    calls.run(features, 0)
+    segments, failed = calls.segments, calls.failed
     rows = np.concatenate(
         [np.arange(lo, lo + _length(cols), dtype=np.int64) for lo, cols in segments]
         or [np.empty(0, dtype=np.int64)]
@@ -76,6 +52,46 @@ def predict_isolating(
     predicted = Predicted(rows=rows, columns=_concat([c for _, c in segments]), failed=failed)
     _flag_non_finite(predicted)
     return predicted
+
+
+@dataclass
+class _Bisection:
+    """The model calls for one batch: outputs by offset, and the rows it rejected.
+
+    A class rather than a nested function that calls itself: such a closure is a reference
+    cycle, and it kept every batch (its input and outputs) alive until Python's rare full
+    collection, hundreds of MiB per worker."""
+
+    model: Model
+    whole: pa.Table
+    model_name: str
+    tuner: BatchTuner | None
+    work: float | None
+    segments: list[tuple[int, dict[str, pa.Array]]] = field(default_factory=list)
+    failed: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+    def run(self, part: pa.Table, offset: int) -> None:
+        if part.num_rows == 0:
+            return
+        try:
+            clock = time.perf_counter()
+            outputs = self.model.predict(part)
+            if self.tuner is not None and offset == 0 and part is self.whole:
+                self.tuner.observe(part.num_rows, time.perf_counter() - clock, self.work)
+        except Exception as exc:
+            out_of_memory = is_out_of_memory(exc)
+            if out_of_memory and part.num_rows == 1:
+                raise  # not the row's fault: fail the attempt, a retry may have memory
+            if out_of_memory and self.tuner is not None:
+                self.tuner.back_off(part.num_rows)
+            if not out_of_memory and part.num_rows == 1:
+                self.failed[offset] = (type(exc).__name__, str(exc) or type(exc).__name__)
+                return
+            half = part.num_rows // 2
+            self.run(part.slice(0, half), offset)
+            self.run(part.slice(half), offset + half)
+            return
+        self.segments.append((offset, check_outputs(outputs, part.num_rows, self.model_name)))
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
