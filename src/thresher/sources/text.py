@@ -197,9 +197,14 @@ class TextReader:
         good: list[int] = []
         bad: list[BadRecord] = []
 
-        def bisect(part: list[tuple[int, bytes]]) -> None:
+        # Halves on a stack, first half on top, so tables come out in line order. (Not a
+        # recursive closure: that is a reference cycle, and held the parsed tables until
+        # Python's next full collection.)
+        pending = [[(i, ln) for i, ln in enumerate(lines) if ln.strip()]]  # no blank lines
+        while pending:
+            part = pending.pop()
             if not part:
-                return
+                continue
             try:
                 table = self.format.parse(b"\n".join(ln for _, ln in part) + b"\n", self.schema)
                 if table.num_rows != len(part):
@@ -207,14 +212,12 @@ class TextReader:
             except (pa.ArrowException, ValueError) as exc:
                 if len(part) == 1:
                     bad.append(self._bad_line(shard, line_offset + part[0][0], part[0][1], exc))
-                    return
-                bisect(part[: len(part) // 2])
-                bisect(part[len(part) // 2 :])
-                return
+                else:
+                    half = len(part) // 2
+                    pending += [part[half:], part[:half]]
+                continue
             tables.append(table)
             good.extend(i for i, _ in part)
-
-        bisect([(i, ln) for i, ln in enumerate(lines) if ln.strip()])  # blank lines are no records
         table = pa.concat_tables(tables) if tables else self.schema.empty_table()
         positions = np.asarray(good, dtype=np.int64) + line_offset
         return table.select(list(self.columns)), positions, bad
