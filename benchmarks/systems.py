@@ -154,7 +154,7 @@ def optimum(workload: Workload, root: Path, env: dict[str, str], hint: int) -> R
     )
     if "model_library" in stages:
         note += (
-            f"; trees compiled with tl2cgen, as thresher runs them (LightGBM's own predict:"
+            f"; trees compiled with tl2cgen, run by its runtime (LightGBM's own predict:"
             f" model {stages['model_library']:.2f} s)"
         )
     seconds = measured.seconds if workload.whole_process else total

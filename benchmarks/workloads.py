@@ -145,8 +145,9 @@ def read_inputs(workload: Workload, table: pa.Table) -> Any:
 
 def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> Predictor:
     """The workload's model, loaded directly with `threads` threads; `compiled`: a tree
-    model compiled to native code with treelite + tl2cgen, as thresher does (by hand here,
-    so the optimum does not lean on thresher's code)."""
+    model compiled to native code with treelite + tl2cgen and run by tl2cgen's runtime on
+    the in-memory matrix (by hand here, so the optimum does not lean on thresher's code;
+    thresher runs the same generated code through its own driver, from Arrow's columns)."""
     if workload.kind == "lightgbm" and compiled:
         return _compiled_lightgbm(workload, threads)
     if workload.kind == "lightgbm":
