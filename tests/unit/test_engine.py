@@ -47,25 +47,35 @@ def test_auto_stops_at_the_ceiling() -> None:
 
 
 def test_auto_compares_sizes_by_work_when_rows_grow_longer() -> None:
-    """A text model sees rows shortest first: each bigger size runs on longer rows. Its
-    cost per token falls with the batch up to 256 and is flat after; rows/s alone would
-    fall all along (the rows grow) and settle at the first size."""
+    """A text model sees rows shortest first, so every call runs on longer rows. Its cost
+    per token falls with the batch up to 256 and is flat after; measured in tokens (work),
+    the tuner finds that knee though the rows grow under it."""
     tokens_per_second = {64: 1e4, 128: 1.5e4, 256: 2e4, 512: 2.02e4, 1024: 2.03e4, 2048: 2e4}
+    tuner, length = BatchTuner(start=64, max_size=2048), 10.0
+    for _ in range(500):
+        if tuner.settled:
+            break
+        size = tuner.batch_size(row_bytes=8.0)
+        tokens = size * length
+        tuner.observe(size, tokens / tokens_per_second[size], tokens)
+        length *= 1.05  # the next batch's rows are longer
+    assert tuner.settled and tuner.size == 256
 
-    def drive(with_work: bool) -> int:
-        tuner, length = BatchTuner(start=64, max_size=2048), 10.0
-        for _ in range(200):
-            if tuner.settled:
-                break
-            size = tuner.batch_size(row_bytes=8.0)
-            tokens = size * length
-            seconds = tokens / tokens_per_second[size]
-            tuner.observe(size, seconds, tokens if with_work else None)
-            length *= 1.3  # the next batch's rows are longer
-        return tuner.size
 
-    assert drive(with_work=True) == 256
-    assert drive(with_work=False) == 64
+def test_sizes_take_turns_so_a_drift_in_speed_picks_no_wrong_size() -> None:
+    """64 is the fastest size, but every call runs 10% faster than the one before (a
+    neighbour's job ending; for a text model, longer rows that cost less per token).
+    Measured one after the other, each bigger size would look faster; taking turns with
+    the best, each is judged at the same moment, and 64 stays."""
+    rates = {64: 1000.0, 128: 900.0, 256: 850.0, 512: 800.0}
+    tuner, speed = BatchTuner(start=64, max_size=512), 1.0
+    for _ in range(500):
+        if tuner.settled:
+            break
+        size = tuner.batch_size(row_bytes=8.0)
+        tuner.observe(size, size / (rates[size] * speed))
+        speed *= 1.1
+    assert tuner.settled and tuner.size == 64
 
 
 def test_out_of_memory_halves_and_caps_for_good() -> None:

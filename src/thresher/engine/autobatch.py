@@ -1,13 +1,16 @@
 """`batch.size = "auto"`: find the batch size where throughput stops growing, per worker.
 
-The tuner starts small and doubles the size while measured rows/s keeps rising by more
-than `GAIN`; `FLAT_STEPS` steps in a row without such a gain (or the ceiling) settle it at
-the best size seen. Each size is measured over at least `MIN_SECONDS` of model time, as
-work over seconds in total (work is rows, or tokens for a text model: see `observe`):
-single small calls are too noisy to rank sizes by. Out of
-memory halves the size and caps it there for good. `batch.max_memory` caps the input
-bytes of one batch. Only full batches are measured, and the first call (model warm-up) is
-ignored.
+The tuner measures its start size, then doubles: each bigger size (the challenger) is
+measured against the best so far, their batches taking turns, and wins if its throughput
+beats the best's by more than `GAIN`. `FLAT_STEPS` losses in a row (or the ceiling)
+settle it at the best. Taking turns is what makes the comparison fair: measured one
+after the other, a size would be judged on other rows (a text model's rows come sorted
+shortest first, and a longer row costs less per token, so later sizes looked better)
+and at another moment of a shared machine's load. Each duel measures both sizes over at
+least `SAMPLES` calls and `MIN_SECONDS` of model time each, as work over seconds (work is
+rows, or tokens for a text model: see `observe`). Out of memory halves the size and caps
+it there for good. `batch.max_memory` caps the input bytes of one batch. Only full
+batches are measured, and the first call (model warm-up) is ignored.
 """
 
 from __future__ import annotations
@@ -22,6 +25,29 @@ SAMPLE_SECONDS = 1.0  # ...unless one size has already taken this long
 
 
 @dataclass
+class _Tally:
+    """Measured calls at one size."""
+
+    calls: int = 0
+    work: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, work: float, seconds: float) -> None:
+        self.calls += 1
+        self.work += work
+        self.seconds += seconds
+
+    def enough(self) -> bool:
+        return (self.calls >= SAMPLES and self.seconds >= MIN_SECONDS) or (
+            self.seconds > SAMPLE_SECONDS
+        )
+
+    @property
+    def rate(self) -> float:
+        return self.work / self.seconds
+
+
+@dataclass
 class BatchTuner:
     """The model batch size of one worker: fixed, or tuned from measured throughput."""
 
@@ -31,16 +57,16 @@ class BatchTuner:
     max_memory: int | None = None
     size: int = field(init=False)
     settled: bool = field(init=False)
-    _best: tuple[int, float] = field(init=False, default=(0, 0.0))
-    _calls: int = field(init=False, default=0)
-    _work: float = field(init=False, default=0.0)
-    _seconds: float = field(init=False, default=0.0)
+    _best: int = field(init=False, default=0)  # 0 until the start size is measured
+    _challenger: int = field(init=False, default=0)
+    _tallies: dict[int, _Tally] = field(init=False, default_factory=dict)
     _flat_steps: int = field(init=False, default=0)
     _warm: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.size = self.fixed or min(self.start, self.max_size)
         self.settled = self.fixed is not None
+        self._challenger = self.size
 
     def batch_size(self, row_bytes: float) -> int:
         """The size for the next batch, under the memory cap for rows this wide."""
@@ -52,20 +78,25 @@ class BatchTuner:
         """Record one model call of `rows` rows that took `seconds`.
 
         `work` is what the call cost in the model's own units when rows differ in cost:
-        tokens for a text model. Its rows come sorted shortest first, so each bigger size
-        is measured on longer rows, and rows/s would fall for that reason alone; work/s
-        compares the sizes fairly. Rows by default."""
+        tokens for a text model, whose rows come sorted shortest first. Rows by default."""
         if self.settled or rows < self.size or seconds <= 0:
             return
         if not self._warm:
             self._warm = True  # the first call pays for lazy initialisation
             return
-        self._calls += 1
-        self._work += rows if work is None else work
-        self._seconds += seconds
-        enough = self._calls >= SAMPLES and self._seconds >= MIN_SECONDS
-        if enough or self._seconds > SAMPLE_SECONDS:
-            self._step(self._work / self._seconds)
+        self._tallies.setdefault(self.size, _Tally()).add(rows if work is None else work, seconds)
+        best, challenger = self._best, self._challenger
+        if not best:  # the start size, alone
+            if self._tallies[challenger].enough():
+                self._best = challenger
+                self._next_challenger()
+            return
+        self.size = challenger if self.size == best else best  # take turns
+        if (
+            self._tallies.get(best, _Tally()).enough()
+            and self._tallies.get(challenger, _Tally()).enough()
+        ):
+            self._judge()
 
     def back_off(self, failed_rows: int) -> None:
         """A batch of `failed_rows` ran out of memory: halve, and never grow past that."""
@@ -73,13 +104,19 @@ class BatchTuner:
         self.max_size = self.size
         self.settled = True
 
-    def _step(self, rate: float) -> None:
-        if rate > self._best[1] * GAIN:
-            self._best, self._flat_steps = (self.size, rate), 0
+    def _judge(self) -> None:
+        best, challenger = self._tallies[self._best], self._tallies[self._challenger]
+        if challenger.rate > best.rate * GAIN:
+            self._best, self._flat_steps = self._challenger, 0
         else:
             self._flat_steps += 1
-        self._calls, self._work, self._seconds = 0, 0.0, 0.0
-        if self._flat_steps >= FLAT_STEPS or self.size * 2 > self.max_size:
-            self.size, self.settled = self._best[0] or self.size, True
+        self._next_challenger()
+
+    def _next_challenger(self) -> None:
+        """Double the last challenger, or settle at the best."""
+        self._tallies.clear()  # the next duel measures both afresh, side by side
+        self._challenger *= 2
+        if self._flat_steps >= FLAT_STEPS or self._challenger > self.max_size:
+            self.size, self.settled = self._best, True
         else:
-            self.size *= 2
+            self.size = self._challenger
