@@ -226,6 +226,18 @@ def test_without_a_compiler_auto_falls_back_and_true_fails(
         _fastest(path, _native(booster), threads=1, mode=True)
 
 
+def test_a_compiler_that_cannot_run_falls_back_with_the_reason(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, booster = _lightgbm(tmp_path)
+    monkeypatch.setattr(compiled_trees, "which_compiler", lambda: str(tmp_path / "no-such-cc"))
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        predict = _fastest(path, native := _native(booster), threads=1, mode="auto")
+    assert predict is native
+    assert "no-such-cc cannot run" in caplog.text
+    assert _libraries() == []
+
+
 def test_a_compiled_model_that_disagrees_is_not_used(
     tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -131,7 +131,12 @@ def _compile(
 
 
 def _start(command: list[str]) -> tuple[str, subprocess.Popen[str]]:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    except OSError as exc:  # the compiler went missing, or cannot be run
+        raise BuildError(f"{command[0]} cannot run: {exc.strerror or exc}") from None
     return command[0], process
 
 
