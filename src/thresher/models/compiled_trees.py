@@ -113,10 +113,10 @@ def fastest(
         kept = _read_checked(library)
         if kept is not None:
             width, facts = kept
-            return Trees(_loaded(library, threads).predict, width, facts)
+            return Trees(TreeLibrary(library, threads).predict, width, facts)
         native = load()
         _build(library, path, frontend, toolchain)
-        compiled = _loaded(library, threads)
+        compiled = TreeLibrary(library, threads)
         _check_agrees(compiled.predict, native.predict, native.width)
         _write_checked(library, native)
         return replace(native, predict=compiled.predict)
@@ -149,13 +149,6 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "absent"
-
-
-def _loaded(library: Path, threads: int) -> TreeLibrary:
-    try:
-        return TreeLibrary(library, threads)
-    except BuildError as exc:
-        raise CannotCompile(str(exc)) from None
 
 
 def _read_checked(library: Path) -> tuple[int, dict[str, Any]] | None:

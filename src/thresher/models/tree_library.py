@@ -181,10 +181,10 @@ class TreeLibrary:
         rows = table.num_rows
         out = np.empty((rows, self.outputs), dtype=np.float64)
         parts = min(self._threads, rows // MIN_ROWS_PER_THREAD) or 1
-        bounds = np.linspace(0, rows, parts + 1).astype(np.int64)
         if parts == 1:
             self._run(pointers, stride, 0, rows, out)
         else:
+            bounds = np.linspace(0, rows, parts + 1).astype(np.int64)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="trees")
             runs = [
