@@ -46,7 +46,7 @@ import pyarrow as pa
 from thresher.arrays import from_numpy
 from thresher.errors import ModelLoadError
 from thresher.models.tree_library import (
-    DRIVER,
+    WRITERS,
     BuildError,
     Frontend,
     TreeLibrary,
@@ -140,7 +140,7 @@ def _library_file(path: Path, frontend: Frontend, toolchain: str) -> Path:
     The frontend's version is in the name because the check against it is kept too."""
     digest = hashlib.sha256(path.read_bytes())
     versions = " ".join(_version(package) for package in ("tl2cgen", "treelite", frontend))
-    digest.update(f"{versions} {platform.machine()} {toolchain}\n{DRIVER}".encode())
+    digest.update(f"{versions} {platform.machine()} {toolchain}\n".encode() + WRITERS)
     return cache_dir() / f"{frontend}-{digest.hexdigest()[:32]}.so"
 
 

@@ -1,13 +1,15 @@
-"""A tree ensemble as a native library: tl2cgen's C code for the trees, a driver of ours
-that feeds them rows, a C compiler to build it, ctypes to run it.
+"""A tree ensemble as a native library: tl2cgen's C code for the trees, QuickScorer
+tables beside it, a driver of ours that feeds them rows, a C compiler to build it, ctypes
+to run it.
 
 tl2cgen writes each tree as nested if/else code behind one function,
 `predict(union Entry* row, int pred_margin, <leaf type>* result)`. tl2cgen's own runtime
 calls it from a `DMatrix`, which copies every batch once more, and only from a dense
 row-major matrix, which from Arrow's columns is a copy too. The driver below reads the
-batch's column buffers in place and calls `predict` row by row: 13% less time per row
-on the benchmark's LightGBM model, and a worker that runs the library imports neither
-tl2cgen nor treelite (0.4 s and ~50 MiB each).
+batch's column buffers in place. It scores them with the QuickScorer kernels
+(`quickscorer.py`: several rows at a time in vector registers, 2-4.5x faster than the
+if/else code) when the model and the CPU allow, else row by row with tl2cgen's `predict`.
+A worker that runs the library imports neither tl2cgen nor treelite (0.4 s and ~50 MiB).
 
 Threads: ctypes releases the GIL while the driver runs, so a batch is split between a
 few Python threads, each running the driver on its own rows.
@@ -35,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.arrays import to_numpy
+from thresher.models import quickscorer
 from thresher.models.features import to_matrix
 
 Frontend = Literal["lightgbm", "xgboost"]
@@ -49,8 +52,15 @@ DRIVER = r"""
 
 int32_t thresher_outputs(void) { return N_TARGET * MAX_N_CLASS; }
 
+/* quickscorer.c: scores all rows and returns 1, or 0 if it has no kernel for this model
+ * or CPU; thresher_lanes() says how many rows its kernel scores at a time (0: none). */
+int thresher_quickscore(const double* const* columns, int64_t stride, int64_t rows,
+                        double* out);
+int32_t thresher_lanes(void);
+
 void thresher_predict(const double* const* columns, int64_t stride, int64_t rows,
                       double* out) {
+  if (thresher_quickscore(columns, stride, rows, out)) return;
   const int32_t width = get_num_feature();
   const int32_t outputs = N_TARGET * MAX_N_CLASS;
   union Entry* row = malloc(sizeof(union Entry) * (width > 0 ? width : 1));
@@ -71,6 +81,9 @@ void thresher_predict(const double* const* columns, int64_t stride, int64_t rows
   free(row);
 }
 """
+# The code that writes and drives the library, for its cache key: a thresher that writes
+# it differently builds it anew.
+WRITERS = b"".join(Path(module).read_bytes() for module in (__file__, quickscorer.__file__))
 # How tl2cgen's header names the types the driver needs.
 _VALUE_TYPE = re.compile(r"^\s*(float|double) fvalue;", re.MULTILINE)
 _LEAF_TYPE = re.compile(r"void predict\(union Entry\* \w+, int \w+, (float|double)\* \w+\);")
@@ -94,8 +107,10 @@ def build(path: Path, frontend: Frontend, library: Path, toolchain: str) -> None
             with _quiet():
                 model = _load(treelite, path, frontend)
                 tl2cgen.generate_c_code(model, str(source), params={"parallel_comp": cores})
+                trees = quickscorer.from_treelite(model)
         except Exception as exc:  # treelite cannot read the file, say
             raise BuildError(first_line(exc)) from None
+        (source / "quickscorer.c").write_text(quickscorer.source(trees))
         header = (source / "header.h").read_text()
         value, leaf = _VALUE_TYPE.search(header), _LEAF_TYPE.search(header)
         if value is None or leaf is None:
@@ -119,7 +134,7 @@ def _compile(
     """Each translation unit in its own compiler process (a few at a time), then link."""
     objects = [source.with_suffix(".o") for source in sources]
     commands = [
-        [toolchain, "-c", "-O3", "-std=c99", "-fPIC", *types, "-o", str(obj), str(source)]
+        [toolchain, "-c", "-O3", "-std=gnu11", "-fPIC", *types, "-o", str(obj), str(source)]
         for source, obj in zip(sources, objects, strict=True)
     ]
     for start in range(0, len(commands), cores):
@@ -159,6 +174,8 @@ class TreeLibrary:
             self._predict = handle.thresher_predict
             self.width = int(handle.get_num_feature())
             self.outputs = int(handle.thresher_outputs())
+            # Rows the QuickScorer kernel scores at a time on this CPU; 0: the if/else code.
+            self.lanes = int(handle.thresher_lanes())
         except (OSError, AttributeError) as exc:  # not ours, or not loadable here
             raise BuildError(f"cannot load {library.name}: {exc}") from None
         self._predict.restype = None
