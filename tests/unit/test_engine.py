@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -39,6 +40,22 @@ def test_auto_settles_at_the_knee_of_throughput() -> None:
     feed(tuner, rates)
     assert tuner.settled
     assert tuner.size == 512  # past it, gains stay under 5%
+
+
+def test_far_below_the_knee_a_decisive_win_needs_no_long_measurement() -> None:
+    """A fast model (a row costs a microsecond): 0.05 s of model time at 64 rows would be
+    ~800 calls, each paying the pipeline's own cost per batch. Each doubling that wins by
+    25% or more over 3 calls each moves on at once; only near the knee is it measured long."""
+    rates = {64: 1e6, 128: 1.9e6, 256: 3.5e6, 512: 6e6, 1024: 6.1e6, 2048: 6.1e6, 4096: 6e6}
+    tuner, calls = BatchTuner(start=64, max_size=4096), Counter[int]()
+    for _ in range(5_000):
+        if tuner.settled:
+            break
+        size = tuner.batch_size(row_bytes=8.0)
+        calls[size] += 1
+        tuner.observe(size, size / rates[size])
+    assert tuner.settled and tuner.size == 512
+    assert calls[64] <= 5 and calls[128] <= 7  # warm-up + 3, and two duels
 
 
 def test_auto_stops_at_the_ceiling() -> None:

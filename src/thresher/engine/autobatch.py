@@ -1,14 +1,18 @@
 """`batch.size = "auto"`: find the batch size where throughput stops growing, per worker.
 
-The tuner measures its start size, then doubles: each bigger size (the challenger) is
-measured against the best so far, their batches taking turns, and wins if its throughput
-beats the best's by more than `GAIN`. `FLAT_STEPS` losses in a row (or the ceiling)
+The tuner starts at its start size, the best so far, and doubles: each bigger size (the
+challenger) is measured against the best so far, their batches taking turns, and wins if
+its throughput beats the best's by more than `GAIN`. `FLAT_STEPS` losses in a row (or the ceiling)
 settle it at the best. Taking turns is what makes the comparison fair: measured one
 after the other, a size would be judged on other rows (a text model's rows come sorted
 shortest first, and a longer row costs less per token, so later sizes looked better)
 and at another moment of a shared machine's load. Each duel measures both sizes over at
 least `SAMPLES` calls and `MIN_SECONDS` of model time each, as work over seconds (work is
-rows, or tokens for a text model: see `observe`). Out of memory halves the size and caps
+rows, or tokens for a text model: see `observe`); a challenger that beats the best by
+`DECISIVE` over `SAMPLES` calls each wins at once. Far below the knee a call is mostly
+fixed cost and each doubling wins by that much; measured for `MIN_SECONDS` of model time
+each, the small sizes' thousands of calls, each with the pipeline's own cost per batch,
+took a 5-second LightGBM job a fifth of its time. Out of memory halves the size and caps
 it there for good. `batch.max_memory` caps the input bytes of one batch. Only full
 batches are measured, and the first call (model warm-up) is ignored.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GAIN = 1.05  # a size must beat the best so far by 5% to count as better
+DECISIVE = 1.25  # ...and wins without further measurement if it beats it by 25%
 FLAT_STEPS = 3  # sizes in a row without that gain before settling
 SAMPLES = 3  # full batches measured at each size, at least...
 MIN_SECONDS = 0.05  # ...and at least this much model time
@@ -42,6 +47,10 @@ class _Tally:
             self.seconds > SAMPLE_SECONDS
         )
 
+    def beats(self, other: _Tally) -> bool:
+        """Decisively faster, each measured over `SAMPLES` calls at least."""
+        return min(self.calls, other.calls) >= SAMPLES and self.rate > other.rate * DECISIVE
+
     @property
     def rate(self) -> float:
         return self.work / self.seconds
@@ -57,7 +66,7 @@ class BatchTuner:
     max_memory: int | None = None
     size: int = field(init=False)
     settled: bool = field(init=False)
-    _best: int = field(init=False, default=0)  # 0 until the start size is measured
+    _best: int = field(init=False, default=0)
     _challenger: int = field(init=False, default=0)
     _tallies: dict[int, _Tally] = field(init=False, default_factory=dict)
     _flat_steps: int = field(init=False, default=0)
@@ -66,7 +75,10 @@ class BatchTuner:
     def __post_init__(self) -> None:
         self.size = self.fixed or min(self.start, self.max_size)
         self.settled = self.fixed is not None
-        self._challenger = self.size
+        self._best = self._challenger = self.size
+        if not self.settled:
+            self._next_challenger()
+            self.size = self._best  # the first batches at the start size, then turns
 
     def batch_size(self, row_bytes: float) -> int:
         """The size for the next batch, under the memory cap for rows this wide."""
@@ -85,16 +97,12 @@ class BatchTuner:
             self._warm = True  # the first call pays for lazy initialisation
             return
         self._tallies.setdefault(self.size, _Tally()).add(rows if work is None else work, seconds)
-        best, challenger = self._best, self._challenger
-        if not best:  # the start size, alone
-            if self._tallies[challenger].enough():
-                self._best = challenger
-                self._next_challenger()
-            return
-        self.size = challenger if self.size == best else best  # take turns
+        self.size = self._challenger if self.size == self._best else self._best  # take turns
+        best, challenger = self._tallies.get(self._best), self._tallies.get(self._challenger)
         if (
-            self._tallies.get(best, _Tally()).enough()
-            and self._tallies.get(challenger, _Tally()).enough()
+            best
+            and challenger
+            and ((best.enough() and challenger.enough()) or challenger.beats(best))
         ):
             self._judge()
 
