@@ -154,8 +154,8 @@ def optimum(workload: Workload, root: Path, env: dict[str, str], hint: int) -> R
     )
     if "model_library" in stages:
         note += (
-            f"; trees compiled with tl2cgen, run by its runtime (LightGBM's own predict:"
-            f" model {stages['model_library']:.2f} s)"
+            f"; trees run by thresher's compiled library on the in-memory matrix"
+            f" (LightGBM's own predict: model {stages['model_library']:.2f} s)"
         )
     seconds = measured.seconds if workload.whole_process else total
     return Result("hand-written optimum", seconds, workload.rows, measured, out, note, stages)

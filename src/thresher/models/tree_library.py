@@ -195,7 +195,18 @@ class TreeLibrary:
                 f"the model takes {self.width} features, the batch has {table.num_columns}"
             )
         keep, pointers, stride = _column_pointers(table)
-        rows = table.num_rows
+        out = self._score(pointers, stride, table.num_rows)
+        del keep  # the buffers the pointers point into lived until here
+        return out
+
+    def predict_matrix(self, matrix: np.ndarray) -> np.ndarray:
+        """The same for the rows of a matrix (row i, feature j at [i, j])."""
+        matrix = np.ascontiguousarray(matrix, dtype=np.float64)
+        if matrix.ndim != 2 or matrix.shape[1] != self.width:
+            raise ValueError(f"the model takes {self.width} features, the matrix is {matrix.shape}")
+        return self._score(_row_pointers(matrix), self.width, len(matrix))
+
+    def _score(self, pointers: list[int], stride: int, rows: int) -> np.ndarray:
         out = np.empty((rows, self.outputs), dtype=np.float64)
         parts = min(self._threads, rows // MIN_ROWS_PER_THREAD) or 1
         if parts == 1:
@@ -210,7 +221,6 @@ class TreeLibrary:
             ]
             for run in runs:
                 run.result()
-        del keep  # the buffers the pointers point into lived until here
         return out[:, 0] if self.outputs == 1 else out
 
     def _run(
@@ -236,8 +246,12 @@ def _column_pointers(table: pa.Table) -> tuple[list[Any], list[int], int]:
     else:
         return columns, [values.ctypes.data for values in columns], 1
     matrix = to_matrix(table)
-    base = matrix.ctypes.data
-    return [matrix], [base + 8 * j for j in range(table.num_columns)], table.num_columns
+    return [matrix], _row_pointers(matrix), table.num_columns
+
+
+def _row_pointers(matrix: np.ndarray) -> list[int]:
+    """Where each feature of a C-contiguous float64 matrix's first row is."""
+    return [matrix.ctypes.data + 8 * j for j in range(matrix.shape[1])]
 
 
 def first_line(error: Exception) -> str:
