@@ -7,7 +7,7 @@
 
 Both formats hold trees and numbers only, so they load safely without `model.trust`.
 Both are compiled to native code when a C compiler is installed (`model.options.compile`,
-see `compiled_trees`): the same predictions, 2-3x faster.
+see `compiled_trees`): the same predictions, several times faster.
 
 The objective saved in the file says what the output is. A regressor (or any objective
 that is not a class probability) gives `prediction`. A probabilistic classifier
