@@ -113,6 +113,27 @@ def test_compiled_xgboost_predicts_what_xgboost_predicts(tmp_path: Path, cache: 
     np.testing.assert_allclose(predict(_table(x)), native(_table(x)), rtol=1e-5, atol=1e-6)
 
 
+def test_zero_read_as_missing_predicts_what_lightgbm_predicts(
+    tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LightGBM's `zero_as_missing` reads zeros and NaN as missing; treelite's model of it
+    does not. The load-time probe (missing values and zeros) sees the outputs differ, and
+    the job runs LightGBM's own predict: its predictions are LightGBM's."""
+    x = _rows(seed=7)
+    x[np.random.default_rng(8).random(x.shape) < 0.2] = 0.0
+    y = (np.nan_to_num(x[:, 0]) - np.nan_to_num(x[:, 1]) > 0).astype(int)
+    params = {"objective": "binary", "zero_as_missing": True, "verbose": -1}
+    booster = lightgbm.train(params, lightgbm.Dataset(x, y), num_boost_round=20)
+    path = tmp_path / "zeros.txt"
+    booster.save_model(str(path))
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        predict = _fastest(path, _native(booster), threads=1, mode="auto")
+    assert "differ" in caplog.text
+    probe = _rows(3_000, seed=9)
+    probe[np.random.default_rng(10).random(probe.shape) < 0.2] = 0.0
+    np.testing.assert_allclose(predict(_table(probe)), booster.predict(probe), rtol=1e-12)
+
+
 def test_a_second_load_reuses_the_compiled_library(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

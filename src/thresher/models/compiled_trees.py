@@ -207,11 +207,13 @@ def _locked(lock: Path) -> Iterator[None]:
 
 
 def _check_agrees(compiled: Predict, native: Predict, width: int) -> None:
-    """Both predict the same on random rows with some values missing; they may differ
-    only in float rounding. Catches an objective or transform the compiler reads wrong."""
+    """Both predict the same on random rows with some values missing and some zero (which
+    LightGBM may read as missing); they may differ only in float rounding. Catches an
+    objective, transform or missing-value rule the compiler reads wrong."""
     rng = np.random.default_rng(0)
     values = rng.standard_normal((PROBE_ROWS, width)) * 3.0
     values[rng.random(values.shape) < 0.1] = np.nan
+    values[rng.random(values.shape) < 0.05] = 0.0
     columns = [from_numpy(np.ascontiguousarray(values[:, j])) for j in range(width)]
     probe = pa.table(columns, names=[f"f{j}" for j in range(width)])
     want = np.asarray(native(probe))
