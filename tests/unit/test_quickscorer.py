@@ -31,11 +31,15 @@ def _cpu_has(flag: str) -> bool:
 
 
 # The lanes the library should pick on this machine (x86-64 Linux; elsewhere 0 is right
-# where it has no kernel, and the test says so).
-LANES = 8 if _cpu_has("avx512f") and _cpu_has("avx512dq") else 4 if _cpu_has("avx2") else 0
+# where it has no kernel, and the test says so): `NARROW_LANES` for trees of at most 32
+# leaves with double leaves (LightGBM's), `LANES` for the others.
+AVX512 = _cpu_has("avx512f") and _cpu_has("avx512dq")
+LANES = 8 if AVX512 else 4 if _cpu_has("avx2") else 0
+NARROW_LANES = 16 if AVX512 and _cpu_has("avx512cd") else LANES
 
 
 def _training(seed: int = 1, rows: int = 3_000) -> tuple[np.ndarray, np.ndarray]:
+    """Rows with 5% missing values, and a target that needs deep trees."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, WIDTH))
     x[rng.random(x.shape) < 0.05] = np.nan
@@ -108,12 +112,26 @@ def _table(x: np.ndarray) -> pa.Table:
     return pa.table({f"f{j}": np.ascontiguousarray(x[:, j]) for j in range(x.shape[1])})
 
 
-@pytest.mark.parametrize("objective", ["binary", "multiclass", "regression"])
+@pytest.mark.parametrize(
+    ("objective", "leaves", "lanes"),
+    [
+        ("binary", 31, NARROW_LANES),
+        ("multiclass", 31, NARROW_LANES),
+        ("regression", 31, NARROW_LANES),
+        ("binary", 63, LANES),
+        ("multiclass", 63, LANES),
+    ],
+)
 def test_lightgbm_scores_are_lightgbm_s_to_the_bit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, objective: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, objective: str, leaves: int, lanes: int
 ) -> None:
-    x, y = _training()
-    params: dict[str, object] = {"objective": objective, "num_leaves": 31, "verbose": -1}
+    x, y = _training(rows=6_000)
+    params: dict[str, object] = {
+        "objective": objective,
+        "num_leaves": leaves,
+        "min_data_in_leaf": 5,
+        "verbose": -1,
+    }
     if objective == "binary":
         y = (y > 0).astype(int)
     if objective == "multiclass":
@@ -122,8 +140,8 @@ def test_lightgbm_scores_are_lightgbm_s_to_the_bit(
     model = tmp_path / "model.txt"
     booster.save_model(str(model))
     library = _library(model, "lightgbm", tmp_path)
-    assert library.lanes == LANES
-    for rows in (1, 7, 9, 4_003):  # blocks of lanes, whole and partial
+    assert library.lanes == lanes
+    for rows in (1, 7, 9, 17, 4_003):  # blocks of lanes, whole and partial
         probe = _on_the_thresholds(_trees(model, "lightgbm"), rows)
         want = booster.predict(probe)
         np.testing.assert_array_equal(library.predict(_table(probe)), want)
@@ -223,6 +241,7 @@ def _model(trees: list[quickscorer.Tree], **fields: object) -> quickscorer.Ensem
         base_scores=[0.0],
         averaged=False,
         vector_leaves=False,
+        double_leaves=True,
     )
     return dataclasses.replace(model, **fields)  # type: ignore[arg-type]
 
@@ -251,6 +270,9 @@ def test_a_model_that_fits_is_written_as_tables_and_kernels() -> None:
     assert quickscorer.unfit(_model([STUMP])) is None
     assert "qs_threshold[] = {0x1.0000000000000p-1,0x1.0000000000000p-1}" in code
     assert "score_avx512" in code and "score_avx2" in code
+    assert "#define QS_NARROW 1" in code  # 2 leaves a tree, double leaves: 16 rows at a time
+    floats = quickscorer.source(_model([STUMP], double_leaves=False))
+    assert "#define QS_NARROW 0" in floats
 
 
 @pytest.mark.parametrize(
