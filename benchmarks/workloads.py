@@ -136,11 +136,18 @@ def minilm_folder() -> Path:
 Predictor = Callable[[Any, int], np.ndarray]
 
 
-def read_inputs(workload: Workload, table: pa.Table) -> Any:
-    """The model's inputs from an Arrow table: a float matrix, or a list of texts."""
+def read_inputs(workload: Workload, table: pa.Table, by_column: bool = False) -> Any:
+    """The model's inputs from an Arrow table: a float matrix (each column contiguous if
+    `by_column`, else each row), or a list of texts."""
     if workload.output == "embedding":
         return table.column(workload.features[0]).to_pylist()
-    return np.column_stack([table.column(f).to_numpy() for f in workload.features])
+    columns = [table.column(f).to_numpy() for f in workload.features]
+    if not by_column:
+        return np.column_stack(columns)
+    matrix = np.empty((table.num_rows, len(columns)), order="F")
+    for j, values in enumerate(columns):
+        matrix[:, j] = values
+    return matrix
 
 
 def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> Predictor:

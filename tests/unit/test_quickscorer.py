@@ -184,7 +184,12 @@ def test_rows_in_a_matrix_score_as_columns_do(tmp_path: Path) -> None:
     whole = np.round(np.nan_to_num(_training(seed=4, rows=1_001)[0]) * 4)
     table = _table(whole).set_column(0, "f0", pa.array(whole[:, 0].astype(np.int64)))
     np.testing.assert_array_equal(library.predict(table), booster.predict(whole))
-    np.testing.assert_array_equal(library.predict_matrix(whole), booster.predict(whole))
+    want = booster.predict(whole)
+    np.testing.assert_array_equal(library.predict_matrix(whole), want)
+    np.testing.assert_array_equal(library.predict_matrix(np.asfortranarray(whole)), want)
+    np.testing.assert_array_equal(library.predict_matrix(np.asfortranarray(whole)[5:]), want[5:])
+    np.testing.assert_array_equal(library.predict_matrix(whole[::2]), want[::2])
+    np.testing.assert_array_equal(library.predict_matrix(whole.astype(np.float32)), want)
 
 
 def test_models_the_tables_cannot_hold_run_the_if_else_code(tmp_path: Path) -> None:
