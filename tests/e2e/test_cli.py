@@ -164,6 +164,16 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
     return Ran(workspace, table, result.stdout, result.stderr)
 
 
+def test_tune_prints_the_sweep_and_a_recommendation(plain_run: Ran) -> None:
+    workspace = plain_run.workspace
+    result = workspace.run("tune", workspace.root / "job.toml", "--sizes", "16,64")
+    assert result.returncode == 0, result.stderr
+    assert "rows/s" in result.stdout and "latency" in result.stdout
+    sizes = re.findall(r"^\W*(\d[\d,]*)\s", result.stdout, re.MULTILINE)
+    assert sizes == ["16", "64"], result.stdout
+    assert re.search(r"recommended: batch.size = (16|64) \(", result.stdout)
+
+
 def test_set_batch_size_takes_effect(plain_run: Ran) -> None:
     output = plain_run.workspace.read_dir(plain_run.workspace.root / "out", "parquet")
     assert output.manifest is not None

@@ -8,10 +8,11 @@ the best throughput: past the knee, bigger batches only cost memory and latency.
 
 from __future__ import annotations
 
+import itertools
 import resource
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ from thresher.spec import JobSpec
 SAMPLE_ROWS = 200_000
 MIN_SECONDS = 0.5  # model time spent at each size, at least
 KNEE = 0.95
+GOLDEN = (5**0.5 - 1) / 2  # steps that spread batches evenly over the sample
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,17 @@ def recommend(rows: Sequence[SweepRow]) -> SweepRow:
     return next(r for r in rows if r.rows_per_second >= KNEE * best)
 
 
+def _starts(rows: int, size: int) -> Iterator[int]:
+    """Where each measured batch starts: all over the sample, not at its first rows. A text
+    model's sample is sorted shortest first, and its first rows judged every size on the
+    shortest texts alone, where bigger batches win (MiniLM: 128 recommended, 7% slower
+    than 64 on the whole job). One low-discrepancy sequence for every size, so each sees
+    the same mix of lengths."""
+    span = max(rows - size, 0) + 1
+    for k in itertools.count():
+        yield int((k * GOLDEN) % 1.0 * span)
+
+
 def _sample(spec: JobSpec, plan: Plan, features: list[str], limit: int) -> pa.Table:
     reader = open_source(spec.source, spec.sink.keep_columns).reader(plan.schema, features)
     tables: list[pa.Table] = []
@@ -82,16 +95,13 @@ def _measure(model: Model, sample: pa.Table, size: int) -> SweepRow:
     model.predict(sample.slice(0, size))  # warm-up: lazy initialisation is not throughput
     latencies: list[float] = []
     rows = 0
-    start = 0
+    starts = _starts(sample.num_rows, size)
     while sum(latencies) < MIN_SECONDS or len(latencies) < 3:
-        batch = sample.slice(start, size)
-        if batch.num_rows < size:
-            start, batch = 0, sample.slice(0, size)
+        batch = sample.slice(next(starts), size)
         clock = time.perf_counter()
         model.predict(batch)
         latencies.append(time.perf_counter() - clock)
         rows += batch.num_rows
-        start += size
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return SweepRow(
         size, rows / sum(latencies), statistics.median(latencies) * 1000, peak_kib / 1024
