@@ -26,7 +26,8 @@ from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
 
 SAMPLE_ROWS = 200_000
-MIN_SECONDS = 0.5  # model time spent at each size, at least
+MIN_SECONDS = 0.5  # model time spent at each size, at least...
+MIN_CALLS = 8  # ...and calls, so that a slow model's few calls still span the sample
 KNEE = 0.95
 GOLDEN = (5**0.5 - 1) / 2  # steps that spread batches evenly over the sample
 
@@ -70,7 +71,7 @@ def recommend(rows: Sequence[SweepRow]) -> SweepRow:
 def _starts(rows: int, size: int) -> Iterator[int]:
     """Where each measured batch starts: all over the sample, not at its first rows. A text
     model's sample is sorted shortest first, and its first rows judged every size on the
-    shortest texts alone, where bigger batches win (MiniLM: 128 recommended, 7% slower
+    shortest texts alone, where bigger batches win (MiniLM: 128 recommended, 5% slower
     than 64 on the whole job). One low-discrepancy sequence for every size, so each sees
     the same mix of lengths."""
     span = max(rows - size, 0) + 1
@@ -96,7 +97,7 @@ def _measure(model: Model, sample: pa.Table, size: int) -> SweepRow:
     latencies: list[float] = []
     rows = 0
     starts = _starts(sample.num_rows, size)
-    while sum(latencies) < MIN_SECONDS or len(latencies) < 3:
+    while sum(latencies) < MIN_SECONDS or len(latencies) < MIN_CALLS:
         batch = sample.slice(next(starts), size)
         clock = time.perf_counter()
         model.predict(batch)
