@@ -7,7 +7,7 @@ tl2cgen writes each tree as nested if/else code behind one function,
 calls it from a `DMatrix`, which copies every batch once more, and only from a dense
 row-major matrix, which from Arrow's columns is a copy too. The driver below reads the
 batch's column buffers in place. It scores them with the QuickScorer kernels
-(`quickscorer.py`: several rows at a time in vector registers, 2-4.5x faster than the
+(`quickscorer.py`: several rows at a time in vector registers, 2-5x faster than the
 if/else code) when the model and the CPU allow, else row by row with tl2cgen's `predict`.
 A worker that runs the library imports neither tl2cgen nor treelite (0.4 s and ~50 MiB).
 
