@@ -81,14 +81,14 @@ def write_spec(workload: Workload, path: Path, out: Path) -> Path:
 def tune(workload: Workload, spec_path: Path) -> Tuning:
     """`thresher tune`'s sweep and recommendation, called as a library."""
     from thresher.engine.executor import plan_placement
+    from thresher.engine.job import plan_input
     from thresher.engine.tune import recommend, sweep
-    from thresher.sources import open_source
     from thresher.spec import load_spec
 
     spec = load_spec(spec_path)
     rows = sweep(spec, workload.tune_sizes or None)
     fastest = max(rows, key=lambda row: row.rows_per_second)
-    plan = open_source(spec.source, spec.sink.keep_columns).plan()
+    plan = plan_input(spec)
     placement = plan_placement(spec.run, len(plan.shards))
     return Tuning(
         recommend(rows).batch_size, fastest.batch_size, placement.workers, placement.threads

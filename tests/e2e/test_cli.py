@@ -185,6 +185,26 @@ def test_set_batch_size_takes_effect(plain_run: Ran) -> None:
     )
 
 
+def test_one_row_group_gives_each_worker_a_row_range(workspace: Workspace) -> None:
+    """10,000 rows in one row group is one shard by size (64 MB): planning cuts it into a
+    row range per worker, and the output still holds every row once, in input order."""
+    import pyarrow.parquet as pq
+
+    table = make_table(10_000, seed=3)
+    pq.write_table(table, workspace.root / "one.parquet")  # a single row group
+    spec = spec_for(workspace, workspace.root / "one.parquet", "Doubler")
+    spec.write_text(spec.read_text().replace("shard_bytes = 4096\n", ""), encoding="utf-8")
+    result = workspace.run("run", spec, *FAST)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"2 shard\(s\), 10,000 rows, 2 worker\(s\) x 1 thread", result.stderr)
+    output = workspace.read_dir(workspace.root / "out", "parquet")
+    assert len(list((workspace.root / "out").glob("part-*.parquet"))) == 2
+    assert output.table.column(ID).to_pylist() == table.column(ID).to_pylist()
+    np.testing.assert_array_equal(
+        output.table.column("prediction").to_numpy(), 2.0 * table.column("f0").to_numpy()
+    )
+
+
 def test_plain_log_lines_when_not_a_terminal(plain_run: Ran) -> None:
     assert re.search(r"^\d\d:\d\d:\d\d thresher: job \S+: \d+ shard", plain_run.stderr, re.M)
     assert "\x1b[" not in plain_run.stderr + plain_run.stdout  # no terminal control codes

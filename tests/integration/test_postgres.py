@@ -343,6 +343,15 @@ def test_source_plan_is_deterministic_and_checks_the_key(pg: Pg) -> None:
         assert PASSWORD not in str(failed.value)
 
 
+def test_source_too_small_for_its_workers_gets_smaller_key_ranges(pg: Pg) -> None:
+    pg.load("w", pa.table({"k": pa.array(range(10_000), pa.int32()), "x": [1.0] * 10_000}))
+    section = SourceSection(uri=pg.url, query="SELECT k, x FROM w", key_column="k")
+    assert [(s.start, s.stop) for s in open_source(section).plan().shards] == [(0, 10_000)]
+    plan = open_source(section, min_shards=2).plan()
+    assert [(s.start, s.stop) for s in plan.shards] == [(0, 5_000), (5_000, 10_000)]
+    assert len(open_source(section, min_shards=4).plan().shards) == 2  # 4,096 rows at least
+
+
 def test_killed_after_commit_then_resumed_holds_every_id_once(pg: Pg, tmp_path: Path) -> None:
     table = customers(6000, seed=2)
     pq.write_table(table, tmp_path / "in.parquet", row_group_size=500)

@@ -66,9 +66,9 @@ def write_bytes(path: Path, data: bytes) -> Path:
 
 
 def source(uri: Path | str, fmt: str | None = None, **section: Any) -> Source:
-    keep = section.pop("keep", ())
+    keep, min_shards = section.pop("keep", ()), section.pop("min_shards", 1)
     spec = SourceSection(uri=str(uri), format=fmt, id_column="id", **section)  # type: ignore[arg-type]
-    return open_source(spec, keep)
+    return open_source(spec, keep, min_shards)
 
 
 # --- reading everything the way a worker does ----------------------------------------------
@@ -247,6 +247,72 @@ def test_parquet_shards_never_span_files(tmp_path: Path) -> None:
         ("b.parquet", 0, 2, 0),
     ]
     assert [s.index for s in plan.shards] == [0, 1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    groups=st.lists(st.integers(0, 40), min_size=1, max_size=6),
+    min_shards=st.integers(1, 7),
+    smallest=st.integers(1, 30),
+)
+def test_parquet_too_few_shards_are_cut_into_row_ranges(
+    groups: list[int], min_shards: int, smallest: int
+) -> None:
+    """One file, row groups of any sizes (empty ones too), fewer shards than workers: the
+    plan cuts it into even row ranges of at least `smallest` rows that may start and end
+    inside row groups; reading them gives every row once, in order, at its file row."""
+    with tempfile.TemporaryDirectory() as root:
+        path = Path(root) / "data.parquet"
+        table = pa.table({"id": range(sum(groups))})
+        with pq.ParquetWriter(path, table.schema) as writer:
+            start = 0
+            for size in groups:
+                writer.write_table(table.slice(start, size))
+                start += size
+        with patch("thresher.sources.parquet.MIN_SPLIT_ROWS", smallest):
+            src = ParquetSource(uri=str(path), shard_bytes=1 << 40, min_shards=min_shards)
+            result = read_all(src, rows_per_chunk=6)
+        rows = [s.rows or 0 for s in result.plan.shards]
+        assert result.ids == list(range(sum(groups)))
+        assert sum(rows) == sum(groups)
+        assert [c.positions.tolist() for _, c in result.chunks] == [
+            c.table.column("id").to_pylist() for _, c in result.chunks
+        ]
+        if len(rows) > 1:
+            assert len(rows) <= min_shards and min(rows) >= smallest
+            assert max(rows) - min(rows) <= 1  # even ranges
+        enough = sum(groups) >= 2 * smallest
+        assert len(rows) == (min(min_shards, sum(groups) // smallest) if enough else 1)
+
+
+def test_parquet_is_cut_by_rows_only_when_shards_are_too_few(tmp_path: Path) -> None:
+    path = write_rows(tmp_path / "data.parquet", range(10_000), row_group_size=10_000)
+    plan = ParquetSource(uri=str(path), shard_bytes=1 << 40, min_shards=2).plan()
+    assert [(s.start, s.stop, s.first_row, s.rows) for s in plan.shards] == [
+        (0, 1, 0, 5_000),
+        (0, 1, 5_000, 5_000),
+    ]
+    small = write_rows(tmp_path / "small.parquet", range(8_000), row_group_size=8_000)
+    assert len(ParquetSource(str(small), 1 << 40, min_shards=2).plan().shards) == 1  # < 2 x 4,096
+    groups = write_rows(tmp_path / "groups.parquet", range(10_000), row_group_size=2_500)
+    plan = ParquetSource(str(groups), shard_bytes=1, min_shards=2).plan()  # 4 already
+    assert [(s.start, s.stop, s.rows) for s in plan.shards] == [(g, g + 1, 2_500) for g in range(4)]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_text_input_too_small_for_its_workers_gets_smaller_byte_ranges(
+    tmp_path: Path, fmt: str
+) -> None:
+    path = write_rows(tmp_path / f"data.{fmt}", range(200_000))  # 3-8 MB: one 64 MB shard
+    assert path.stat().st_size > 2 * text.MIN_SPLIT_BYTES
+    assert len(read_all(source(path, fmt)).plan.shards) == 1
+    halves = read_all(source(path, fmt, min_shards=2))
+    assert len(halves.plan.shards) == 2 and halves.ids == list(range(200_000))
+    many = read_all(source(path, fmt, min_shards=64))
+    assert 2 < len(many.plan.shards) < 64 and many.ids == list(range(200_000))
+    assert min(s.stop - s.start for s in many.plan.shards[:-1]) >= text.MIN_SPLIT_BYTES
+    small = write_rows(tmp_path / f"small.{fmt}", range(1_000))
+    assert len(source(small, fmt, min_shards=2).plan().shards) == 1  # under 1 MiB a shard
 
 
 def test_parquet_locate_gives_file_rows(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from thresher.engine.executor import Placement, make_executor, plan_placement
+from thresher.engine.executor import Placement, make_executor, plan_placement, worker_slots
 from thresher.engine.loop import LoopOutcome, ShardLoop
 from thresher.engine.manifest import RunFacts, build_manifest, error_rate_problem
 from thresher.engine.tasks import WorkerSetup
@@ -70,7 +70,7 @@ def run_job(
     fit the data; otherwise returns a JobResult, succeeded or not."""
     store = store or open_store()
     try:
-        plan = open_source(spec.source, spec.sink.keep_columns).plan()
+        plan = plan_input(spec)
         features = check_features(spec, plan)
         _check_model_file(spec)
     except ThresherError as exc:
@@ -155,6 +155,12 @@ def _finish(job: Job, sink: Sink, outcome: LoopOutcome, facts: RunFacts) -> JobR
     sink.finish(manifest)
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
     return JobResult(job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri)
+
+
+def plan_input(spec: JobSpec) -> Plan:
+    """The job's input cut into shards of the spec's size, and into at least one shard
+    for each worker the run may have when the input is big enough."""
+    return open_source(spec.source, spec.sink.keep_columns, worker_slots(spec.run)).plan()
 
 
 def _check_model_file(spec: JobSpec) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.engine.executor import plan_placement
-from thresher.engine.job import check_features
+from thresher.engine.job import check_features, plan_input
 from thresher.models import LoadContext, load_model
 from thresher.models.base import Model, SortsByLength
 from thresher.sources import Plan, open_source
@@ -50,7 +50,7 @@ def default_sizes(max_size: int) -> list[int]:
 
 def sweep(spec: JobSpec, sizes: Sequence[int] | None = None) -> list[SweepRow]:
     """Throughput, latency and memory of the job's model at each batch size."""
-    plan = open_source(spec.source, spec.sink.keep_columns).plan()
+    plan = plan_input(spec)
     features = check_features(spec, plan)
     sizes = sorted(sizes or default_sizes(spec.batch.max_size))
     sample = _sample(spec, plan, features, max(SAMPLE_ROWS, *sizes))

@@ -17,15 +17,18 @@ from thresher.spec import SourceSection
 __all__ = ["Chunk", "Plan", "Shard", "ShardReader", "Source", "feature_columns", "open_source"]
 
 
-def open_source(section: SourceSection, keep_columns: Sequence[str] = ()) -> Source:
+def open_source(
+    section: SourceSection, keep_columns: Sequence[str] = (), min_shards: int = 1
+) -> Source:
     """The Source a `[source]` section describes. `keep_columns` are not model inputs, so
-    a text format does not read them as numbers."""
+    a text format does not read them as numbers. `min_shards` (the run's workers) makes
+    planning cut an input too small for that many shards of the spec's size finer."""
     if section.format == "parquet":
-        return ParquetSource(uri=section.uri, shard_bytes=section.shard_bytes)
+        return ParquetSource(section.uri, section.shard_bytes, min_shards)
     if section.format == "postgresql":
         key = section.key_column or section.id_column
         assert section.query and key  # the spec requires them
-        return PostgresSource(section.uri, section.query, key, section.shard_rows)
+        return PostgresSource(section.uri, section.query, key, section.shard_rows, min_shards)
     text_format = (
         CsvFormat(delimiter=section.csv_delimiter) if section.format == "csv" else JsonlFormat()
     )
@@ -36,6 +39,7 @@ def open_source(section: SourceSection, keep_columns: Sequence[str] = ()) -> Sou
         shard_bytes=section.shard_bytes,
         features=tuple(section.columns) if section.columns else None,
         not_features=frozenset(c for c in not_inputs if c),
+        min_shards=min_shards,
     )
 
 

@@ -17,6 +17,8 @@ import pyarrow as pa
 
 from thresher.records import BadRecord
 
+MIN_SPLIT_ROWS = 4_096  # rows cut off for a worker of their own, at least
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -69,6 +71,20 @@ class Plan:
     def from_json(cls, data: dict[str, Any]) -> Plan:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data["schema"])))
         return cls(shards=[Shard(**s) for s in data["shards"]], schema=schema)
+
+
+def shard_size(total: int, largest: int, min_shards: int, smallest: int) -> int:
+    """How much input (rows or bytes) each shard takes: at most `largest` (the spec's
+    shard size), and little enough that the input makes `min_shards` even shards, so a
+    small job of an expensive model (20,000 sentences: one 3 MB shard) still keeps a
+    worker on every core; but none under `smallest`, where a shard costs more to run than
+    it saves.
+
+        >>> shard_size(20_000, 10**6, 2, 4_096), shard_size(10_000, 10**6, 4, 4_096)
+        (10000, 5000)
+    """
+    pieces = max(1, min(min_shards, total // smallest))
+    return max(1, min(largest, -(-total // pieces)))
 
 
 class ShardReader(Protocol):

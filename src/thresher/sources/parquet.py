@@ -1,9 +1,16 @@
-"""Parquet input: shards are runs of whole row groups, planned from file footers alone."""
+"""Parquet input: shards are runs of whole row groups, planned from file footers alone.
+
+An input too small to give every worker a shard that way (one row group of 20,000
+sentences) is cut by rows instead: a shard is then a row range that may start or end
+inside a row group, and its reader skips the group's rows outside the range.
+"""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -11,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thresher.errors import SourceError
-from thresher.sources.base import Chunk, Plan, Shard
+from thresher.sources.base import MIN_SPLIT_ROWS, Chunk, Plan, Shard
 from thresher.sources.files import filesystem, is_local, list_files
 
 SUFFIXES = (".parquet", ".pq")
@@ -21,16 +28,22 @@ SUFFIXES = (".parquet", ".pq")
 class ParquetSource:
     uri: str
     shard_bytes: int
+    min_shards: int = 1  # the workers the run will have: cut by rows to give each a shard
 
     def plan(self) -> Plan:
         shards: list[Shard] = []
+        group_starts: dict[str, list[int]] = {}
         schema: pa.Schema | None = None
         for url in list_files(self.uri, SUFFIXES):
             with _open(url) as parquet:
                 meta = parquet.metadata
                 schema = schema or parquet.schema_arrow
+                group_starts[url] = _group_starts(meta)
                 shards.extend(_split_row_groups(url, meta, self.shard_bytes, len(shards)))
         assert schema is not None  # list_files never returns an empty list
+        if len(shards) < self.min_shards:
+            pieces = _share_out(shards, self.min_shards)
+            shards = _split_rows(shards, group_starts, pieces)
         return Plan(shards=shards, schema=schema)
 
     def reader(self, schema: pa.Schema, columns: list[str]) -> ParquetReader:
@@ -56,7 +69,8 @@ class ParquetReader:
                     batch_size=rows_per_chunk, row_groups=[group], columns=list(self.columns)
                 )
             )
-            for table in _rechunk(batches, rows_per_chunk):
+            skip = shard.first_row - _group_starts(parquet.metadata)[shard.start]
+            for table in _rechunk(_window(batches, skip, shard.rows), rows_per_chunk):
                 positions = np.arange(next_row, next_row + table.num_rows, dtype=np.int64)
                 next_row += table.num_rows
                 yield Chunk(table=table, positions=positions)
@@ -82,6 +96,62 @@ def _rechunk(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]
                 pending, count = [], 0
     if pending:
         yield pa.Table.from_batches(pending)
+
+
+def _window(
+    batches: Iterator[pa.RecordBatch], skip: int, take: int | None
+) -> Iterator[pa.RecordBatch]:
+    """The rows of `batches` after the first `skip`, `take` of them (all if None)."""
+    for batch in batches:
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        piece = batch.slice(skip, take)
+        skip = 0
+        yield piece
+        if take is not None:
+            take -= piece.num_rows
+            if take <= 0:
+                return
+
+
+def _group_starts(meta: Any) -> list[int]:
+    """The file row where each row group starts, then the file's row count."""
+    starts = [0]
+    for group in range(meta.num_row_groups):
+        starts.append(starts[-1] + meta.row_group(group).num_rows)
+    return starts
+
+
+def _share_out(shards: list[Shard], wanted: int) -> list[int]:
+    """How many row ranges to cut each shard into, `wanted` in all if the rows allow: one
+    more piece at a time to the shard whose pieces are then longest, none under
+    MIN_SPLIT_ROWS."""
+    pieces = [1] * len(shards)
+    while sum(pieces) < wanted:
+        longest = max(range(len(shards)), key=lambda i: (shards[i].rows or 0) / (pieces[i] + 1))
+        if (shards[longest].rows or 0) // (pieces[longest] + 1) < MIN_SPLIT_ROWS:
+            break
+        pieces[longest] += 1
+    return pieces
+
+
+def _split_rows(
+    shards: list[Shard], group_starts: dict[str, list[int]], pieces: list[int]
+) -> list[Shard]:
+    """Each shard cut into its number of even row ranges, renumbered in order."""
+    cut: list[Shard] = []
+    for shard, count in zip(shards, pieces, strict=True):
+        if count == 1:
+            cut.append(replace(shard, index=len(cut)))
+            continue
+        rows, starts = shard.rows or 0, group_starts[shard.path]
+        bounds = [shard.first_row + rows * k // count for k in range(count + 1)]
+        for low, high in pairwise(bounds):
+            first_group = bisect_right(starts, low) - 1
+            stop_group = max(bisect_left(starts, high), first_group + 1)
+            cut.append(Shard(len(cut), shard.path, first_group, stop_group, low, high - low))
+    return cut
 
 
 def _split_row_groups(url: str, meta: Any, shard_bytes: int, first_index: int) -> list[Shard]:

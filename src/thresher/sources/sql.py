@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from thresher.errors import SourceError
 from thresher.postgres import PgUrl, quote_ident
-from thresher.sources.base import Chunk, Plan, Shard
+from thresher.sources.base import MIN_SPLIT_ROWS, Chunk, Plan, Shard, shard_size
 
 QUERY_SHOWN = 120  # characters of the query in a shard's description
 
@@ -43,6 +43,7 @@ class PostgresSource:
     query: str
     key_column: str
     shard_rows: int
+    min_shards: int = 1  # the workers the run will have: smaller ranges to give each one
 
     def plan(self) -> Plan:
         url = PgUrl.parse(self.uri)
@@ -59,7 +60,8 @@ class PostgresSource:
                 "every row needs a key to belong to a shard (filter or coalesce it)"
             )
         where = describe(url, self.query)
-        ranges = split_key_range(low, high, rows, self.shard_rows)
+        size = shard_size(rows, self.shard_rows, self.min_shards, MIN_SPLIT_ROWS)
+        ranges = split_key_range(low, high, rows, size)
         shards = [Shard(i, where, lo, hi) for i, (lo, hi) in enumerate(ranges)]
         return Plan(shards=shards, schema=plain_schema(schema))
 

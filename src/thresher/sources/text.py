@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from thresher.errors import SourceError
 from thresher.records import BadRecord
-from thresher.sources.base import Chunk, Plan, Shard
+from thresher.sources.base import Chunk, Plan, Shard, shard_size
 from thresher.sources.files import file_size, list_files
 
 SAMPLE_BYTES = 1 << 20
@@ -28,6 +28,7 @@ READ_BLOCK = 4 << 20
 INFER_LINES = 10_000
 T = TypeVar("T")
 COMPRESSED = (".gz", ".bz2", ".zst", ".xz")
+MIN_SPLIT_BYTES = 1 << 20  # a byte range smaller than this is not worth a worker of its own
 
 
 class TextFormat(Protocol):
@@ -62,6 +63,7 @@ class TextSource:
     # explicit `features`, every column but `not_features` is a model input.
     features: tuple[str, ...] | None = None
     not_features: frozenset[str] = frozenset()
+    min_shards: int = 1  # the workers the run will have: smaller shards to give each one
 
     def plan(self) -> Plan:
         urls = list_files(self.uri, self.format.suffixes)
@@ -69,9 +71,11 @@ class TextSource:
         inferred = self._infer(sample, names)
         inputs = self.features or [n for n in inferred.names if n not in self.not_features]
         schema = _as_floats(inferred, self._numeric(sample, inferred, inputs))
+        total = sum(file_size(u) for u in urls if not u.lower().endswith(COMPRESSED))
+        size = shard_size(total, self.shard_bytes, self.min_shards, MIN_SPLIT_BYTES)
         shards: list[Shard] = []
         for url in urls:
-            shards.extend(self._split(url, names, len(shards)))
+            shards.extend(self._split(url, names, size, len(shards)))
         return Plan(shards=shards, schema=schema)
 
     def reader(self, schema: pa.Schema, columns: list[str]) -> TextReader:
@@ -125,7 +129,9 @@ class TextSource:
         tables = [t for _, t in _line_by_line(sample, lambda line: self.format.parse(line, schema))]
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
-    def _split(self, url: str, names: list[str] | None, first_index: int) -> list[Shard]:
+    def _split(
+        self, url: str, names: list[str] | None, shard_bytes: int, first_index: int
+    ) -> list[Shard]:
         start = 0
         with _open_text(url) as f:
             if names is not None:
@@ -137,8 +143,8 @@ class TextSource:
                 return [Shard(first_index, url, start, -1)]  # no seeking inside a stream
             size = file_size(url)
             bounds = [start]
-            while bounds[-1] + self.shard_bytes < size:
-                f.seek(bounds[-1] + self.shard_bytes)
+            while bounds[-1] + shard_bytes < size:
+                f.seek(bounds[-1] + shard_bytes)
                 f.readline()  # finish the line we landed in
                 if f.tell() >= size:
                     break
