@@ -29,6 +29,14 @@ class Doubler:
         return {"prediction": 2.0 * batch["f0"].to_numpy(), "batch_rows": [len(batch)] * len(batch)}
 
 
+# A library in the model made a semaphore (as tqdm does): workers must not leak it.
+class HoldsASemaphore(Doubler):
+    def __init__(self):
+        import multiprocessing
+
+        self.lock = multiprocessing.get_context("spawn").Lock()
+
+
 class RejectsVeryNegative:
     def predict(self, batch):
         if (batch["f3"] < -2.0).any():
@@ -203,6 +211,19 @@ def test_one_row_group_gives_each_worker_a_row_range(workspace: Workspace) -> No
     np.testing.assert_array_equal(
         output.table.column("prediction").to_numpy(), 2.0 * table.column("f0").to_numpy()
     )
+
+
+def test_workers_leave_no_semaphore_behind(workspace: Workspace) -> None:
+    """Workers skip the interpreter's teardown when they are done (torch's takes a second
+    or more), but not multiprocessing's exit steps: a semaphore the model made is still
+    unlinked, and the resource tracker has nothing to warn about."""
+    table = make_table(ROWS)
+    spec = spec_for(workspace, workspace.write_input(table, "parquet"), "HoldsASemaphore")
+    result = workspace.run("run", spec, *FAST)
+    assert result.returncode == 0, result.stderr
+    assert "leaked semaphore" not in result.stderr and "resource_tracker" not in result.stderr
+    output = workspace.read_dir(workspace.root / "out", "parquet")
+    assert output.table.column(ID).to_pylist() == table.column(ID).to_pylist()
 
 
 def test_plain_log_lines_when_not_a_terminal(plain_run: Ran) -> None:
