@@ -344,12 +344,6 @@ def test_on_bad_input_fail_names_the_file_and_the_first_bad_line(ran: Ran) -> No
     assert not (workspace.root / "fail" / "_staging").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CSV schema inference: one non-numeric id in the sample makes the whole id "
-    "column text (JSONL votes per line and keeps int64); model inputs are forced to "
-    "float64, the id and keep columns are not",
-)
 def test_text_in_a_csv_id_column_inside_the_sample_is_one_bad_record(
     workspace: Workspace,
 ) -> None:

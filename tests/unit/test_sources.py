@@ -556,6 +556,25 @@ def test_a_float_after_an_all_int_sample_is_kept(tmp_path: Path, fmt: str) -> No
 # --- compressed and mismatched files -------------------------------------------------------
 
 
+def test_a_stray_word_in_a_csv_id_column_makes_one_bad_line_not_a_text_column(
+    tmp_path: Path,
+) -> None:
+    lines = ["id,a"] + [f"{i},{i / 2}" for i in range(300)]
+    lines[11] = "id-10,5.0"
+    path = write_bytes(tmp_path / "ids.csv", ("\n".join(lines) + "\n").encode())
+    result = read_all(source(path, "csv"))
+    assert result.plan.schema.field("id").type == pa.int64()
+    assert result.ids == [i for i in range(300) if i != 10]
+    assert [b.where() for b in result.bad] == [f"{path} line 12"]
+    # A few lines are not enough to call a word a stray: the column stays text.
+    short = write_bytes(tmp_path / "short.csv", b"id,a\n1,0.5\n2,1.5\nx-3,2.5\n")
+    assert source(short, "csv").plan().schema.field("id").type == pa.string()
+    # JSON strings are text by their own type, however many look like numbers.
+    lines = [f'{{"id": "{i}", "a": 1.0}}' for i in range(300)]
+    quoted = write_bytes(tmp_path / "quoted.jsonl", ("\n".join(lines) + "\n").encode())
+    assert source(quoted, "jsonl").plan().schema.field("id").type == pa.string()
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_gzip_input(tmp_path: Path, fmt: str) -> None:
     write_rows(tmp_path / "in" / f"a.{fmt}.gz", range(400))

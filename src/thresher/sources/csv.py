@@ -18,6 +18,10 @@ class CsvFormat:
     def suffixes(self) -> tuple[str, ...]:
         return (".csv", ".csv.gz", ".csv.bz2", ".csv.zst", ".csv.xz")
 
+    @property
+    def untyped(self) -> bool:
+        return True
+
     def header(self, first_line: bytes) -> list[str] | None:
         table = pacsv.read_csv(
             io.BytesIO(first_line + b"\n"),

@@ -20,6 +20,10 @@ class JsonlFormat:
     def suffixes(self) -> tuple[str, ...]:
         return (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".jsonl.zst")
 
+    @property
+    def untyped(self) -> bool:
+        return False
+
     def header(self, first_line: bytes) -> list[str] | None:
         return None
 

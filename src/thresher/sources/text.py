@@ -39,6 +39,12 @@ class TextFormat(Protocol):
         """File name endings this format reads from a directory."""
         ...
 
+    @property
+    def untyped(self) -> bool:
+        """Whether values are bare text (CSV), so a column's type is only ever guessed;
+        JSON values carry their own."""
+        ...
+
     def header(self, first_line: bytes) -> list[str] | None:
         """Column names if the format has a header line (CSV), else None."""
         ...
@@ -70,7 +76,8 @@ class TextSource:
         names, sample = self._sniff(urls[0])
         inferred = self._infer(sample, names)
         inputs = self.features or [n for n in inferred.names if n not in self.not_features]
-        schema = _as_floats(inferred, self._numeric(sample, inferred, inputs))
+        floats, integers = self._numeric(sample, inferred, inputs), self._integers(sample, inferred)
+        schema = _retyped(inferred, floats, integers - set(inputs))
         total = sum(file_size(u) for u in urls if not u.lower().endswith(COMPRESSED))
         size = shard_size(total, self.shard_bytes, self.min_shards, MIN_SPLIT_BYTES)
         shards: list[Shard] = []
@@ -119,6 +126,16 @@ class TextSource:
             table = self._parse_sample(sample, schema)
             numeric |= {n for n in texts if _mostly_numbers(table.column(n))}
         return frozenset(numeric)
+
+    def _integers(self, sample: bytes, schema: pa.Schema) -> frozenset[str]:
+        """Text columns of a CSV whose sample values are whole numbers but for a stray one
+        in a hundred (an id column with one `id-10`): read as int64, so the stray lines
+        are bad records, as in JSONL, rather than every id of the file turning to text."""
+        texts = [f.name for f in schema if _is_text_type(f.type)]
+        if not texts or not self.format.untyped:
+            return frozenset()
+        table = self._parse_sample(sample, schema)
+        return frozenset(n for n in texts if _nearly_all_integers(table.column(n)))
 
     def _parse_sample(self, sample: bytes, schema: pa.Schema) -> pa.Table:
         """The sample as a table of `schema`, bad lines left out."""
@@ -337,13 +354,30 @@ def _mostly_numbers(column: pa.ChunkedArray, share: float = 0.5) -> bool:
     return numbers >= share * len(values)
 
 
-def _as_floats(schema: pa.Schema, float_columns: frozenset[str]) -> pa.Schema:
-    """Model inputs as float64; bytes as text (Arrow infers bytes only from invalid UTF-8,
-    which must then be a bad record, not a column type)."""
+def _nearly_all_integers(column: pa.ChunkedArray) -> bool:
+    values = [v for v in column.to_pylist() if v not in (None, "")]
+    whole = 0
+    for value in values:
+        try:
+            int(value)
+            whole += 1
+        except ValueError:
+            continue
+    return bool(values) and 100 * (len(values) - whole) <= len(values)
+
+
+def _retyped(
+    schema: pa.Schema, float_columns: frozenset[str], int_columns: frozenset[str]
+) -> pa.Schema:
+    """Model inputs as float64, whole-number columns as int64; bytes as text (Arrow
+    infers bytes only from invalid UTF-8, which must then be a bad record, not a column
+    type)."""
     fields = []
     for column in schema:
         if column.name in float_columns:
             fields.append(column.with_type(pa.float64()))
+        elif column.name in int_columns:
+            fields.append(column.with_type(pa.int64()))
         elif pa.types.is_binary(column.type) or pa.types.is_null(column.type):
             fields.append(column.with_type(pa.string()))
         else:
