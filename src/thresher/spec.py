@@ -148,6 +148,9 @@ class BatchSection(Section):
 class RunSection(Section):
     executor: Literal["local", "ray"] = "local"
     workers: int | None = Field(default=None, ge=1)
+    # auto: one worker per visible NVIDIA GPU if any, else per core; cuda: GPUs or refuse;
+    # cpu: workers per core, GPUs hidden from them (see engine/devices.py)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     address: str | None = None  # ray: "auto", "ray://host:10001", or none for a local Ray
     num_cpus: float | None = Field(default=None, gt=0)  # ray: CPUs per actor
     num_gpus: float = Field(default=0.0, ge=0)  # ray: GPUs per actor

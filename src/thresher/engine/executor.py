@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from thresher.engine.devices import HIDDEN, run_gpus
 from thresher.engine.tasks import Event, ShardTask, WorkerSetup
 from thresher.spec import RunSection
 
@@ -29,28 +30,43 @@ class Executor(Protocol):
 
 @dataclass(frozen=True)
 class Placement:
-    """How many worker processes, and how many compute threads in each."""
+    """How many worker processes, how many compute threads in each, and the GPU each
+    worker slot sees (its CUDA_VISIBLE_DEVICES; None: left as the coordinator's)."""
 
     workers: int
     threads: int
+    devices: tuple[str, ...] | None = None
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.devices and any(self.devices) else "cpu"
 
     def describe(self) -> str:
-        return f"{self.workers} worker(s) x {self.threads} thread(s)"
+        where = f", GPU {', '.join(self.devices or ())}" if self.device == "cuda" else ""
+        return f"{self.workers} worker(s) x {self.threads} thread(s){where}"
 
 
 def worker_slots(run: RunSection) -> int:
-    """The most workers a run uses: `run.workers`, or one per core."""
-    return run.workers or os.cpu_count() or 1
+    """The most workers a run uses: `run.workers`, else one per GPU it runs on, else one
+    per core."""
+    return run.workers or len(run_gpus(run)) or os.cpu_count() or 1
 
 
 def plan_placement(run: RunSection, shard_count: int) -> Placement:
-    """One worker per core unless the spec says otherwise, never more workers than shards;
-    the cores are shared out as threads so none is oversubscribed. (Planning cuts an input
-    into at least `worker_slots` shards when it is big enough: a process per core beats
-    the same cores as threads of one process, by 10% for MiniLM on two cores.)"""
+    """One worker per GPU, or per core, unless the spec says otherwise, never more workers
+    than shards; the cores are shared out as threads so none is oversubscribed. (Planning
+    cuts an input into at least `worker_slots` shards when it is big enough: a process per
+    core beats the same cores as threads of one process, by 10% for MiniLM on two cores.)
+    GPU workers take the GPUs in turn; a `cpu` run hides them from its workers."""
     cores = os.cpu_count() or 1
     workers = max(1, min(worker_slots(run), max(shard_count, 1)))
-    return Placement(workers=workers, threads=max(1, cores // workers))
+    gpus = run_gpus(run)
+    devices: tuple[str, ...] | None = None
+    if gpus:
+        devices = tuple(gpus[slot % len(gpus)] for slot in range(workers))
+    elif run.device == "cpu":
+        devices = (HIDDEN,) * workers
+    return Placement(workers=workers, threads=max(1, cores // workers), devices=devices)
 
 
 def make_executor(run: RunSection, placement: Placement) -> Executor:
@@ -62,5 +78,8 @@ def make_executor(run: RunSection, placement: Placement) -> Executor:
     from thresher.engine.local import LocalExecutor
 
     return LocalExecutor(
-        workers=placement.workers, threads=placement.threads, shard_timeout=run.shard_timeout
+        workers=placement.workers,
+        threads=placement.threads,
+        shard_timeout=run.shard_timeout,
+        devices=placement.devices,
     )

@@ -48,6 +48,7 @@ READY = "ready"  # a worker's first message: its model is loaded, shard clocks m
 
 @dataclass
 class _Worker:
+    slot: int  # its place in the pool: a replacement takes the same slot (and GPU)
     process: BaseProcess
     conn: Connection
     task: ShardTask | None = None
@@ -57,18 +58,20 @@ class _Worker:
 
 @dataclass
 class LocalExecutor:
-    """Runs shard tasks on `workers` processes with `threads` compute threads each."""
+    """Runs shard tasks on `workers` processes with `threads` compute threads each; worker
+    slot i sees the GPU `devices[i]` (CUDA_VISIBLE_DEVICES; None: the coordinator's)."""
 
     workers: int
     threads: int = 1
     shard_timeout: float = 600.0
+    devices: tuple[str, ...] | None = None
     _setup: WorkerSetup | None = field(default=None, init=False)
     _pool: list[_Worker] = field(default_factory=list, init=False)
     _queue: deque[ShardTask] = field(default_factory=deque, init=False)
 
     def start(self, setup: WorkerSetup) -> None:
         self._setup = setup
-        self._pool = [self._spawn() for _ in range(self.workers)]
+        self._pool = [self._spawn(slot) for slot in range(self.workers)]
 
     def submit(self, task: ShardTask) -> None:
         self._queue.append(task)
@@ -138,7 +141,7 @@ class LocalExecutor:
         code = worker.process.exitcode
         self._pool.remove(worker)
         worker.conn.close()
-        self._pool.append(self._spawn())
+        self._pool.append(self._spawn(worker.slot))
         if worker.task is not None:
             yield ShardFailed(worker.task, error, f"{why} (exit code {code})", retry=True)
 
@@ -149,7 +152,7 @@ class LocalExecutor:
                 worker.last_heard = time.monotonic()
                 worker.conn.send(worker.task)
 
-    def _spawn(self) -> _Worker:
+    def _spawn(self, slot: int) -> _Worker:
         assert self._setup is not None
         parent, child = mp.get_context("spawn").Pipe(duplex=True)
         process = mp.get_context("spawn").Process(
@@ -158,18 +161,22 @@ class LocalExecutor:
             name=f"thresher-worker-{uuid.uuid4().hex[:6]}",
             daemon=True,
         )
-        with _thread_limits(self.threads):
+        variables = {name: str(self.threads) for name in THREAD_VARIABLES}
+        if self.devices is not None:
+            variables["CUDA_VISIBLE_DEVICES"] = self.devices[slot]
+        with _environment(variables):
             process.start()
         child.close()
-        return _Worker(process=process, conn=parent)
+        return _Worker(slot=slot, process=process, conn=parent)
 
 
 @contextmanager
-def _thread_limits(threads: int) -> Iterator[None]:
-    """Children read BLAS/OpenMP thread limits from the environment at import time, so set
-    them for the moment of spawning (the coordinator's own environment is restored)."""
-    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-    os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
+def _environment(variables: dict[str, str]) -> Iterator[None]:
+    """Children read BLAS/OpenMP thread limits and the GPUs they may use from the
+    environment at import time, so set them for the moment of spawning (the coordinator's
+    own environment is restored)."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:

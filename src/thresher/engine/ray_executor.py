@@ -89,7 +89,9 @@ class RayExecutor:
                 raise ThresherError(f"run.address: {exc}") from exc
             self._started_ray = True
         self._setup = setup
-        options = {"num_cpus": self._cpus_per_actor(ray), "num_gpus": self.run.num_gpus}
+        # run.device = "cuda" on Ray: a GPU per actor unless run.num_gpus says otherwise.
+        gpus = self.run.num_gpus or (1.0 if self.run.device == "cuda" else 0.0)
+        options = {"num_cpus": self._cpus_per_actor(ray), "num_gpus": gpus}
         self._actor_class = ray.remote(ShardActor).options(max_restarts=0, **options)
         for _ in range(self.workers):
             self._replace()
