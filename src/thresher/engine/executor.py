@@ -46,10 +46,11 @@ class Placement:
         return f"{self.workers} worker(s) x {self.threads} thread(s){where}"
 
 
-def worker_slots(run: RunSection) -> int:
-    """The most workers a run uses: `run.workers`, else one per GPU it runs on, else one
-    per core."""
-    return run.workers or len(run_gpus(run)) or os.cpu_count() or 1
+def worker_slots(run: RunSection, gpus: list[str] | None = None) -> int:
+    """The most workers a run uses: `run.workers`, else one per GPU it runs on (`gpus`,
+    found if not given), else one per core."""
+    gpus = run_gpus(run) if gpus is None else gpus
+    return run.workers or len(gpus) or os.cpu_count() or 1
 
 
 def plan_placement(run: RunSection, shard_count: int) -> Placement:
@@ -59,8 +60,8 @@ def plan_placement(run: RunSection, shard_count: int) -> Placement:
     core beats the same cores as threads of one process, by 10% for MiniLM on two cores.)
     GPU workers take the GPUs in turn; a `cpu` run hides them from its workers."""
     cores = os.cpu_count() or 1
-    workers = max(1, min(worker_slots(run), max(shard_count, 1)))
     gpus = run_gpus(run)
+    workers = max(1, min(worker_slots(run, gpus), max(shard_count, 1)))
     devices: tuple[str, ...] | None = None
     if gpus:
         devices = tuple(gpus[slot % len(gpus)] for slot in range(workers))

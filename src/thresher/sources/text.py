@@ -76,13 +76,19 @@ class TextSource:
         names, sample = self._sniff(urls[0])
         inferred = self._infer(sample, names)
         inputs = self.features or [n for n in inferred.names if n not in self.not_features]
-        floats, integers = self._numeric(sample, inferred, inputs), self._integers(sample, inferred)
-        schema = _retyped(inferred, floats, integers - set(inputs))
-        total = sum(file_size(u) for u in urls if not u.lower().endswith(COMPRESSED))
-        size = shard_size(total, self.shard_bytes, self.min_shards, MIN_SPLIT_BYTES)
+        # Text columns are judged on their values: parse the sample once for both checks
+        # (inputs that may be numbers; in a CSV, other columns that may be integers).
+        texts = [f.name for f in inferred if _is_text_type(f.type)]
+        judged = self.format.untyped or any(n in inputs for n in texts)
+        parsed = self._parse_sample(sample, inferred) if texts and judged else None
+        schema = _retyped(
+            inferred, _numeric(inferred, inputs, parsed), self._integers(texts, inputs, parsed)
+        )
+        sizes = {u: file_size(u) for u in urls if not u.lower().endswith(COMPRESSED)}
+        size = shard_size(sum(sizes.values()), self.shard_bytes, self.min_shards, MIN_SPLIT_BYTES)
         shards: list[Shard] = []
         for url in urls:
-            shards.extend(self._split(url, names, size, len(shards)))
+            shards.extend(self._split(url, names, sizes.get(url), size, len(shards)))
         return Plan(shards=shards, schema=schema)
 
     def reader(self, schema: pa.Schema, columns: list[str]) -> TextReader:
@@ -116,26 +122,17 @@ class TextSource:
             # Lines that parse alone can still disagree (JSON `1` here, `"high"` there).
             return _most_common_types(schemas)
 
-    def _numeric(self, sample: bytes, schema: pa.Schema, inputs: Sequence[str]) -> frozenset[str]:
-        """Model inputs to read as float64: those the sample shows as numbers, and text
-        ones whose sample values are mostly numbers (a stray "n/a" must not turn a
-        numeric column into text). Real text columns (for text models) stay text."""
-        numeric = {n for n in inputs if n in schema.names and _is_number_type(schema.field(n).type)}
-        texts = [n for n in inputs if n in schema.names and _is_text_type(schema.field(n).type)]
-        if texts:
-            table = self._parse_sample(sample, schema)
-            numeric |= {n for n in texts if _mostly_numbers(table.column(n))}
-        return frozenset(numeric)
-
-    def _integers(self, sample: bytes, schema: pa.Schema) -> frozenset[str]:
-        """Text columns of a CSV whose sample values are whole numbers but for a stray one
-        in a hundred (an id column with one `id-10`): read as int64, so the stray lines
-        are bad records, as in JSONL, rather than every id of the file turning to text."""
-        texts = [f.name for f in schema if _is_text_type(f.type)]
-        if not texts or not self.format.untyped:
+    def _integers(
+        self, texts: Sequence[str], inputs: Sequence[str], parsed: pa.Table | None
+    ) -> frozenset[str]:
+        """Text columns of a CSV, other than model inputs, whose sample values are whole
+        numbers but for a stray one in a hundred (an id column with one `id-10`): read as
+        int64, so the stray lines are bad records, as in JSONL, rather than every id of the
+        file turning to text."""
+        if parsed is None or not self.format.untyped:
             return frozenset()
-        table = self._parse_sample(sample, schema)
-        return frozenset(n for n in texts if _nearly_all_integers(table.column(n)))
+        others = [n for n in texts if n not in inputs]
+        return frozenset(n for n in others if _share_parsed(parsed.column(n), int) >= 0.99)
 
     def _parse_sample(self, sample: bytes, schema: pa.Schema) -> pa.Table:
         """The sample as a table of `schema`, bad lines left out."""
@@ -147,8 +144,14 @@ class TextSource:
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
     def _split(
-        self, url: str, names: list[str] | None, shard_bytes: int, first_index: int
+        self,
+        url: str,
+        names: list[str] | None,
+        size: int | None,
+        shard_bytes: int,
+        first_index: int,
     ) -> list[Shard]:
+        """Byte ranges of `url` (`size` bytes; None: compressed, one shard)."""
         start = 0
         with _open_text(url) as f:
             if names is not None:
@@ -156,9 +159,8 @@ class TextSource:
                 if self.format.header(header.rstrip(b"\r\n")) != names:
                     raise SourceError(f"{url} line 1: header differs from the first file's")
                 start = len(header)
-            if url.lower().endswith(COMPRESSED):
+            if size is None:
                 return [Shard(first_index, url, start, -1)]  # no seeking inside a stream
-            size = file_size(url)
             bounds = [start]
             while bounds[-1] + shard_bytes < size:
                 f.seek(bounds[-1] + shard_bytes)
@@ -340,30 +342,29 @@ def _is_text_type(kind: pa.DataType) -> bool:
     return bool(pa.types.is_string(kind) or pa.types.is_binary(kind))
 
 
-def _mostly_numbers(column: pa.ChunkedArray, share: float = 0.5) -> bool:
-    values = [v for v in column.to_pylist() if v not in (None, "")]
-    if not values:
-        return False
-    numbers = 0
-    for value in values:
-        try:
-            float(value)
-            numbers += 1
-        except ValueError:
-            continue
-    return numbers >= share * len(values)
+def _numeric(schema: pa.Schema, inputs: Sequence[str], parsed: pa.Table | None) -> frozenset[str]:
+    """Model inputs to read as float64: those the sample shows as numbers, and text
+    ones whose sample values are mostly numbers (a stray "n/a" must not turn a
+    numeric column into text). Real text columns (for text models) stay text."""
+    numeric = {n for n in inputs if n in schema.names and _is_number_type(schema.field(n).type)}
+    texts = [n for n in inputs if n in schema.names and _is_text_type(schema.field(n).type)]
+    if parsed is not None:
+        numeric |= {n for n in texts if _share_parsed(parsed.column(n), float) >= 0.5}
+    return frozenset(numeric)
 
 
-def _nearly_all_integers(column: pa.ChunkedArray) -> bool:
+def _share_parsed(column: pa.ChunkedArray, parse: Callable[[str], Any]) -> float:
+    """The share of a text column's non-empty values that `parse` (float, int) accepts;
+    0 for a column with none."""
     values = [v for v in column.to_pylist() if v not in (None, "")]
-    whole = 0
+    parsed = 0
     for value in values:
         try:
-            int(value)
-            whole += 1
+            parse(value)
+            parsed += 1
         except ValueError:
             continue
-    return bool(values) and 100 * (len(values) - whole) <= len(values)
+    return parsed / len(values) if values else 0.0
 
 
 def _retyped(
