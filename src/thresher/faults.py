@@ -6,7 +6,8 @@ outside tests), `crash_point` is a dictionary lookup and nothing else.
 
 Points: `worker_after_stage` (a worker staged its part, the coordinator has not heard),
 `before_commit`, `mid_commit` (data part renamed, error part not yet), `after_commit`
-(committed, not yet recorded in the store), `resume_start` (a resume claimed the job),
+(committed, not yet recorded in the store), `mid_publish` (a finishing job removed the
+previous output, and has not moved all of its own in), `resume_start` (a resume claimed the job),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
 / replaced its error part, and has not recorded it).
 """
@@ -22,6 +23,7 @@ POINTS = frozenset(
         "before_commit",
         "mid_commit",
         "after_commit",
+        "mid_publish",
         "resume_start",
         "retry_after_output",
         "retry_after_errors",

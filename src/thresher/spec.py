@@ -8,7 +8,7 @@ A spec is TOML, YAML or JSON on disk and the same thing as typed objects in Pyth
     ...     "sink": {"uri": "out/"},
     ... })
     >>> spec.batch.size
-    4096
+    'auto'
 
 Relative paths in a spec file are resolved against the file's folder, so a spec and its
 data can move together.

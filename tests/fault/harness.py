@@ -84,12 +84,14 @@ class FaultJob:
             cmd, env=self.env(fault), capture_output=True, text=True, check=False, timeout=180
         )
 
-    def ids(self) -> Counter[int]:
-        """The multiset of ids in the output (and, separately, nothing else)."""
+    def ids(self, pending: str | None = None) -> Counter[int]:
+        """The multiset of ids in the output (and, separately, nothing else); with
+        `pending`, in that job's committed but unpublished parts instead."""
         if self.sink == "sqlite":
             with sqlite3.connect(self.root / "out.db") as db:
                 return Counter(r[0] for r in db.execute("SELECT id FROM scores"))
-        parts = sorted(self.out.glob("part-*.parquet"))
+        folder = self.out / "_pending" / pending if pending else self.out
+        parts = sorted(folder.glob("part-*.parquet"))
         return Counter(pq.read_table(parts).column("id").to_pylist()) if parts else Counter()
 
     def error_ids(self) -> Counter[int]:
@@ -101,13 +103,19 @@ class FaultJob:
             ids.update(json.loads(line)["id"] for line in part.read_text().splitlines())
         return ids
 
-    def stray_files(self) -> list[str]:
-        """Anything in the output that is neither a committed part nor thresher's own."""
+    def stray_files(self, pending: str | None = None) -> list[str]:
+        """Anything in the output that is neither a committed part nor thresher's own;
+        with `pending`, that job's committed, unpublished parts are its own too."""
         folder = self.out if self.sink == "parquet" else self.root / "out.db.scores"
         allowed = {"_SUCCESS", "_thresher.json"}
+        waiting = f"_pending/{pending}/" if pending else None
         strays = []
         for path in folder.rglob("*"):
             rel = path.relative_to(folder).as_posix()
+            if waiting and path.is_dir() and waiting.startswith(rel + "/"):
+                continue  # `_pending/` and `_pending/<job>/`
+            if waiting and rel.startswith(waiting):
+                rel = rel.removeprefix(waiting)
             if path.is_dir() and rel == "_errors":
                 continue
             ok = rel in allowed or (rel.startswith("part-") and "/" not in rel)

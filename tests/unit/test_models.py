@@ -375,6 +375,7 @@ def test_public_names_and_lazy_imports() -> None:
         "LoadContext",
         "Model",
         "ModelLoader",
+        "check_model_section",
         "load_model",
         "model_fingerprint",
     ]

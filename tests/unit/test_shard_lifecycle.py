@@ -1,22 +1,27 @@
 """The commit protocol, step by step, through crashes: a Hypothesis state machine.
 
 No processes: a real job store (SQLite) and a real Parquet `FileSink` in a temporary
-folder, driven the way the coordinator drives them. Shards are claimed (an attempt starts
-and its writer stages rows tagged with (shard, row, attempt)), staged, and committed in
-`ShardLoop._commit`'s three steps — or the coordinator crashes after any of those steps,
-losing every writer and staged part, and resumes as `thresher resume` would. Checked after
-every step: a final part holds one whole attempt of its own shard, and a shard the store
-calls done has its part (by the attempt the store recorded). After `finish`: every row of
-every shard is in the output exactly once, and no staging is left.
+folder, driven by the real `commit_shard` (engine/commit.py). Shards are claimed (an
+attempt starts and its writer stages rows tagged with (shard, row, attempt), and one bad
+record for odd shards), staged, and committed — or the coordinator crashes at one of
+`commit_shard`'s crash points (the test makes the point raise instead of SIGKILL), losing
+every writer and staged part, and resumes as `thresher resume` would. Checked after every
+step: a committed part holds one whole attempt of its own shard, a shard the store calls
+done has its part and its errors by the attempt the store recorded, and the previous
+job's output is untouched until `finish`. After `finish`: every row of every shard is in
+the output exactly once, every bad record in `_errors/` once, and no staging is left.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,22 +37,39 @@ from hypothesis.stateful import (
     rule,
 )
 
+import thresher.engine.commit as commit_module
+from thresher.engine.commit import commit_shard
+from thresher.engine.tasks import ShardResult
 from thresher.sinks.files import FileSink
-from thresher.sinks.parts import FilePartWriter, StagedPart, commit_file
+from thresher.sinks.parts import FilePartWriter, StagedPart
 from thresher.store import JobState, ShardState, Store, StoreError, open_store
 
 JOB = "20261130-020304-a1b2c3"
+PREVIOUS = "20261129-020304-d4e5f6"
 PART = re.compile(r"part-(\d{5})\.parquet")
-OWN_FILES = {"_thresher.json", "_SUCCESS", "_errors", "_staging"}
-# The coordinator's steps on a finished shard, in the order of engine/loop.py
-# ShardLoop._commit. The order is the protocol: swapping the first and the last makes
-# this machine fail (a crash between them leaves a shard done in the store, unwritten).
-COMMIT_STEPS = ("commit_part", "commit_errors", "shard_done")
+OWN_FILES = {"_thresher.json", "_SUCCESS", "_errors", "_staging", "_pending"}
+# commit_shard's crash points, in the order it reaches them. Where the coordinator dies
+# decides what it had done: a reordering of commit_shard's steps makes this machine fail.
+CRASH_POINTS = ("before_commit", "mid_commit", "after_commit")
+
+
+class Crashed(Exception):
+    """The coordinator died at a crash point."""
 
 
 def rows_of(shard: int) -> int:
     """Shards of different sizes, so a part from the wrong shard cannot pass for another."""
     return 1 + 2 * (shard % 3)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every published file in an output folder, by name, with its bytes."""
+    skip = ("_pending", "_staging", "_errors/_staging", "_thresher.json")
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.relative_to(folder).as_posix().startswith(skip)
+    }
 
 
 class ShardLifecycle(RuleBasedStateMachine):
@@ -65,9 +87,19 @@ class ShardLifecycle(RuleBasedStateMachine):
         self.serial = 0  # makes every attempt id unique, across crashes too
         self.finished = False
         self.final_output: Counter[tuple[int, int]] = Counter()
+        self.previous: dict[str, bytes] = {}
 
-    @initialize(shard_count=st.integers(1, 3))
-    def create_job(self, shard_count: int) -> None:
+    @property
+    def pending(self) -> Path:
+        return self.out / "_pending" / JOB
+
+    @initialize(shard_count=st.integers(1, 3), earlier=st.booleans())
+    def create_job(self, shard_count: int, earlier: bool) -> None:
+        """A job over a folder that is empty or holds an earlier job's output (4 shards,
+        so the new job, with fewer, must remove the earlier job's last ones at finish)."""
+        if earlier:
+            self._publish_previous()
+        self.previous = snapshot(self.out) if self.out.exists() else {}
         self.shard_count = shard_count
         plan = {"shards": [{"index": i} for i in range(shard_count)]}
         self.store.create_job(JOB, "lifecycle", {}, plan)
@@ -107,6 +139,10 @@ class ShardLifecycle(RuleBasedStateMachine):
             )
         )
         self.writers[shard] = writer
+        if shard % 2:
+            bad = Path(self.sink.part_target().error_staging(shard, attempt))
+            bad.parent.mkdir(parents=True, exist_ok=True)
+            bad.write_text(json.dumps({"shard": shard, "attempt": attempt}) + "\n")
 
     @precondition(lambda self: not self.finished and self.writers)
     @rule(data=st.data())
@@ -118,17 +154,19 @@ class ShardLifecycle(RuleBasedStateMachine):
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
         shard = data.draw(st.sampled_from(sorted(self.staged)), label="shard")
-        self._commit(self.staged.pop(shard), len(COMMIT_STEPS))
+        commit_shard(self.sink, self.store, JOB, self._result(self.staged.pop(shard)))
 
     @precondition(lambda self: not self.finished and (self.writers or self.staged))
-    @rule(data=st.data(), steps=st.integers(0, len(COMMIT_STEPS)))
-    def crash(self, data: st.DataObject, steps: int) -> None:
-        """With work in flight, the coordinator dies after `steps` of a commit (if a part
-        is staged); then a new one claims the job and restarts the sink for resume."""
-        if self.staged and steps:
+    @rule(data=st.data(), point=st.sampled_from((*CRASH_POINTS, None)))
+    def crash(self, data: st.DataObject, point: str | None) -> None:
+        """With work in flight, the coordinator dies at `point` of a commit (if a part is
+        staged; None: right after a whole commit); then a new one claims the job and
+        restarts the sink for resume."""
+        if self.staged:
             shard = data.draw(st.sampled_from(sorted(self.staged)), label="shard")
-            self._commit(self.staged[shard], steps)
-        event(f"crash after {steps if self.staged else 0} commit step(s)")
+            with pytest.raises(Crashed) if point else contextlib.nullcontext(), _crash_at(point):
+                commit_shard(self.sink, self.store, JOB, self._result(self.staged[shard]))
+        event(f"crash at {point if self.staged else 'no commit'}")
         for writer in self.writers.values():  # dead workers leave torn staging files
             part = writer.close()
             if part.path:
@@ -159,6 +197,13 @@ class ShardLifecycle(RuleBasedStateMachine):
             got.update(zip(shards, rows, strict=True))
         want = Counter((s, r) for s in range(self.shard_count) for r in range(rows_of(s)))
         assert got == want, f"lost {want - got}, extra {got - want}"
+        bad = Counter(
+            json.loads(line)["shard"]
+            for path in (self.out / "_errors").glob("part-*.jsonl")
+            for line in path.read_text().splitlines()
+        )
+        assert bad == Counter(s for s in range(self.shard_count) if s % 2)
+        assert not self.pending.exists()
         assert not (self.out / "_staging").exists()
         assert not (self.out / "_errors" / "_staging").exists()
         assert (self.out / "_SUCCESS").exists()
@@ -173,35 +218,47 @@ class ShardLifecycle(RuleBasedStateMachine):
             self.store.claim(JOB, force=True)
         assert (self.out / "_SUCCESS").exists()
 
-    def _commit(self, staged: StagedPart, steps: int) -> None:
-        """The first `steps` of the coordinator's commit of one staged shard."""
+    def _result(self, staged: StagedPart) -> ShardResult:
+        """What the worker reports for a staged shard: its part and its error part."""
+        bad_path = self.sink.part_target().error_staging(staged.shard, staged.attempt)
+        bad = staged.shard % 2
+        errors = StagedPart(staged.shard, staged.attempt, bad_path if bad else None, bad)
         rows = staged.rows
-        for step in COMMIT_STEPS[:steps]:
-            if step == "commit_part":
-                self.sink.commit_part(staged)
-            elif step == "commit_errors":
-                no_errors = StagedPart(staged.shard, staged.attempt, None, 0)
-                commit_file(no_errors, self.sink.error_layout)
-            else:
-                self.store.shard_done(JOB, staged.shard, staged.attempt, (rows, rows, 0), 0.01)
+        return ShardResult(staged.shard, staged.attempt, staged, errors, rows, rows, bad, 0.01)
+
+    def _publish_previous(self) -> None:
+        """An earlier job's output, published through the same sink."""
+        sink = FileSink(uri=str(self.out), file_format="parquet")
+        sink.start(PREVIOUS, 4, resume=False)
+        for shard in range(4):
+            writer = sink.part_target().open(shard, "a1-0")
+            writer.write(pa.table({"shard": [100 + shard], "row": [0], "attempt": ["old"]}))
+            sink.commit_part(writer.close())
+        sink.finish({"job_id": PREVIOUS})
 
     # Invariants, after every step.
 
     @invariant()
-    def final_parts_hold_one_whole_attempt_of_their_shard(self) -> None:
-        if not self.out.exists():
+    def committed_parts_hold_one_whole_attempt_of_their_shard(self) -> None:
+        folder = self.out if self.finished else self.pending
+        if not folder.exists():
             return
-        names = [p.name for p in self.out.iterdir()]
+        names = [p.name for p in folder.iterdir()]
         parts = Counter(int(m[1]) for name in names if (m := PART.fullmatch(name)))
         assert all(n == 1 for n in parts.values()), parts
         assert set(parts) <= set(range(self.shard_count)), parts
         strays = [n for n in names if not PART.fullmatch(n) and n not in OWN_FILES]
         assert strays == [], strays
         for shard in parts:
-            table = pq.read_table(self.out / f"part-{shard:05d}.parquet")
+            table = pq.read_table(folder / f"part-{shard:05d}.parquet")
             assert set(table.column("shard").to_pylist()) == {shard}
             assert len(set(table.column("attempt").to_pylist())) == 1, "two attempts mixed"
             assert sorted(table.column("row").to_pylist()) == list(range(rows_of(shard)))
+
+    @invariant()
+    def the_previous_output_is_untouched_until_finish(self) -> None:
+        if not self.finished and self.out.exists():
+            assert snapshot(self.out) == self.previous
 
     @invariant()
     def a_shard_done_in_the_store_is_committed_by_that_attempt(self) -> None:
@@ -214,11 +271,16 @@ class ShardLifecycle(RuleBasedStateMachine):
         per_shard = Counter(idx for idx, _ in done_attempts)
         assert all(n == 1 for n in per_shard.values()), f"a shard recorded done twice: {per_shard}"
         assert set(per_shard) == self.done()
+        folder = self.out if self.finished else self.pending
         for shard, attempt in done_attempts:
-            final = self.out / f"part-{shard:05d}.parquet"
+            final = folder / f"part-{shard:05d}.parquet"
             assert final.exists(), f"shard {shard} is done in the store but has no part"
             written = set(pq.read_table(final).column("attempt").to_pylist())
             assert written == {attempt}, f"shard {shard}: store says {attempt}, part {written}"
+            errors = folder / "_errors" / f"part-{shard:05d}.jsonl"
+            if shard % 2:
+                assert errors.exists(), f"shard {shard} is done but its bad record is not"
+                assert json.loads(errors.read_text())["attempt"] == attempt
 
     def teardown(self) -> None:
         for writer in self.writers.values():
@@ -229,3 +291,19 @@ class ShardLifecycle(RuleBasedStateMachine):
 
 ShardLifecycle.TestCase.settings = settings(max_examples=50, stateful_step_count=30, deadline=None)
 TestShardLifecycle = ShardLifecycle.TestCase
+
+
+@contextlib.contextmanager
+def _crash_at(point: str | None) -> Iterator[None]:
+    """Make commit_shard's crash point `point` raise Crashed (None: no point does)."""
+    saved = commit_module.crash_point
+
+    def crash_point(name: str, shard: int | None = None) -> None:
+        if name == point:
+            raise Crashed(name)
+
+    commit_module.crash_point = crash_point
+    try:
+        yield
+    finally:
+        commit_module.crash_point = saved

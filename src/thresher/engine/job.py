@@ -10,7 +10,6 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from thresher.engine.executor import Placement, make_executor, plan_placement, worker_slots
@@ -19,7 +18,7 @@ from thresher.engine.manifest import RunFacts, build_manifest, error_rate_proble
 from thresher.engine.tasks import WorkerSetup
 from thresher.errors import SpecError, ThresherError
 from thresher.faults import crash_point
-from thresher.models import LoadContext
+from thresher.models import LoadContext, check_model_section
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, feature_columns, open_source
@@ -70,9 +69,9 @@ def run_job(
     fit the data; otherwise returns a JobResult, succeeded or not."""
     store = store or open_store()
     try:
+        check_model(spec)
         plan = plan_input(spec)
         features = check_features(spec, plan)
-        _check_model_file(spec)
     except ThresherError as exc:
         if queued_id:
             store.finish(queued_id, JobState.FAILED, None, str(exc))
@@ -163,15 +162,12 @@ def plan_input(spec: JobSpec) -> Plan:
     return open_source(spec.source, spec.sink.keep_columns, worker_slots(spec.run)).plan()
 
 
-def _check_model_file(spec: JobSpec) -> None:
-    """A model file that is not there fails the job before the sink clears any output."""
-    uri = spec.model.uri
-    if "://" in uri or spec.model.kind not in ("sklearn", "onnx", "python"):
-        return
-    path = uri.rpartition(":")[0] if spec.model.kind == "python" else uri
-    checkable = path.endswith(".py") or spec.model.kind != "python"
-    if checkable and not Path(path).is_file():
-        raise SpecError([f"model.uri: {path} is not a file; point it at the saved model"])
+def check_model(spec: JobSpec) -> None:
+    """Raise SpecError for a `[model]` problem seen without loading it, before the sink
+    starts: a misspelt kind must not cost anything."""
+    problems = check_model_section(spec.model)
+    if problems:
+        raise SpecError(problems)
 
 
 def check_features(spec: JobSpec, plan: Plan) -> list[str]:
@@ -210,7 +206,6 @@ def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:
         keep_columns=tuple(keep),
         batch=spec.batch,
         parts=sink.part_target(),
-        errors=sink.error_layout,
         on_bad_input=spec.errors.on_bad_input,
     )
 

@@ -1,13 +1,6 @@
 """The coordinator's loop: hand shards to an executor, commit what comes back, record it.
 
-The order of the three steps on a finished shard is the exactly-once protocol:
-
-1. the sink commits the staged part (atomic rename, or one transaction);
-2. the error part is committed the same way;
-3. the store marks the shard done.
-
-A crash after 1 or 2 leaves the shard not done in the store; resume redoes it, and the
-redo lands under the same final names (or is skipped by the SQL sink's ledger): once.
+Each finished shard goes through `commit.commit_shard`, which owns the commit order.
 """
 
 from __future__ import annotations
@@ -17,6 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from thresher.engine.commit import commit_shard
 from thresher.engine.executor import Executor
 from thresher.engine.tasks import (
     Event,
@@ -29,10 +23,8 @@ from thresher.engine.tasks import (
     WorkerSetup,
 )
 from thresher.errors import JobFailed
-from thresher.faults import crash_point
 from thresher.progress import Reporter
 from thresher.sinks import Sink
-from thresher.sinks.parts import commit_file
 from thresher.sources import Shard
 from thresher.store import JobState, Store
 
@@ -109,11 +101,5 @@ class ShardLoop:
         )
 
     def _commit(self, result: ShardResult) -> None:
-        crash_point("before_commit", result.shard)
-        self.sink.commit_part(result.part)
-        crash_point("mid_commit", result.shard)
-        commit_file(result.errors, self.sink.error_layout)
-        crash_point("after_commit", result.shard)
+        commit_shard(self.sink, self.store, self.job_id, result)
         self.outcome.batch_sizes[result.batch_size] += result.rows_in
-        counts = (result.rows_in, result.rows_out, result.rows_error)
-        self.store.shard_done(self.job_id, result.shard, result.attempt, counts, result.seconds)

@@ -14,6 +14,8 @@ place, and running `retry-errors` again finishes the round:
    and record the round's counts for the shard (`output_committed`);
 3. replace the error part, then move the fixed rows from errors to output in the shard's
    counts (`done`).
+
+`engine/commit.py` holds that order, beside the first run's.
 """
 
 from __future__ import annotations
@@ -28,17 +30,16 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.engine.autobatch import BatchTuner
+from thresher.engine.commit import commit_retry_shard
 from thresher.engine.executor import Placement
 from thresher.engine.job import Job, JobResult, check_features, worker_setup
 from thresher.engine.tasks import WorkerSetup
 from thresher.engine.worker import ErrorPart, ShardWork, sorts_by_length, tuner_for
 from thresher.errors import JobFailed, SpecError
-from thresher.faults import crash_point
 from thresher.models import load_model, model_fingerprint
 from thresher.models.base import Model
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
-from thresher.sinks.parts import commit_file
 from thresher.sources import Chunk, Plan, Shard
 from thresher.sources.files import filesystem
 from thresher.spec import apply_override, parse_spec
@@ -73,7 +74,7 @@ def retry_errors(
         if progress is None or progress.state != "done":
             retry.shard(shard, progress)
     store.retries.finish(job_id, number)
-    return _conclude(job, sink, record.manifest or {})
+    return _conclude(job, sink.for_retry(number), record.manifest or {})
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ class _Round:
         if not wanted:
             return
         attempt = f"r{self.number}"
-        errors = ErrorPart(self.sink.error_layout.staging(shard.index, attempt), fail_fast=False)
+        staging = self.setup.parts.error_staging(shard.index, attempt)
+        errors = ErrorPart(staging, fail_fast=False)
         for rec in records:
             if rec["stage"] != "predict":
                 errors.add_line(json.dumps(rec, ensure_ascii=False))
@@ -109,16 +111,15 @@ class _Round:
                 writer.write(output)
                 fixed += output.num_rows
         part, still = writer.close(), errors.close(shard.index, attempt)
-        log = self.job.store.retries
-        if progress is None:  # a rerun after the part was committed must not commit it again
-            self.sink.for_retry(self.number).commit_part(part)
-            log.output_committed(
-                self.job.id, self.number, shard.index, (fixed, len(wanted) - fixed)
-            )
-        crash_point("retry_after_output", shard.index)
-        commit_file(still, self.sink.error_layout)
-        crash_point("retry_after_errors", shard.index)
-        log.shard_done(self.job.id, self.number, shard.index)
+        # a rerun after the part was committed must not commit it again
+        fixed_part = None if progress is not None else (part, fixed, len(wanted) - fixed)
+        commit_retry_shard(
+            self.sink.for_retry(self.number),
+            self.job.store,
+            (self.job.id, self.number),
+            fixed_part,
+            still,
+        )
 
 
 def _pick(chunk: Chunk, wanted: set[int], setup: WorkerSetup, shard: Shard) -> Chunk:

@@ -12,7 +12,7 @@ from typing import Literal
 from thresher.errors import BadInputError, ModelOutputError
 from thresher.models.base import LoadContext
 from thresher.sinks.base import PartTarget
-from thresher.sinks.parts import PartLayout, StagedPart
+from thresher.sinks.parts import StagedPart
 from thresher.sources.base import Shard, ShardReader
 from thresher.spec import BatchSection, ModelSection
 
@@ -28,14 +28,7 @@ class WorkerSetup:
     keep_columns: tuple[str, ...]
     batch: BatchSection
     parts: PartTarget
-    errors: PartLayout
     on_bad_input: Literal["skip", "fail"]
-
-    @property
-    def read_columns(self) -> list[str]:
-        """id, then keep_columns, then features: each once, in that order."""
-        ordered = [self.id_column, *self.keep_columns, *self.context.features]
-        return list(dict.fromkeys(c for c in ordered if c))
 
 
 @dataclass(frozen=True)

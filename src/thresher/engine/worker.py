@@ -148,7 +148,7 @@ def run_shard(
     tuner = tuner or tuner_for(setup.batch, model)
     part = setup.parts.open(shard.index, task.attempt)
     errors = ErrorPart(
-        setup.errors.staging(shard.index, task.attempt), setup.on_bad_input == "fail"
+        setup.parts.error_staging(shard.index, task.attempt), setup.on_bad_input == "fail"
     )
     work = ShardWork(setup, model, shard, errors, tuner)
     rows_in = rows_out = 0

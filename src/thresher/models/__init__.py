@@ -1,7 +1,10 @@
 """Model adapters: the `[model]` section's `kind` picks a loader, the loader returns a Model.
 
-    >>> model = load_model(spec.model, LoadContext(features=("age", "income"), threads=4))
-    >>> columns = model.predict(batch)          # {"prediction": array, ...}
+    >>> context = LoadContext(features=("age", "income"), threads=4)
+    >>> model = load_model(spec.model, context)  # doctest: +SKIP
+    >>> columns = model.predict(batch)  # doctest: +SKIP
+
+`columns` maps output names to arrays: `{"prediction": array, ...}`.
 
 Built-in kinds are listed in `ADAPTERS` as dotted paths and imported only when used, so
 importing thresher never imports scikit-learn or onnxruntime. A kind containing `:` is
@@ -21,7 +24,15 @@ from thresher.errors import ModelLoadError, ThresherError
 from thresher.models.base import LoadContext, Model, ModelLoader
 from thresher.spec import ModelSection
 
-__all__ = ["ADAPTERS", "LoadContext", "Model", "ModelLoader", "load_model", "model_fingerprint"]
+__all__ = [
+    "ADAPTERS",
+    "LoadContext",
+    "Model",
+    "ModelLoader",
+    "check_model_section",
+    "load_model",
+    "model_fingerprint",
+]
 
 ADAPTERS: dict[str, str] = {
     "sklearn": "thresher.models.sklearn:load_sklearn",
@@ -77,14 +88,48 @@ def load_model(spec: ModelSection, context: LoadContext) -> Model:
     return model
 
 
+# Kinds whose uri is one local file (a folder or a hub name is not checked before loading).
+_FILE_KINDS = frozenset({"sklearn", "onnx", "torch", "xgboost", "lightgbm"})
+
+
+def check_model_section(spec: ModelSection) -> list[str]:
+    """What is wrong with a `[model]` section that can be seen without loading it: an
+    unknown kind, a loader module that is not there, a model file that is missing. The
+    coordinator asks before any work, so a typo never costs the previous output."""
+    if spec.kind not in ADAPTERS and ":" not in spec.kind:
+        return [_unknown_kind(spec.kind)]
+    if spec.kind not in ADAPTERS:
+        module = spec.kind.partition(":")[0]
+        if _module_file(module) is None:
+            return [f"model.kind: no module {module!r} on the path (from {spec.kind!r})"]
+    path = _local_model_file(spec)
+    if path is not None and not Path(path).is_file():
+        return [f"model.uri: {path} is not a file; point it at the saved model"]
+    return []
+
+
+def _local_model_file(spec: ModelSection) -> str | None:
+    """The one local file the model's uri must be, if its kind says so."""
+    if "://" in spec.uri:
+        return None
+    if spec.kind == "python":
+        path = spec.uri.rpartition(":")[0]
+        return path if path.endswith(".py") else None  # pkg.module:Class: the worker finds it
+    return spec.uri if spec.kind in _FILE_KINDS else None
+
+
+def _unknown_kind(kind: str) -> str:
+    return (
+        f"model.kind: unknown kind {kind!r}; use one of {', '.join(sorted(ADAPTERS))},"
+        " or a loader of your own as 'package.module:function'"
+    )
+
+
 def resolve_loader(kind: str) -> ModelLoader:
     """The loader a kind names: a built-in from `ADAPTERS`, or `module:function`."""
     path = ADAPTERS.get(kind, kind if ":" in kind else None)
     if path is None:
-        raise ModelLoadError(
-            f"model.kind: unknown kind {kind!r}; use one of {', '.join(sorted(ADAPTERS))},"
-            " or a loader of your own as 'package.module:function'"
-        )
+        raise ModelLoadError(_unknown_kind(kind))
     module_name, _, attribute = path.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -18,7 +18,8 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from thresher.sinks.files import ERRORS, SUFFIX
+from thresher.sinks.files import SUFFIX
+from thresher.sinks.publish import ERRORS
 
 CHUNK = 1024 * 1024
 MEDIA_TYPES = {

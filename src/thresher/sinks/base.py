@@ -1,13 +1,18 @@
-"""The sink contract: workers stage parts, the coordinator commits them.
+"""The sink contract: workers stage parts, the coordinator commits and publishes them.
 
-Lifecycle, all in the coordinating process except `PartTarget.open`:
+Lifecycle, all in the coordinating process except the `PartTarget`'s half:
 
     start(job_id, shard_count, resume)
-      -> [workers: part_target().open(shard, attempt).write(...).close()]
-      -> commit_part(staged) per shard -> finish(manifest) | abort()
+      -> [workers: part_target().open(shard, attempt).write(...).close(),
+                   bad records to part_target().error_staging(shard, attempt)]
+      -> commit_part(staged), commit_errors(staged) per shard
+      -> finish(manifest) | abort()
 
-A staged part is invisible to readers until `commit_part`, which is idempotent: committing
-the same shard twice (a crash between commit and bookkeeping) still leaves it there once.
+A sink owns a shard's output *and* its bad records. A committed part is invisible to
+readers until `finish` publishes the job's output in one step a crash cannot leave half
+done; until then they see the previous output, whole. `start` never destroys anything.
+Commits are idempotent: committing the same shard twice (a crash between commit and
+bookkeeping) still leaves it there once.
 """
 
 from __future__ import annotations
@@ -32,27 +37,37 @@ class PartTarget(Protocol):
 
     def open(self, shard: int, attempt: str) -> PartWriter: ...
 
+    def error_staging(self, shard: int, attempt: str) -> str:
+        """Where the attempt stages its bad records (JSONL, one per line)."""
+        ...
+
 
 class Sink(Protocol):
     """The coordinator's half of a sink."""
 
     def start(self, job_id: str, shard_count: int, resume: bool) -> None:
-        """Prepare the output for a job: check it may be written, clear it on overwrite.
-        On resume, keep what is committed and remove stale staging files instead."""
+        """Prepare for a job: check the output may be written, finish any publish a crash
+        cut short. On resume, remove stale staging files; never remove output."""
         ...
 
     def part_target(self) -> PartTarget: ...
 
     def commit_part(self, staged: StagedPart) -> None:
-        """Make one staged part visible, exactly once."""
+        """Commit one shard's staged output part, exactly once."""
+        ...
+
+    def commit_errors(self, staged: StagedPart) -> None:
+        """Commit one shard's staged error part, exactly once."""
         ...
 
     def finish(self, manifest: dict[str, Any]) -> None:
-        """Every part is committed: publish the `_SUCCESS` manifest."""
+        """Every shard is committed: publish the output (replacing the previous one in
+        overwrite mode) and its `_SUCCESS` manifest."""
         ...
 
     def abort(self) -> None:
-        """The job failed: leave committed parts, remove staging, publish nothing."""
+        """The job failed or was cancelled: remove staging, publish nothing; committed
+        parts wait for `thresher resume`."""
         ...
 
     def for_retry(self, round_number: int) -> Sink:
@@ -62,5 +77,5 @@ class Sink(Protocol):
 
     @property
     def error_layout(self) -> PartLayout:
-        """Where this job's `_errors/` parts go (set by `start`)."""
+        """Where this job's published `_errors/` parts are (set by `start`)."""
         ...

@@ -1,31 +1,47 @@
-"""Parquet, CSV and JSONL output directories: one part file per shard, and `_SUCCESS`."""
+"""Parquet, CSV and JSONL output directories: one part file per shard, and `_SUCCESS`.
+
+Parts are committed into the job's pending folder and published at finish
+(`publish.py`): until then the directory holds the previous job's output, whole.
+"""
 
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from thresher.errors import SinkError
-from thresher.sinks.parts import STAGING, FilePartWriter, PartLayout, StagedPart, commit_file
+from thresher.sinks.parts import FilePartWriter, PartLayout, StagedPart, commit_file
+from thresher.sinks.publish import (
+    ERRORS,
+    MARKER,
+    RESERVED,
+    SUCCESS,
+    PendingOutput,
+    published_by,
+    recover,
+    remove_staging,
+    write_json,
+)
 from thresher.sources.files import filesystem
 
-SUCCESS = "_SUCCESS"
-MARKER = "_thresher.json"  # written at start: this directory is thresher's to manage
-ERRORS = "_errors"
 SUFFIX = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}
 
 
 @dataclass(frozen=True)
 class FilePartTarget:
+    """Where a worker stages a shard's output part and its error part."""
+
     layout: PartLayout
+    errors: PartLayout
     file_format: str
 
     def open(self, shard: int, attempt: str) -> FilePartWriter:
         path = self.layout.staging(shard, attempt)
         return FilePartWriter(path, shard, attempt, self.file_format)
+
+    def error_staging(self, shard: int, attempt: str) -> str:
+        return self.errors.staging(shard, attempt)
 
 
 @dataclass
@@ -36,60 +52,82 @@ class FileSink:
     force: bool = False
     layout: PartLayout | None = field(default=None, init=False)
     errors: PartLayout | None = field(default=None, init=False)
+    pending: PendingOutput | None = field(default=None, init=False)
+    retry_round: int | None = field(default=None, init=False)
 
     @property
     def root(self) -> str:
         return self.uri.rstrip("/")
 
     def start(self, job_id: str, shard_count: int, resume: bool) -> None:
+        """Check the directory may be written and finish any publish a crash cut short;
+        nothing of the previous output is touched until `finish`."""
         fs, root = filesystem(self.root)
         if resume:
-            self._check_still_ours(fs, root, job_id)
-            _remove_staging(fs, root)
+            self._check_still_ours(job_id)
+            remove_staging(fs, root)
         else:
-            prepare_directory(fs, root, self.mode, self.force, self.root)
-            _write_json(fs, f"{root}/{MARKER}", {"job_id": job_id, "format": self.file_format})
+            check_directory(fs, root, self.force, self.root)
+            if not fs.exists(f"{root}/{MARKER}"):
+                write_json(fs, f"{root}/{MARKER}", {"format": self.file_format})
+        recover(self.root, skip=job_id)
         prefix = "part-" if self.mode == "overwrite" else f"part-{job_id}-"
         width = max(5, len(str(max(shard_count - 1, 0))))
         self.layout = PartLayout(self.root, prefix, SUFFIX[self.file_format], width)
         self.errors = PartLayout(f"{self.root}/{ERRORS}", prefix, ".jsonl", width)
+        self.pending = PendingOutput(self.root, job_id)
 
-    def _check_still_ours(self, fs: Any, root: str, job_id: str) -> None:
-        """In overwrite mode a later job clears the directory: resuming over it would mix
-        two jobs' parts, so refuse."""
-        if self.mode != "overwrite":
-            return
-        try:
-            with fs.open(f"{root}/{MARKER}", "r") as f:
-                owner = json.load(f).get("job_id")
-        except FileNotFoundError:
-            owner = None
-        if owner != job_id:
+    def _check_still_ours(self, job_id: str) -> None:
+        """In overwrite mode a later job's published output replaced this job's world:
+        resuming would put older results over newer ones, so refuse."""
+        owner = published_by(self.root)
+        if self.mode == "overwrite" and owner is not None and owner > job_id:
             raise SinkError(
-                f"sink.uri: {self.uri} now holds job {owner or 'unknown'}'s output, not job "
-                f"{job_id}'s; run the job again instead of resuming it"
+                f"sink.uri: {self.uri} now holds job {owner}'s output, a later job than "
+                f"{job_id}; run the job again instead of resuming it"
             )
 
     def part_target(self) -> FilePartTarget:
-        return FilePartTarget(self._layout(), self.file_format)
+        return FilePartTarget(self._layout(), self.error_layout, self.file_format)
 
-    def commit_part(self, staged: StagedPart) -> None:
-        commit_file(staged, self._layout())
+    def commit_part(self, part: StagedPart) -> None:
+        """A shard's output part into the pending folder (a retry round's straight into
+        the published output: it adds to a finished job's)."""
+        if self.retry_round is not None:
+            commit_file(part, self._layout())
+        else:
+            self._pending().commit(part, self._name(self._layout().final(part.shard)))
+
+    def commit_errors(self, errors: StagedPart) -> None:
+        """A shard's error part, where its output part went."""
+        if self.retry_round is not None:
+            commit_file(errors, self.error_layout)
+        else:
+            self._pending().commit(errors, self._name(self.error_layout.final(errors.shard)))
 
     def finish(self, manifest: dict[str, Any]) -> None:
         fs, root = filesystem(self.root)
-        _remove_staging(fs, root)
-        _write_json(fs, f"{root}/{SUCCESS}", manifest)
+        remove_staging(fs, root)
+        if self.retry_round is not None:
+            write_json(fs, f"{root}/{SUCCESS}", manifest)
+            return
+        pending = self._pending()
+        _, folder = filesystem(pending.folder)
+        if not fs.exists(folder) and published_by(self.root) == pending.job_id:
+            return  # published before a crash cut the job's own bookkeeping short
+        pending.publish(manifest, overwrite=self.mode == "overwrite")
 
     def abort(self) -> None:
+        """Staging goes; committed parts wait, unpublished, for `thresher resume`."""
         fs, root = filesystem(self.root)
-        _remove_staging(fs, root)
+        remove_staging(fs, root)
 
     def for_retry(self, round_number: int) -> FileSink:
         """`part-00003.r1.parquet`: sorts right after the shard's own part."""
         layout = self._layout()
         retry = copy.copy(self)
         retry.layout = replace(layout, suffix=f".r{round_number}{layout.suffix}")
+        retry.retry_round = round_number
         return retry
 
     @property
@@ -103,33 +141,22 @@ class FileSink:
             raise SinkError("the sink was not started")
         return self.layout
 
+    def _pending(self) -> PendingOutput:
+        if self.pending is None:
+            raise SinkError("the sink was not started")
+        return self.pending
 
-def prepare_directory(fs: Any, root: str, mode: str, force: bool, uri: str) -> None:
-    """Make `root` ready for a job. A non-empty directory thresher did not write is refused
-    unless forced; overwrite clears what an earlier job left; `_SUCCESS` always goes, so a
-    reader never trusts the directory while this job runs."""
+    def _name(self, final: str) -> str:
+        return final.removeprefix(self.root + "/")
+
+
+def check_directory(fs: Any, root: str, force: bool, uri: str) -> None:
+    """A non-empty directory thresher did not write is refused unless forced."""
     fs.makedirs(root, exist_ok=True)
-    names = {p.rstrip("/").rsplit("/", 1)[-1]: p for p in fs.ls(root, detail=False)}
-    ours = MARKER in names or SUCCESS in names
+    names = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)}
+    ours = bool(names & RESERVED)
     if names and not ours and not force:
         raise SinkError(
             f"sink.uri: {uri} is not empty and thresher did not write it; "
             "choose an empty directory or set sink.force = true to overwrite it"
         )
-    doomed = names.values() if mode == "overwrite" else [names[SUCCESS]] if SUCCESS in names else []
-    for path in doomed:
-        fs.rm(path, recursive=True)
-
-
-def _remove_staging(fs: Any, root: str) -> None:
-    for staging in (f"{root}/{STAGING}", f"{root}/{ERRORS}/{STAGING}"):
-        if fs.exists(staging):
-            fs.rm(staging, recursive=True)
-
-
-def _write_json(fs: Any, path: str, data: dict[str, Any]) -> None:
-    """Write via a temporary name and a rename, so a reader sees all of it or none."""
-    tmp = f"{path}.tmp"
-    with fs.open(tmp, "w") as f:
-        json.dump({**data, "written_at": datetime.now(UTC).isoformat()}, f, indent=2)
-    fs.mv(tmp, path)

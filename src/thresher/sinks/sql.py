@@ -8,7 +8,8 @@ crash between the commit and the store's bookkeeping never doubles rows.
 
 What differs between databases (connecting, placeholders, finding a table, naming the
 place in messages) is a small `Dialect`; `sqlite.py` and `postgresql.py` hold one each.
-The side folder keeps the staging parts, `_errors/` and the `_SUCCESS` manifest.
+The side folder keeps the staging parts, `_errors/` (pending under `_pending/<job>/` until
+the job finishes, as a file sink's parts) and the `_SUCCESS` manifest.
 """
 
 from __future__ import annotations
@@ -22,8 +23,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thresher.errors import SinkError
-from thresher.sinks.files import ERRORS, SUCCESS, FilePartTarget, _remove_staging, _write_json
-from thresher.sinks.parts import PartLayout, StagedPart
+from thresher.sinks.files import FilePartTarget
+from thresher.sinks.parts import PartLayout, StagedPart, commit_file
+from thresher.sinks.publish import (
+    ERRORS,
+    SUCCESS,
+    PendingOutput,
+    interrupted,
+    recover,
+    remove_staging,
+    write_json,
+)
 from thresher.sources.files import filesystem
 
 PARTS_TABLE = "_thresher_parts"
@@ -60,7 +70,11 @@ def check_table_name(table: str) -> str:
 
 @dataclass
 class SqlSink:
-    """A table in a SQL database, committed part by part through the ledger."""
+    """A table in a SQL database, committed part by part through the ledger.
+
+    A job's parts go to a staging table of its own, `_thresher_stage_<job>`; `finish`
+    puts it in the table's place (overwrite) or appends its rows (append) in one
+    transaction, so until then readers see the previous table, whole."""
 
     dialect: Dialect
     table: str
@@ -69,25 +83,26 @@ class SqlSink:
     force: bool = False
     job_id: str = field(default="", init=False)
     ledger_key: str = field(default="", init=False)
+    target: str = field(default="", init=False)  # the table parts are ingested into
     layout: PartLayout | None = field(default=None, init=False)
 
     def start(self, job_id: str, shard_count: int, resume: bool) -> None:
         self.job_id = self.ledger_key = job_id
+        self.target = stage_table(job_id)
         width = max(5, len(str(max(shard_count - 1, 0))))
         self.layout = PartLayout(self.side_dir, f"part-{job_id}-", ".parquet", width)
         fs, side = filesystem(self.side_dir)
         fs.makedirs(side, exist_ok=True)
-        if fs.exists(f"{side}/{SUCCESS}"):
-            fs.rm(f"{side}/{SUCCESS}")
         if resume:
-            _remove_staging(fs, side)  # the ledger knows what was committed
-            return
-        self._prepare_table()
-        if self.mode == "overwrite" and fs.exists(f"{side}/{ERRORS}"):
-            fs.rm(f"{side}/{ERRORS}", recursive=True)
+            remove_staging(fs, side)  # the ledger knows what was committed
+        else:
+            self._check_table()
+        for other, record in interrupted(self.side_dir, skip=job_id).items():
+            self._swap(other, record["overwrite"])  # a publish a crash cut short
+        recover(self.side_dir, skip=job_id)
 
-    def _prepare_table(self) -> None:
-        """Create the ledger; refuse a table thresher did not write; clear on overwrite."""
+    def _check_table(self) -> None:
+        """Create the ledger; refuse a table thresher did not write."""
         sql = self.dialect.sql
         with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
             cur.execute(
@@ -105,13 +120,10 @@ class SqlSink:
                     f"sink.uri: table {self.table!r} in {self.dialect.location} exists and "
                     "thresher did not write it; choose another table or set sink.force = true"
                 )
-            if self.mode == "overwrite":
-                cur.execute(f'DROP TABLE IF EXISTS "{self.table}"')
-                cur.execute(sql(f"DELETE FROM {PARTS_TABLE} WHERE table_name = ?"), (self.table,))
             conn.commit()
 
     def part_target(self) -> FilePartTarget:
-        return FilePartTarget(self._layout(), "parquet")
+        return FilePartTarget(self._layout(), self.error_layout, "parquet")
 
     def commit_part(self, staged: StagedPart) -> None:
         """Ingest a staged part and record it in the ledger, in one transaction. Idempotent:
@@ -119,7 +131,7 @@ class SqlSink:
         if staged.path is None:
             return
         sql = self.dialect.sql
-        key = (self.ledger_key, self.table, staged.shard)
+        key = (self.ledger_key, self.target, staged.shard)
         fs, path = filesystem(staged.path)
         with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
             where = "job_id = ? AND table_name = ? AND shard = ?"
@@ -129,7 +141,7 @@ class SqlSink:
                     parquet = pq.ParquetFile(f)
                     batches = parquet.iter_batches(batch_size=INGEST_BATCH_ROWS)
                     reader = pa.RecordBatchReader.from_batches(parquet.schema_arrow, batches)
-                    cur.adbc_ingest(self.table, reader, mode="create_append")
+                    cur.adbc_ingest(self.target, reader, mode="create_append")
                 cur.execute(
                     sql(f"INSERT INTO {PARTS_TABLE} VALUES (?, ?, ?, ?)"), (*key, staged.rows)
                 )
@@ -137,14 +149,65 @@ class SqlSink:
         if fs.exists(path):
             fs.rm(path)
 
+    def commit_errors(self, errors: StagedPart) -> None:
+        """The error part waits in the side folder's pending folder, published at finish
+        (a retry round's replaces the published one)."""
+        final = self.error_layout.final(errors.shard)
+        if self.target == self.table:
+            commit_file(errors, self.error_layout)
+        else:
+            PendingOutput(self.side_dir, self.job_id).commit(
+                errors, final.removeprefix(self.side_dir.rstrip("/") + "/")
+            )
+
     def finish(self, manifest: dict[str, Any]) -> None:
         fs, side = filesystem(self.side_dir)
-        _remove_staging(fs, side)
-        _write_json(fs, f"{side}/{SUCCESS}", {**manifest, "table": self.table})
+        remove_staging(fs, side)
+        manifest = {**manifest, "table": self.table}
+        if self.target == self.table:  # a retry round
+            write_json(fs, f"{side}/{SUCCESS}", manifest)
+            return
+        pending = PendingOutput(self.side_dir, self.job_id)
+        overwrite = self.mode == "overwrite"
+        record = pending.record_intent(manifest, overwrite)
+        self._swap(self.job_id, record["overwrite"])
+        pending.publish(manifest, overwrite)
+
+    def _swap(self, job_id: str, overwrite: bool) -> None:
+        """Put job `job_id`'s staging table in the table's place, or append its rows, in
+        one transaction recorded in the ledger (shard -1), so doing it twice does nothing."""
+        sql, stage = self.dialect.sql, stage_table(job_id)
+        done = (job_id, self.table, PUBLISHED)
+        where = "job_id = ? AND table_name = ? AND shard = ?"
+        with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
+            cur.execute(sql(f"SELECT 1 FROM {PARTS_TABLE} WHERE {where}"), done)
+            if cur.fetchone() is not None:
+                return
+            staged = self.dialect.table_exists(cur, stage)
+            if overwrite:
+                cur.execute(f'DROP TABLE IF EXISTS "{self.table}"')
+                cur.execute(sql(f"DELETE FROM {PARTS_TABLE} WHERE table_name = ?"), (self.table,))
+            if staged and self.dialect.table_exists(cur, self.table):
+                cur.execute(f'SELECT * FROM "{stage}" WHERE 1 = 0')
+                columns = ", ".join(f'"{d[0]}"' for d in cur.description)
+                cur.fetchall()
+                cur.execute(
+                    f'INSERT INTO "{self.table}" ({columns}) SELECT {columns} FROM "{stage}"'
+                )
+                cur.execute(f'DROP TABLE "{stage}"')
+            elif staged:
+                cur.execute(f'ALTER TABLE "{stage}" RENAME TO "{self.table}"')
+            cur.execute(
+                sql(f"UPDATE {PARTS_TABLE} SET table_name = ? WHERE table_name = ?"),
+                (self.table, stage),
+            )
+            cur.execute(sql(f"INSERT INTO {PARTS_TABLE} VALUES (?, ?, ?, 0)"), done)
+            conn.commit()
 
     def abort(self) -> None:
+        """Staging goes; the staging table and pending errors wait for `thresher resume`."""
         fs, side = filesystem(self.side_dir)
-        _remove_staging(fs, side)
+        remove_staging(fs, side)
 
     def for_retry(self, round_number: int) -> SqlSink:
         """Retried rows go to the same table under ledger key `<job>.r<round>`, staged as
@@ -152,6 +215,7 @@ class SqlSink:
         layout = self._layout()
         retry = replace(self)
         retry.job_id, retry.ledger_key = self.job_id, f"{self.job_id}.r{round_number}"
+        retry.target = self.table
         retry.layout = replace(layout, suffix=f".r{round_number}{layout.suffix}")
         return retry
 
@@ -164,6 +228,14 @@ class SqlSink:
         if self.layout is None:
             raise SinkError("the sink was not started")
         return self.layout
+
+
+PUBLISHED = -1  # the ledger's shard number for "this job's table was published"
+
+
+def stage_table(job_id: str) -> str:
+    """The table a job's parts are ingested into until it finishes."""
+    return f"_thresher_stage_{job_id.replace('-', '_').replace('.', '_')}"
 
 
 def read_manifest(side_dir: str) -> dict[str, Any]:

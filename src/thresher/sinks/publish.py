@@ -1,0 +1,195 @@
+"""Output that appears whole or not at all: a job's parts wait under `_pending/<job>/` and
+move into place only when the job finishes.
+
+A committed part is renamed from `_staging/` to `_pending/<job>/` under its final name, so
+readers of the folder see nothing of a running job, and a job that fails, is killed or is
+cancelled leaves the previous output exactly as it was. `publish` makes the job's output
+the folder's, in steps a crash may interrupt:
+
+1. write `_pending/<job>/_PUBLISH`: every name the job publishes, and its manifest. From
+   here the job's output is decided: any later start on this folder rolls it forward.
+2. remove `_SUCCESS`, so no reader trusts the folder while it changes;
+3. in overwrite mode, remove the previous output that is not among the new names;
+4. rename each pending part into place (one already moved is skipped);
+5. write `_SUCCESS`, then remove `_pending/<job>/`.
+
+Given `_PUBLISH`, every step can run again, so re-running from step 2 finishes the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from thresher.faults import crash_point
+from thresher.sinks.parts import STAGING, StagedPart
+from thresher.sources.files import filesystem, is_local
+
+SUCCESS = "_SUCCESS"
+MARKER = "_thresher.json"  # this folder is thresher's to manage
+ERRORS = "_errors"
+PENDING = "_pending"
+PUBLISH = "_PUBLISH"
+# thresher's own entries in an output folder: never output, never removed as output
+RESERVED = frozenset({SUCCESS, MARKER, PENDING, STAGING})
+
+
+@dataclass(frozen=True)
+class PendingOutput:
+    """One job's not-yet-published parts under `root/_pending/<job_id>/`."""
+
+    root: str
+    job_id: str
+
+    @property
+    def folder(self) -> str:
+        return f"{self.root}/{PENDING}/{self.job_id}"
+
+    def commit(self, staged: StagedPart, name: str) -> None:
+        """Rename a staged part to `name` (relative to the output folder) in the pending
+        folder. Idempotent: a part already moved stays. An attempt with no rows removes
+        what an earlier attempt of the shard left, so the latest attempt decides."""
+        fs, dst = filesystem(f"{self.folder}/{name}")
+        if staged.path is None:
+            if fs.exists(dst):
+                fs.rm(dst)
+            return
+        _, src = filesystem(staged.path)
+        if not fs.exists(src):
+            if fs.exists(dst):
+                return
+            raise FileNotFoundError(f"staged part {staged.path} is missing")
+        fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+        move(fs, src, dst)
+
+    def record_intent(self, manifest: dict[str, Any], overwrite: bool) -> dict[str, Any]:
+        """Step 1: the `_PUBLISH` record, written once (a publish that a crash interrupted
+        keeps the record it wrote)."""
+        fs, folder = filesystem(self.folder)
+        intent = f"{folder}/{PUBLISH}"
+        if fs.exists(intent):
+            with fs.open(intent, "r") as f:
+                return json.load(f)  # type: ignore[no-any-return]
+        names = sorted(_output_names(fs, folder)) if fs.exists(folder) else []
+        record = {"names": names, "overwrite": overwrite, "manifest": manifest}
+        fs.makedirs(folder, exist_ok=True)
+        write_json(fs, intent, record)
+        return record
+
+    def publish(self, manifest: dict[str, Any], overwrite: bool) -> None:
+        """Steps 1-5: the job's output replaces (overwrite) or joins (append) the folder's."""
+        record = self.record_intent(manifest, overwrite)
+        fs, folder = filesystem(self.folder)
+        finish_publish(fs, self.root, folder, record)
+
+    def discard(self) -> None:
+        """Remove the pending parts (a job that will never be resumed)."""
+        fs, folder = filesystem(self.folder)
+        if fs.exists(folder):
+            fs.rm(folder, recursive=True)
+
+
+def finish_publish(fs: Any, root_url: str, folder: str, record: dict[str, Any]) -> None:
+    """Steps 2-5 of a publish whose `_PUBLISH` record is written."""
+    _, root = filesystem(root_url)
+    names = set(record["names"])
+    if fs.exists(f"{root}/{SUCCESS}"):
+        fs.rm(f"{root}/{SUCCESS}")
+    if record["overwrite"]:
+        for name in sorted(set(_output_names(fs, root)) - names):
+            fs.rm(f"{root}/{name}")
+    for index, name in enumerate(sorted(names)):
+        if index == len(names) // 2:
+            crash_point("mid_publish")
+        src = f"{folder}/{name}"
+        if fs.exists(src):
+            fs.makedirs(f"{root}/{name}".rsplit("/", 1)[0], exist_ok=True)
+            move(fs, src, f"{root}/{name}")
+    write_json(fs, f"{root}/{SUCCESS}", record["manifest"])
+    fs.rm(folder, recursive=True)
+    if not pending_jobs(fs, root):
+        fs.rm(f"{root}/{PENDING}", recursive=True)
+
+
+def interrupted(root_url: str, skip: str | None = None) -> dict[str, dict[str, Any]]:
+    """The `_PUBLISH` record of every publish a crash cut short in this folder, by job
+    (but job `skip`'s, which its own resume finishes)."""
+    fs, root = filesystem(root_url)
+    records = {}
+    for job_id in pending_jobs(fs, root):
+        intent = f"{root}/{PENDING}/{job_id}/{PUBLISH}"
+        if job_id != skip and fs.exists(intent):
+            with fs.open(intent, "r") as f:
+                records[job_id] = json.load(f)
+    return records
+
+
+def recover(root_url: str, skip: str | None = None) -> list[str]:
+    """Finish every publish a crash cut short in this folder (but job `skip`'s); returns
+    the job ids it finished."""
+    fs, root = filesystem(root_url)
+    records = interrupted(root_url, skip)
+    for job_id, record in records.items():
+        finish_publish(fs, root_url, f"{root}/{PENDING}/{job_id}", record)
+    return list(records)
+
+
+def pending_jobs(fs: Any, root: str) -> list[str]:
+    """Jobs with parts waiting in this folder."""
+    if not fs.isdir(f"{root}/{PENDING}"):
+        return []
+    listed = fs.ls(f"{root}/{PENDING}", detail=False)
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listed)
+
+
+def published_by(root_url: str) -> str | None:
+    """The job whose output the folder holds now, from its `_SUCCESS`; None if none."""
+    fs, root = filesystem(root_url)
+    try:
+        with fs.open(f"{root}/{SUCCESS}", "r") as f:
+            owner = json.load(f).get("job_id")
+    except (FileNotFoundError, ValueError):
+        return None
+    return str(owner) if owner else None
+
+
+def _output_names(fs: Any, root: str) -> Iterator[str]:
+    """Output files under `root`, relative to it: everything but thresher's own entries
+    (`_errors/` holds output of its own: the error parts)."""
+    for path in fs.ls(root, detail=False):
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if name in RESERVED or name == PUBLISH:
+            continue
+        if name == ERRORS and fs.isdir(path):
+            yield from (f"{ERRORS}/{inner}" for inner in _output_names(fs, f"{root}/{ERRORS}"))
+        elif fs.isdir(path):
+            yield from (f"{name}/{inner}" for inner in _output_names(fs, f"{root}/{name}"))
+        else:
+            yield name
+
+
+def remove_staging(fs: Any, root: str) -> None:
+    """Remove the staging parts of attempts that never committed."""
+    for staging in (f"{root}/{STAGING}", f"{root}/{ERRORS}/{STAGING}"):
+        if fs.exists(staging):
+            fs.rm(staging, recursive=True)
+
+
+def move(fs: Any, src: str, dst: str) -> None:
+    """A rename: atomic on local disks, the filesystem's move elsewhere."""
+    if is_local(fs):
+        os.replace(src, dst)
+    else:
+        fs.mv(src, dst)
+
+
+def write_json(fs: Any, path: str, data: dict[str, Any]) -> None:
+    """Write via a temporary name and a rename, so a reader sees all of it or none."""
+    tmp = f"{path}.tmp"
+    with fs.open(tmp, "w") as f:
+        json.dump({**data, "written_at": datetime.now(UTC).isoformat()}, f, indent=2)
+    move(fs, tmp, path)
