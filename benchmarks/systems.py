@@ -80,9 +80,8 @@ def write_spec(workload: Workload, path: Path, out: Path) -> Path:
 
 def tune(workload: Workload, spec_path: Path) -> Tuning:
     """`thresher tune`'s sweep and recommendation, called as a library."""
-    from thresher.engine.executor import plan_placement
-    from thresher.engine.job import plan_input
-    from thresher.engine.tune import recommend, sweep
+    from thresher.plan import plan_input, plan_placement
+    from thresher.plan.tune import recommend, sweep
     from thresher.spec import load_spec
 
     spec = load_spec(spec_path)

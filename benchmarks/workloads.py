@@ -153,7 +153,7 @@ def read_inputs(workload: Workload, table: pa.Table, by_column: bool = False) ->
 def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> Predictor:
     """The workload's model, loaded directly with `threads` threads; `compiled`: a tree
     model in its fastest form known here, thresher's compiled tree library (QuickScorer
-    kernels, see thresher.models.quickscorer), called on the in-memory matrix. 3x faster
+    kernels, see thresher.trees.quickscorer), called on the in-memory matrix. 3x faster
     than tl2cgen's own runtime on this model: an optimum that ran anything slower would
     hide the pipeline's overhead in a slower model stage."""
     if workload.kind == "lightgbm" and compiled:
@@ -184,7 +184,7 @@ def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> 
 
 
 def _compiled_lightgbm(workload: Workload, threads: int) -> Predictor:
-    from thresher.models.tree_library import TreeLibrary, build, which_compiler
+    from thresher.trees.library import TreeLibrary, build, which_compiler
 
     library = Path(workload.model).with_suffix(".trees.so")
     if not library.exists():  # compiling is set-up, like loading: not timed

@@ -8,6 +8,27 @@ from typing import Any
 
 import pytest
 
+# Each folder is a kind of test, marked so one kind can be run alone; the unit modules
+# that load real models or compile C are `slow` too, so `-m "unit and not slow"` is the
+# quick loop.
+KINDS = {"unit": "unit", "e2e": "e2e", "fault": "fault", "integration": "integration"}
+SLOW_UNIT_MODULES = {
+    "test_compiled_trees.py",
+    "test_quickscorer.py",
+    "test_model_zoo.py",
+    "test_plain_encoder.py",
+    "test_shard_lifecycle.py",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = item.path.parent.name
+        if folder in KINDS:
+            item.add_marker(KINDS[folder])
+        if folder == "unit" and item.path.name in SLOW_UNIT_MODULES:
+            item.add_marker("slow")
+
 
 @pytest.fixture(autouse=True)
 def private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:

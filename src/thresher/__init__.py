@@ -24,7 +24,7 @@ from thresher.errors import (
 from thresher.spec import JobSpec, load_spec, parse_spec
 
 if TYPE_CHECKING:
-    from thresher.engine.job import JobResult
+    from thresher.coordinator.job import JobResult
     from thresher.progress import Reporter
 
 __all__ = [
@@ -51,7 +51,7 @@ def __getattr__(name: str) -> Any:
     sinks and the progress display into every worker process, which imports this
     package first and needs none of them."""
     if name == "JobResult":
-        from thresher.engine.job import JobResult
+        from thresher.coordinator.job import JobResult
 
         return JobResult
     raise AttributeError(f"module 'thresher' has no attribute {name!r}")
@@ -66,7 +66,7 @@ def run(
     (default: `$THRESHER_STORE` or the user's SQLite store). Raises SpecError before any
     work when the spec or the input's columns do not fit.
     """
-    from thresher.engine.job import run_job
+    from thresher.coordinator.job import run_job
     from thresher.store import open_store
 
     job = spec if isinstance(spec, JobSpec) else parse_spec(spec)
@@ -75,7 +75,7 @@ def run(
 
 def resume(job_id: str, store: str | None = None, reporter: Reporter | None = None) -> JobResult:
     """Finish a stopped job from its stored plan (see `thresher resume`)."""
-    from thresher.engine.job import resume_job
+    from thresher.coordinator.job import resume_job
     from thresher.store import open_store
 
     return resume_job(job_id, open_store(store), reporter)

@@ -45,7 +45,7 @@ def cli(ctx: click.Context, store: str | None) -> None:
 @click.pass_obj
 def run(store_url: str | None, spec_file: Path, overrides: tuple[str, ...]) -> None:
     """Run the job that SPEC_FILE (TOML, YAML or JSON) describes."""
-    from thresher.engine.job import run_job
+    from thresher.coordinator.job import run_job
     from thresher.progress import reporter_for
     from thresher.spec import load_spec
     from thresher.store import open_store
@@ -66,7 +66,7 @@ def run(store_url: str | None, spec_file: Path, overrides: tuple[str, ...]) -> N
 @click.pass_obj
 def resume(store_url: str | None, job_id: str, force: bool) -> None:
     """Finish a stopped job from its stored plan: done shards are kept, the rest rerun."""
-    from thresher.engine.job import resume_job
+    from thresher.coordinator.job import resume_job
     from thresher.progress import reporter_for
     from thresher.store import open_store
 
@@ -116,7 +116,7 @@ def tune(spec_file: Path, overrides: tuple[str, ...], sizes: str | None) -> None
     from rich.console import Console
     from rich.table import Table
 
-    from thresher.engine.tune import recommend, sweep
+    from thresher.plan.tune import recommend, sweep
     from thresher.spec import load_spec
 
     try:
@@ -153,7 +153,7 @@ def tune(spec_file: Path, overrides: tuple[str, ...], sizes: str | None) -> None
 def retry_errors(store_url: str | None, job_id: str, overrides: tuple[str, ...]) -> None:
     """Run a finished job's failed rows again (rows the model rejected), adding the ones
     that now succeed to the output and keeping the rest in the error file."""
-    from thresher.engine.retry import retry_errors as retry
+    from thresher.coordinator.retry import retry_errors as retry
     from thresher.progress import reporter_for
     from thresher.store import open_store
 
@@ -244,7 +244,7 @@ def token_create(store_url: str | None, tenant: str, own_store: str | None) -> N
 
 
 def _report(result: object) -> None:
-    from thresher.engine.job import JobResult
+    from thresher.coordinator.job import JobResult
     from thresher.summary import print_result
 
     assert isinstance(result, JobResult)

@@ -122,7 +122,7 @@ def train_model(table: pa.Table, path: Path, sample: int = 50_000) -> None:
 
 def run_demo(directory: Path, rows: int, store: Store | None = None) -> bool:
     """Generate, train, write the spec, run it, and print where the results are."""
-    from thresher.engine.job import run_job
+    from thresher.coordinator.job import run_job
     from thresher.progress import reporter_for
     from thresher.spec import load_spec
     from thresher.summary import print_result

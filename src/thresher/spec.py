@@ -149,7 +149,7 @@ class RunSection(Section):
     executor: Literal["local", "ray"] = "local"
     workers: int | None = Field(default=None, ge=1)
     # auto: one worker per visible NVIDIA GPU if any, else per core; cuda: GPUs or refuse;
-    # cpu: workers per core, GPUs hidden from them (see engine/devices.py)
+    # cpu: workers per core, GPUs hidden from them (see plan/devices.py)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     address: str | None = None  # ray: "auto", "ray://host:10001", or none for a local Ray
     num_cpus: float | None = Field(default=None, gt=0)  # ray: CPUs per actor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from thresher.engine.job import JobResult
+from thresher.coordinator.job import JobResult
 from thresher.postgres import without_password
 
 

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
-from thresher.engine.job import new_job_id, run_job
+from thresher.coordinator.job import new_job_id, run_job
 from thresher.service.auth import create_token
 from thresher.service.buffer import Flusher, router, start_flusher
 from thresher.service.config import BufferSettings, ServerConfig, prepare

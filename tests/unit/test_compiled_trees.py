@@ -19,9 +19,9 @@ import pytest
 import xgboost
 
 from thresher.errors import ModelLoadError
-from thresher.models import compiled_trees
-from thresher.models.compiled_trees import Predict, Trees, cache_dir, compile_option, fastest
 from thresher.models.features import to_matrix
+from thresher.trees import compiled as compiled_trees
+from thresher.trees.compiled import Predict, Trees, cache_dir, compile_option, fastest
 
 WIDTH = 6
 

@@ -11,11 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from thresher.engine import devices
-from thresher.engine.devices import run_gpus, visible_gpus
-from thresher.engine.executor import plan_placement, worker_slots
-from thresher.engine.job import run_job
+from thresher.coordinator.job import run_job
 from thresher.errors import SpecError
+from thresher.plan import devices, plan_placement, worker_slots
+from thresher.plan.devices import run_gpus, visible_gpus
 from thresher.spec import JobSpec, RunSection
 from thresher.store import open_store
 

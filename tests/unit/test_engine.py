@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from thresher.engine.autobatch import BatchTuner
-from thresher.engine.pipeline import Prefetch, WriteBehind
-from thresher.engine.predict import predict_isolating
 from thresher.errors import ModelOutputError
+from thresher.worker.autobatch import BatchTuner
+from thresher.worker.pipeline import Prefetch, WriteBehind
+from thresher.worker.predict import predict_isolating
 
 
 def feed(tuner: BatchTuner, rate_at: dict[int, float], calls: int = 200) -> None:

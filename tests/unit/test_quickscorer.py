@@ -14,8 +14,8 @@ import pytest
 import treelite
 import xgboost
 
-from thresher.models import quickscorer
-from thresher.models.tree_library import TreeLibrary, build, which_compiler
+from thresher.trees import quickscorer
+from thresher.trees.library import TreeLibrary, build, which_compiler
 
 pytestmark = pytest.mark.skipif(which_compiler() is None, reason="needs a C compiler")
 

@@ -1,7 +1,7 @@
 """The commit protocol, step by step, through crashes: a Hypothesis state machine.
 
 No processes: a real job store (SQLite) and a real Parquet `FileSink` in a temporary
-folder, driven by the real `commit_shard` (engine/commit.py). Shards are claimed (an
+folder, driven by the real `commit_shard` (coordinator/commit.py). Shards are claimed (an
 attempt starts and its writer stages rows tagged with (shard, row, attempt), and one bad
 record for odd shards), staged, and committed — or the coordinator crashes at one of
 `commit_shard`'s crash points (the test makes the point raise instead of SIGKILL), losing
@@ -37,9 +37,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-import thresher.engine.commit as commit_module
-from thresher.engine.commit import commit_shard
-from thresher.engine.tasks import ShardResult
+import thresher.coordinator.commit as commit_module
+from thresher.coordinator.commit import commit_shard
+from thresher.executors.tasks import ShardResult
 from thresher.sinks.files import FileSink
 from thresher.sinks.parts import FilePartWriter, StagedPart
 from thresher.store import JobState, ShardState, Store, StoreError, open_store

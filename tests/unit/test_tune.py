@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from thresher.engine import tune
+from thresher.plan import tune
 
 
 class LengthRecorder:

@@ -34,11 +34,11 @@ import pyarrow as pa
 
 from thresher.errors import ModelLoadError
 from thresher.models.base import Column, LoadContext, Model
-from thresher.models.compiled_trees import Trees, compile_option, fastest
 from thresher.models.features import to_matrix
 from thresher.models.outputs import as_column, proba_columns, proba_names
-from thresher.models.tree_library import Frontend
 from thresher.spec import ModelSection
+from thresher.trees.compiled import Trees, compile_option, fastest
+from thresher.trees.library import Frontend
 
 XGBOOST_SUFFIXES = (".json", ".ubj")
 LIGHTGBM_SUFFIXES = (".txt",)

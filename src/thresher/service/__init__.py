@@ -8,3 +8,7 @@ Needs the `service` extra (`pip install 'thresher[service]'`). The modules, one 
 - `scheduler` — runs queued jobs; `metrics` — `/metrics`, `/healthz`;
 - `buffer*` — the request buffer; `webhooks`, `delivery` — signed job-end webhooks.
 """
+
+from __future__ import annotations
+
+__all__: list[str] = []  # import the module you need: app, config, auth, …

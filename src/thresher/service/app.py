@@ -17,14 +17,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from thresher.service import files, jobs, metrics
-from thresher.service.auth import create_token_table
 from thresher.service.buffer import router as buffer_router
 from thresher.service.buffer import start_flusher
 from thresher.service.config import load_config
 from thresher.service.errors import ServiceError
 from thresher.service.scheduler import Scheduler
 from thresher.service.state import ServiceState
-from thresher.service.uploads import create_file_table
 from thresher.service.webhooks import start_webhooks
 from thresher.store import open_store
 
@@ -41,8 +39,6 @@ only its own files, jobs and requests."""
 def create_app(state: ServiceState, background: bool = True) -> FastAPI:
     """The service's FastAPI app over `state`. With `background`, the scheduler, request
     buffer and webhook sender run while the app does."""
-    create_token_table(state.store)
-    create_file_table(state.store)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -20,24 +20,15 @@ from thresher.service.state import StateDep
 from thresher.store import Store
 from thresher.store.jobs import now
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS thresher_tokens (
-    token_sha256 TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at TEXT NOT NULL)"""
 PREFIX = "thr_"
 
 bearer = HTTPBearer(auto_error=False, description="A token from `thresher token create`.")
-
-
-def create_token_table(store: Store) -> None:
-    """Create the `thresher_tokens` table if it is not there yet."""
-    with store.db.transaction() as cur:
-        cur.execute(SCHEMA)
 
 
 def create_token(store: Store, tenant: str) -> str:
     """A new token for `tenant`; the only time it is seen in clear."""
     if not tenant.strip():
         raise ValueError("a tenant name must not be empty")
-    create_token_table(store)
     token = PREFIX + secrets.token_urlsafe(32)
     with store.db.transaction() as cur:
         cur.execute(

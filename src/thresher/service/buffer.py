@@ -70,7 +70,7 @@ class Flusher:
 
     def __init__(self, state: ServiceState, table: RequestTable | None = None) -> None:
         self.state = state
-        self.table = table or RequestTable.create(state.store.db)
+        self.table = table or RequestTable(state.store.db)
         self.buffer_dir = state.data_dir / BUFFER_DIR
 
     def flush_due(self) -> int:
@@ -208,8 +208,7 @@ def start_flusher(
     state: ServiceState, poll: float = 0.25, reconcile_every: float = 5.0
 ) -> Callable[[], None]:
     """Start the buffer's flusher thread and register its `on_job_finished` hook; returns
-    the function that stops both. Creates the `thresher_requests` table, so call it before
-    the router serves requests."""
+    the function that stops both."""
     flusher = Flusher(state)
     stopping = threading.Event()
 
@@ -244,4 +243,4 @@ def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:
     path = Path(uri.removeprefix("file://"))
     if os.path.realpath(path.parent) != os.path.realpath(state.data_dir / BUFFER_DIR):
         return None
-    return RequestTable.create(state.store.db).batch_tenant(path.stem)
+    return RequestTable(state.store.db).batch_tenant(path.stem)

@@ -16,17 +16,6 @@ from typing import Any
 from thresher.store.db import Database
 from thresher.store.jobs import now
 
-SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS thresher_requests (
-        tenant TEXT NOT NULL, custom_id TEXT NOT NULL, model TEXT NOT NULL,
-        record TEXT NOT NULL, state TEXT NOT NULL, batch_id TEXT, job_id TEXT,
-        result TEXT, error TEXT, created_at TEXT NOT NULL, finished_at TEXT,
-        PRIMARY KEY (tenant, custom_id))""",
-    "CREATE INDEX IF NOT EXISTS thresher_requests_waiting"
-    " ON thresher_requests (state, tenant, model, created_at)",
-    "CREATE INDEX IF NOT EXISTS thresher_requests_batch ON thresher_requests (batch_id)",
-]
-
 
 class RequestState(StrEnum):
     WAITING = "waiting"  # buffered, in no batch yet
@@ -72,14 +61,6 @@ class RequestTable:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-
-    @classmethod
-    def create(cls, db: Database) -> RequestTable:
-        """The table, created if it is not there yet."""
-        with db.transaction() as cur:
-            for statement in SCHEMA:
-                cur.execute(statement)
-        return cls(db)
 
     def add(self, tenant: str, records: list[tuple[str, str, dict[str, Any]]]) -> str:
         """Buffer `(custom_id, model, input)` records, all or none, and return their

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from thresher.engine.job import resume_job, run_job
+from thresher.coordinator.job import resume_job, run_job
 from thresher.errors import ThresherError
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec

@@ -63,7 +63,7 @@ class ServiceState:
         (403) or `BadRequest` (400) for a `source.uri` the server will not read — all
         `thresher.service.errors.ServiceError`s.
         """
-        from thresher.engine.job import new_job_id
+        from thresher.coordinator.job import new_job_id
         from thresher.service.submission import build_spec
 
         job_id = new_job_id()

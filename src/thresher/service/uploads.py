@@ -24,9 +24,6 @@ from thresher.store import Store
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS thresher_files (
-    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, filename TEXT NOT NULL, format TEXT NOT NULL,
-    bytes BIGINT NOT NULL, sha256 TEXT NOT NULL, path TEXT NOT NULL, created_at TEXT NOT NULL)"""
 FILE_FIELD = "file"
 # Multipart framing (boundaries, part headers, small fields) on top of the file itself.
 FRAMING_ALLOWANCE = 64 * 1024
@@ -61,12 +58,6 @@ class FileRecord:
 def new_file_id() -> str:
     """`file-` and 24 random hex digits: unguessable, and safe as a file name."""
     return f"file-{secrets.token_hex(12)}"
-
-
-def create_file_table(store: Store) -> None:
-    """Create the `thresher_files` table if it is not there yet."""
-    with store.db.transaction() as cur:
-        cur.execute(SCHEMA)
 
 
 def record_file(store: Store, record: FileRecord) -> None:

@@ -68,11 +68,6 @@ log = logging.getLogger("thresher.service.webhooks")
 
 TIMESTAMP_HEADER = "X-Thresher-Timestamp"
 SIGNATURE_HEADER = "X-Thresher-Signature"
-SCHEMA = """CREATE TABLE IF NOT EXISTS thresher_webhook_deliveries (
-    job_id TEXT NOT NULL, event TEXT NOT NULL, url TEXT NOT NULL, payload TEXT NOT NULL,
-    state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_status INTEGER,
-    last_error TEXT, created_at TEXT NOT NULL, delivered_at TEXT,
-    PRIMARY KEY (job_id, event, url))"""
 EVENTS = {
     JobState.SUCCEEDED: "job.completed",
     JobState.FAILED: "job.failed",
@@ -148,8 +143,6 @@ class WebhookSender:
 
     def __init__(self, store: Store, settings: WebhookSettings, workers: int = 4) -> None:
         self._store, self._db, self._settings = store, store.db, settings
-        with self._db.transaction() as cur:
-            cur.execute(SCHEMA)
         self._client = httpx.Client(
             timeout=settings.timeout, trust_env=False, follow_redirects=False
         )

@@ -17,25 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from thresher.store.db import Database, StoreError
-
-SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS thresher_jobs (
-        id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
-        spec TEXT NOT NULL, plan TEXT NOT NULL, shard_count INTEGER NOT NULL,
-        created_at TEXT NOT NULL, finished_at TEXT, message TEXT,
-        owner TEXT, heartbeat_at TEXT, manifest TEXT,
-        tenant TEXT, priority INTEGER NOT NULL DEFAULT 0, idempotency_key TEXT,
-        UNIQUE (tenant, idempotency_key))""",
-    """CREATE TABLE IF NOT EXISTS thresher_shards (
-        job_id TEXT NOT NULL, idx INTEGER NOT NULL, state TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0, rows_in BIGINT, rows_out BIGINT,
-        rows_error BIGINT, seconds DOUBLE PRECISION, error TEXT,
-        PRIMARY KEY (job_id, idx))""",
-    """CREATE TABLE IF NOT EXISTS thresher_attempts (
-        job_id TEXT NOT NULL, idx INTEGER NOT NULL, attempt TEXT NOT NULL,
-        number INTEGER NOT NULL, started_at TEXT NOT NULL, finished_at TEXT,
-        outcome TEXT, message TEXT, PRIMARY KEY (job_id, attempt))""",
-]
+from thresher.store.schema import migrate
 
 
 class JobState(StrEnum):
@@ -111,9 +93,7 @@ class Store:
         from thresher.store.retries import RetryLog
 
         self.db = db
-        with db.transaction() as cur:
-            for statement in SCHEMA:
-                cur.execute(statement)
+        migrate(db)
         self.retries = RetryLog(db)
 
     @property

@@ -13,17 +13,6 @@ from dataclasses import dataclass
 from thresher.store.db import Database
 from thresher.store.jobs import now
 
-SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS thresher_retries (
-        job_id TEXT NOT NULL, round INTEGER NOT NULL, state TEXT NOT NULL,
-        started_at TEXT NOT NULL, finished_at TEXT, model_sha256 TEXT,
-        PRIMARY KEY (job_id, round))""",
-    """CREATE TABLE IF NOT EXISTS thresher_retry_shards (
-        job_id TEXT NOT NULL, round INTEGER NOT NULL, idx INTEGER NOT NULL,
-        state TEXT NOT NULL, rows_fixed BIGINT NOT NULL, rows_failed BIGINT NOT NULL,
-        PRIMARY KEY (job_id, round, idx))""",
-]
-
 
 @dataclass(frozen=True)
 class RetryShard:
@@ -37,9 +26,6 @@ class RetryLog:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        with db.transaction() as cur:
-            for statement in SCHEMA:
-                cur.execute(statement)
 
     def begin(self, job_id: str, model_sha256: str | None) -> int:
         """The unfinished round to carry on with, or a new one."""

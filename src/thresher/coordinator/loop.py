@@ -10,9 +10,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from thresher.engine.commit import commit_shard
-from thresher.engine.executor import Executor
-from thresher.engine.tasks import (
+from thresher.coordinator.commit import commit_shard
+from thresher.errors import JobFailed
+from thresher.executors.base import Executor
+from thresher.executors.tasks import (
     Event,
     Progress,
     ShardDone,
@@ -22,7 +23,6 @@ from thresher.engine.tasks import (
     WorkerBroken,
     WorkerSetup,
 )
-from thresher.errors import JobFailed
 from thresher.progress import Reporter
 from thresher.sinks import Sink
 from thresher.sources import Shard

@@ -12,16 +12,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from thresher.engine.executor import Placement, make_executor, plan_placement, worker_slots
-from thresher.engine.loop import LoopOutcome, ShardLoop
-from thresher.engine.manifest import RunFacts, build_manifest, error_rate_problem
-from thresher.engine.tasks import WorkerSetup
+from thresher.coordinator.loop import LoopOutcome, ShardLoop
+from thresher.coordinator.manifest import RunFacts, build_manifest, error_rate_problem
 from thresher.errors import SpecError, ThresherError
+from thresher.executors.base import make_executor
+from thresher.executors.tasks import WorkerSetup
 from thresher.faults import crash_point
 from thresher.models import LoadContext, check_model_section
+from thresher.plan import Placement, check_features, plan_input, plan_placement
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
-from thresher.sources import Plan, feature_columns, open_source
+from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
 from thresher.store import JobState, ShardState, Store, open_store
 
@@ -156,42 +157,12 @@ def _finish(job: Job, sink: Sink, outcome: LoopOutcome, facts: RunFacts) -> JobR
     return JobResult(job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri)
 
 
-def plan_input(spec: JobSpec) -> Plan:
-    """The job's input cut into shards of the spec's size, and into at least one shard
-    for each worker the run may have when the input is big enough."""
-    return open_source(spec.source, spec.sink.keep_columns, worker_slots(spec.run)).plan()
-
-
 def check_model(spec: JobSpec) -> None:
     """Raise SpecError for a `[model]` problem seen without loading it, before the sink
     starts: a misspelt kind must not cost anything."""
     problems = check_model_section(spec.model)
     if problems:
         raise SpecError(problems)
-
-
-def check_features(spec: JobSpec, plan: Plan) -> list[str]:
-    """The model's inputs, after checking that every named column exists in the input;
-    raises SpecError naming each missing one."""
-    keep = spec.sink.keep_columns
-    features = feature_columns(spec.source, plan.schema, keep)
-    have, listed = set(plan.schema.names), ", ".join(plan.schema.names)
-    problems = []
-    if spec.source.id_column and spec.source.id_column not in have:
-        problems.append(
-            f"source.id_column: no column {spec.source.id_column!r} (input has {listed})"
-        )
-    problems += [
-        f"sink.keep_columns: no column {c!r} (input has {listed})" for c in keep if c not in have
-    ]
-    problems += [
-        f"source.columns: no column {c!r} (input has {listed})" for c in features if c not in have
-    ]
-    if not features:
-        problems.append("source.columns: no model input columns are left")
-    if problems:
-        raise SpecError(problems)
-    return features
 
 
 def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:

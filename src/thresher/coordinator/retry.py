@@ -15,7 +15,7 @@ place, and running `retry-errors` again finishes the round:
 3. replace the error part, then move the fixed rows from errors to output in the shard's
    counts (`done`).
 
-`engine/commit.py` holds that order, beside the first run's.
+`coordinator/commit.py` holds that order, beside the first run's.
 """
 
 from __future__ import annotations
@@ -29,15 +29,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from thresher.engine.autobatch import BatchTuner
-from thresher.engine.commit import commit_retry_shard
-from thresher.engine.executor import Placement
-from thresher.engine.job import Job, JobResult, check_features, worker_setup
-from thresher.engine.tasks import WorkerSetup
-from thresher.engine.worker import ErrorPart, ShardWork, sorts_by_length, tuner_for
+from thresher.coordinator.commit import commit_retry_shard
+from thresher.coordinator.job import Job, JobResult, worker_setup
 from thresher.errors import JobFailed, SpecError
+from thresher.executors.tasks import WorkerSetup
 from thresher.models import load_model, model_fingerprint
 from thresher.models.base import Model
+from thresher.plan import Placement, check_features
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
 from thresher.sources import Chunk, Plan, Shard
@@ -45,6 +43,8 @@ from thresher.sources.files import filesystem
 from thresher.spec import apply_override, parse_spec
 from thresher.store import JobState, ShardState, Store, open_store
 from thresher.store.retries import RetryShard
+from thresher.worker.autobatch import BatchTuner
+from thresher.worker.shard import ErrorPart, ShardWork, sorts_by_length, tuner_for
 
 
 def retry_errors(
@@ -156,7 +156,7 @@ def _spec(raw: dict[str, Any], overrides: Sequence[str]) -> Any:
 def _conclude(job: Job, sink: Sink, manifest: dict[str, Any]) -> JobResult:
     """New counts and the retry rounds into the manifest; the job succeeds if its error
     rate now allows it."""
-    from thresher.engine.manifest import error_rate_problem
+    from thresher.coordinator.manifest import error_rate_problem
 
     totals = job.store.totals(job.id)
     manifest = {

@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from thresher.engine.tasks import (
+from thresher.executors.tasks import (
     NOT_RETRYABLE,
     Event,
     Progress,
@@ -191,8 +191,8 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     """A worker process: load the model once, then run shards until told to stop."""
     import pyarrow as pa
 
-    from thresher.engine.worker import run_shard, tuner_for
     from thresher.models import load_model
+    from thresher.worker.shard import run_shard, tuner_for
 
     _die_with_parent()
     pa.set_cpu_count(max(1, threads))

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from thresher.engine.tasks import (
+from thresher.errors import ThresherError
+from thresher.executors.tasks import (
     NOT_RETRYABLE,
     Event,
     Progress,
@@ -31,7 +32,6 @@ from thresher.engine.tasks import (
     ShardTask,
     WorkerSetup,
 )
-from thresher.errors import ThresherError
 from thresher.spec import RunSection
 
 
@@ -39,8 +39,8 @@ class ShardActor:
     """A Ray actor: the model loaded once, shards run one at a time."""
 
     def __init__(self, setup: WorkerSetup) -> None:
-        from thresher.engine.worker import tuner_for
         from thresher.models import load_model
+        from thresher.worker.shard import tuner_for
 
         self.setup = setup
         self.model = load_model(setup.model, setup.context)
@@ -50,7 +50,7 @@ class ShardActor:
         return True
 
     def run(self, task: ShardTask) -> ShardResult:
-        from thresher.engine.worker import run_shard
+        from thresher.worker.shard import run_shard
 
         return run_shard(self.setup, self.model, task, lambda rows: None, self.tuner)
 

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.arrays import from_numpy
-from thresher.engine.autobatch import BatchTuner
 from thresher.errors import ModelOutputError
 from thresher.models.base import Column, Model
+from thresher.worker.autobatch import BatchTuner
 
 
 @dataclass

@@ -26,7 +26,7 @@ and replaces the shard's error part, which is also the input of the round:
 
 from __future__ import annotations
 
-from thresher.engine.tasks import ShardResult
+from thresher.executors.tasks import ShardResult
 from thresher.faults import crash_point
 from thresher.sinks import Sink, StagedPart
 from thresher.store import Store

@@ -15,16 +15,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher.engine.autobatch import BatchTuner
-from thresher.engine.pipeline import Prefetch, WriteBehind
-from thresher.engine.predict import predict_isolating, row_as_text
-from thresher.engine.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.errors import BadInputError, ModelOutputError
+from thresher.executors.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.models.base import Model, SortsByLength
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import StagedPart, open_for_write
 from thresher.sources.base import Chunk, Shard
 from thresher.spec import BatchSection
+from thresher.worker.autobatch import BatchTuner
+from thresher.worker.pipeline import Prefetch, WriteBehind
+from thresher.worker.predict import predict_isolating, row_as_text
 
 
 class ErrorPart:

@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from thresher.arrays import from_numpy
 from thresher.errors import ModelLoadError
-from thresher.models.tree_library import (
+from thresher.trees.library import (
     WRITERS,
     BuildError,
     Frontend,

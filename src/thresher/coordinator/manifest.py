@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from thresher.engine.executor import Placement
 from thresher.models import model_fingerprint
+from thresher.plan import Placement
 from thresher.spec import JobSpec
 from thresher.store import Totals
 

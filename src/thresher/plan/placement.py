@@ -1,31 +1,12 @@
-"""The executor contract, and the one function that picks an executor for a run."""
+"""Where a job's shards run: how many workers, threads in each, and the GPU each sees."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
-from thresher.engine.devices import HIDDEN, run_gpus
-from thresher.engine.tasks import Event, ShardTask, WorkerSetup
+from thresher.plan.devices import HIDDEN, run_gpus
 from thresher.spec import RunSection
-
-
-class Executor(Protocol):
-    """Runs shard tasks somewhere and reports what happens, never touching job state."""
-
-    def start(self, setup: WorkerSetup) -> None: ...
-
-    def submit(self, task: ShardTask) -> None: ...
-
-    def pending(self) -> int:
-        """Submitted tasks not yet reported done or failed."""
-        ...
-
-    def events(self, timeout: float = 1.0) -> Iterator[Event]: ...
-
-    def shutdown(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -68,19 +49,3 @@ def plan_placement(run: RunSection, shard_count: int) -> Placement:
     elif run.device == "cpu":
         devices = (HIDDEN,) * workers
     return Placement(workers=workers, threads=max(1, cores // workers), devices=devices)
-
-
-def make_executor(run: RunSection, placement: Placement) -> Executor:
-    """The executor a `[run]` section asks for."""
-    if run.executor == "ray":
-        from thresher.engine.ray_executor import RayExecutor
-
-        return RayExecutor(run=run, workers=placement.workers)
-    from thresher.engine.local import LocalExecutor
-
-    return LocalExecutor(
-        workers=placement.workers,
-        threads=placement.threads,
-        shard_timeout=run.shard_timeout,
-        devices=placement.devices,
-    )

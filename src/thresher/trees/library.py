@@ -37,8 +37,8 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.arrays import to_numpy
-from thresher.models import quickscorer
 from thresher.models.features import to_matrix
+from thresher.trees import quickscorer
 
 Frontend = Literal["lightgbm", "xgboost"]
 # Rows below this many per thread are not worth a thread's hand-off.

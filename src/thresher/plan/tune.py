@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from thresher.engine.executor import plan_placement
-from thresher.engine.job import check_features, plan_input
 from thresher.models import LoadContext, load_model
 from thresher.models.base import Model, SortsByLength
+from thresher.plan.inputs import check_features, plan_input
+from thresher.plan.placement import plan_placement
 from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
 

@@ -1,0 +1,93 @@
+"""The store's schema, as numbered migrations run once when a store is opened.
+
+`thresher_schema` holds the version a store is at. Opening a store runs, in one
+transaction each, every migration above that version and records the new one, so an old
+store file upgrades in place and a new one is built by the same steps. A store made
+before versions were recorded has the tables of migration 1 (all created "if not
+exists"), so it starts at version 0 and migration 1 leaves its data alone.
+
+A change to the schema is a new migration at the end of `MIGRATIONS`, never an edit of
+an old one: stores in the field have already run those.
+"""
+
+from __future__ import annotations
+
+from thresher.store.db import Cursor, Database
+
+__all__ = ["MIGRATIONS", "migrate", "schema_version"]
+
+MIGRATIONS: list[list[str]] = [
+    # 1: jobs, shards, attempts, retry rounds, and the service's tokens, uploaded files,
+    # webhook deliveries and buffered requests (each made by its own module before).
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_jobs (
+            id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
+            spec TEXT NOT NULL, plan TEXT NOT NULL, shard_count INTEGER NOT NULL,
+            created_at TEXT NOT NULL, finished_at TEXT, message TEXT,
+            owner TEXT, heartbeat_at TEXT, manifest TEXT,
+            tenant TEXT, priority INTEGER NOT NULL DEFAULT 0, idempotency_key TEXT,
+            UNIQUE (tenant, idempotency_key))""",
+        """CREATE TABLE IF NOT EXISTS thresher_shards (
+            job_id TEXT NOT NULL, idx INTEGER NOT NULL, state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0, rows_in BIGINT, rows_out BIGINT,
+            rows_error BIGINT, seconds DOUBLE PRECISION, error TEXT,
+            PRIMARY KEY (job_id, idx))""",
+        """CREATE TABLE IF NOT EXISTS thresher_attempts (
+            job_id TEXT NOT NULL, idx INTEGER NOT NULL, attempt TEXT NOT NULL,
+            number INTEGER NOT NULL, started_at TEXT NOT NULL, finished_at TEXT,
+            outcome TEXT, message TEXT, PRIMARY KEY (job_id, attempt))""",
+        """CREATE TABLE IF NOT EXISTS thresher_retries (
+            job_id TEXT NOT NULL, round INTEGER NOT NULL, state TEXT NOT NULL,
+            started_at TEXT NOT NULL, finished_at TEXT, model_sha256 TEXT,
+            PRIMARY KEY (job_id, round))""",
+        """CREATE TABLE IF NOT EXISTS thresher_retry_shards (
+            job_id TEXT NOT NULL, round INTEGER NOT NULL, idx INTEGER NOT NULL,
+            state TEXT NOT NULL, rows_fixed BIGINT NOT NULL, rows_failed BIGINT NOT NULL,
+            PRIMARY KEY (job_id, round, idx))""",
+        """CREATE TABLE IF NOT EXISTS thresher_tokens (
+            token_sha256 TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS thresher_files (
+            id TEXT PRIMARY KEY, tenant TEXT NOT NULL, filename TEXT NOT NULL,
+            format TEXT NOT NULL, bytes BIGINT NOT NULL, sha256 TEXT NOT NULL,
+            path TEXT NOT NULL, created_at TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS thresher_webhook_deliveries (
+            job_id TEXT NOT NULL, event TEXT NOT NULL, url TEXT NOT NULL,
+            payload TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+            last_status INTEGER, last_error TEXT, created_at TEXT NOT NULL,
+            delivered_at TEXT, PRIMARY KEY (job_id, event, url))""",
+        """CREATE TABLE IF NOT EXISTS thresher_requests (
+            tenant TEXT NOT NULL, custom_id TEXT NOT NULL, model TEXT NOT NULL,
+            record TEXT NOT NULL, state TEXT NOT NULL, batch_id TEXT, job_id TEXT,
+            result TEXT, error TEXT, created_at TEXT NOT NULL, finished_at TEXT,
+            PRIMARY KEY (tenant, custom_id))""",
+        "CREATE INDEX IF NOT EXISTS thresher_requests_waiting"
+        " ON thresher_requests (state, tenant, model, created_at)",
+        "CREATE INDEX IF NOT EXISTS thresher_requests_batch ON thresher_requests (batch_id)",
+    ],
+]
+
+
+def schema_version(cur: Cursor) -> int:
+    """The version this store is at (0: new, or made before versions were recorded)."""
+    row = cur.execute("SELECT MAX(version) FROM thresher_schema").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def migrate(db: Database) -> int:
+    """Bring the store to the newest version; returns the version it is at. Two processes
+    opening one store at once take turns: the second finds the work done."""
+    with db.transaction() as cur:
+        if db.dialect == "postgresql":
+            cur.execute("SELECT pg_advisory_xact_lock(7305061)")  # one migrator at a time
+        cur.execute("CREATE TABLE IF NOT EXISTS thresher_schema (version INTEGER NOT NULL)")
+        if db.dialect == "sqlite":
+            # A write statement takes SQLite's write lock now, before the version is read
+            # (a read first would be a stale snapshot once another opener commits).
+            cur.execute("UPDATE thresher_schema SET version = version WHERE 1 = 0")
+        version = schema_version(cur)
+        for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
+            for statement in statements:
+                cur.execute(statement)
+            cur.execute("INSERT INTO thresher_schema (version) VALUES (?)", (number,))
+            version = number
+    return version

@@ -1,0 +1,8 @@
+"""The worker's data path: read a shard, batch it, predict, isolate bad rows, stage the
+part. It runs in worker processes or Ray actors and never touches the store."""
+
+from __future__ import annotations
+
+from thresher.worker.shard import run_shard
+
+__all__ = ["run_shard"]

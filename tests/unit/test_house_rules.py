@@ -1,0 +1,180 @@
+"""The house rules, checked: small modules and functions, no import circles, pinned public
+names, docstring examples that run."""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import thresher
+
+SRC = Path(thresher.__file__).parent
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 50
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path
+
+
+def test_no_module_over_400_lines() -> None:
+    long = {n: c for n, p in modules() if (c := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_function_over_50_lines() -> None:
+    long = {}
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long[f"{name}.{node.name}"] = lines
+    assert long == {}, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def imports_at_module_level(name: str, path: Path) -> set[str]:
+    """thresher modules `name` imports when it is imported (not inside functions, not
+    under TYPE_CHECKING): the edges an import circle is made of."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in found if m.startswith("thresher")}
+
+
+def test_no_import_circles() -> None:
+    known = dict(modules())
+    graph = {
+        name: {m for m in imports_at_module_level(name, path) if m in known and m != name}
+        for name, path in known.items()
+    }
+    # A package's __init__ importing its own submodules is how a package is made; a
+    # circle through it is still a circle between the submodules, so keep those edges.
+    cycles = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert cycles == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def packages() -> list[str]:
+    return [n for n, p in modules() if p.name == "__init__.py"]
+
+
+@pytest.mark.parametrize("package", packages())
+def test_every_package_declares_its_public_names(package: str) -> None:
+    module = importlib.import_module(package)
+    names = getattr(module, "__all__", None)
+    assert names is not None, f"{package} has no __all__"
+    assert names == sorted(names), f"{package}.__all__ is not sorted"
+    assert PUBLIC[package] == names, f"{package}.__all__ changed: update PUBLIC on purpose"
+
+
+PUBLIC: dict[str, list[str]] = {
+    "thresher": [
+        "BadInputError",
+        "JobFailed",
+        "JobResult",
+        "JobSpec",
+        "ModelLoadError",
+        "ModelOutputError",
+        "SinkError",
+        "SourceError",
+        "SpecError",
+        "ThresherError",
+        "load_spec",
+        "parse_spec",
+        "resume",
+        "run",
+    ],
+    "thresher.coordinator": [
+        "JobResult",
+        "commit_retry_shard",
+        "commit_shard",
+        "new_job_id",
+        "resume_job",
+        "retry_errors",
+        "run_job",
+    ],
+    "thresher.executors": ["Executor", "make_executor"],
+    "thresher.models": [
+        "ADAPTERS",
+        "LoadContext",
+        "Model",
+        "ModelLoader",
+        "check_model_section",
+        "load_model",
+        "model_fingerprint",
+    ],
+    "thresher.plan": [
+        "Placement",
+        "check_features",
+        "plan_input",
+        "plan_placement",
+        "worker_slots",
+    ],
+    "thresher.service": [],
+    "thresher.sinks": ["PartLayout", "PartTarget", "PartWriter", "Sink", "StagedPart", "open_sink"],
+    "thresher.sources": [
+        "Chunk",
+        "Plan",
+        "Shard",
+        "ShardReader",
+        "Source",
+        "feature_columns",
+        "open_source",
+    ],
+    "thresher.store": [
+        "JobRecord",
+        "JobState",
+        "ShardRecord",
+        "ShardState",
+        "Store",
+        "StoreError",
+        "Totals",
+        "default_store_url",
+        "open_store",
+    ],
+    "thresher.trees": [],
+    "thresher.worker": ["run_shard"],
+}
+
+
+@pytest.mark.parametrize("name", [n for n, p in modules() if ">>>" in p.read_text()])
+def test_docstring_examples_run(name: str) -> None:
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{name}: {result.failed} docstring example(s) failed"
