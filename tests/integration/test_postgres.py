@@ -259,6 +259,7 @@ def test_committing_a_shard_twice_writes_it_once(pg: Pg, tmp_path: Path) -> None
         staged.append(writer.close())
     for part in (staged[0], staged[0], staged[1]):
         sink.commit_part(part)
+    sink.finish({"job_id": "job-1"})  # the table takes the job's rows only now
     assert pg.read("SELECT id FROM scores ORDER BY id").column("id").to_pylist() == [1, 2, 3]
     assert not list((tmp_path / "side").rglob("*.parquet")), "staging files are cleaned up"
 
@@ -270,7 +271,11 @@ def test_sink_refuses_a_table_it_did_not_write(pg: Pg, tmp_path: Path) -> None:
         open_sink(section).start("job-1", 1, resume=False)
     assert PASSWORD not in str(refused.value)
     assert pg.read("SELECT id FROM precious").column("id").to_pylist() == [7]
-    open_sink(section.model_copy(update={"force": True})).start("job-2", 1, resume=False)
+    forced = open_sink(section.model_copy(update={"force": True}))
+    forced.start("job-2", 1, resume=False)
+    # Forced, the table is replaced when the job finishes, not when it starts.
+    assert pg.read("SELECT id FROM precious").column("id").to_pylist() == [7]
+    forced.finish({"job_id": "job-2"})
     assert (
         pg.read(f"SELECT to_regclass('{pg.schema}.precious') AS t").column("t")[0].as_py() is None
     )

@@ -76,6 +76,8 @@ class FileSink:
         self.layout = PartLayout(self.root, prefix, SUFFIX[self.file_format], width)
         self.errors = PartLayout(f"{self.root}/{ERRORS}", prefix, ".jsonl", width)
         self.pending = PendingOutput(self.root, job_id)
+        if not resume:
+            self.pending.create()
 
     def _check_still_ours(self, job_id: str) -> None:
         """In overwrite mode a later job's published output replaced this job's world:
@@ -112,8 +114,7 @@ class FileSink:
             write_json(fs, f"{root}/{SUCCESS}", manifest)
             return
         pending = self._pending()
-        _, folder = filesystem(pending.folder)
-        if not fs.exists(folder) and published_by(self.root) == pending.job_id:
+        if pending.published():
             return  # published before a crash cut the job's own bookkeeping short
         pending.publish(manifest, overwrite=self.mode == "overwrite")
 

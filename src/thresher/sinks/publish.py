@@ -49,6 +49,16 @@ class PendingOutput:
     def folder(self) -> str:
         return f"{self.root}/{PENDING}/{self.job_id}"
 
+    def create(self) -> None:
+        """Made when the job starts, so that its absence later means the job's output
+        was published (by its own finish, or rolled forward by a later start)."""
+        fs, folder = filesystem(self.folder)
+        fs.makedirs(folder, exist_ok=True)
+
+    def published(self) -> bool:
+        fs, folder = filesystem(self.folder)
+        return not fs.exists(folder)
+
     def commit(self, staged: StagedPart, name: str) -> None:
         """Rename a staged part to `name` (relative to the output folder) in the pending
         folder. Idempotent: a part already moved stays. An attempt with no rows removes

@@ -97,6 +97,7 @@ class SqlSink:
             remove_staging(fs, side)  # the ledger knows what was committed
         else:
             self._check_table()
+            PendingOutput(self.side_dir, job_id).create()
         for other, record in interrupted(self.side_dir, skip=job_id).items():
             self._swap(other, record["overwrite"])  # a publish a crash cut short
         recover(self.side_dir, skip=job_id)
@@ -168,6 +169,8 @@ class SqlSink:
             write_json(fs, f"{side}/{SUCCESS}", manifest)
             return
         pending = PendingOutput(self.side_dir, self.job_id)
+        if pending.published():
+            return  # published before a crash cut the job's own bookkeeping short
         overwrite = self.mode == "overwrite"
         record = pending.record_intent(manifest, overwrite)
         self._swap(self.job_id, record["overwrite"])
@@ -175,15 +178,18 @@ class SqlSink:
 
     def _swap(self, job_id: str, overwrite: bool) -> None:
         """Put job `job_id`'s staging table in the table's place, or append its rows, in
-        one transaction recorded in the ledger (shard -1), so doing it twice does nothing."""
+        one transaction. Run again after it committed, it finds the staging table gone and
+        the ledger's rows moved to the table, and does nothing. (A job with no rows has
+        no staging table: in overwrite mode the table is dropped, which is as safe to redo
+        while the job's pending folder is there: another job's start would first have
+        finished this publish.)"""
         sql, stage = self.dialect.sql, stage_table(job_id)
-        done = (job_id, self.table, PUBLISHED)
-        where = "job_id = ? AND table_name = ? AND shard = ?"
         with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
-            cur.execute(sql(f"SELECT 1 FROM {PARTS_TABLE} WHERE {where}"), done)
-            if cur.fetchone() is not None:
-                return
             staged = self.dialect.table_exists(cur, stage)
+            where = "job_id = ? AND table_name = ?"
+            cur.execute(sql(f"SELECT 1 FROM {PARTS_TABLE} WHERE {where}"), (job_id, self.table))
+            if not staged and (not overwrite or cur.fetchone() is not None):
+                return
             if overwrite:
                 cur.execute(f'DROP TABLE IF EXISTS "{self.table}"')
                 cur.execute(sql(f"DELETE FROM {PARTS_TABLE} WHERE table_name = ?"), (self.table,))
@@ -201,7 +207,6 @@ class SqlSink:
                 sql(f"UPDATE {PARTS_TABLE} SET table_name = ? WHERE table_name = ?"),
                 (self.table, stage),
             )
-            cur.execute(sql(f"INSERT INTO {PARTS_TABLE} VALUES (?, ?, ?, 0)"), done)
             conn.commit()
 
     def abort(self) -> None:
@@ -228,9 +233,6 @@ class SqlSink:
         if self.layout is None:
             raise SinkError("the sink was not started")
         return self.layout
-
-
-PUBLISHED = -1  # the ledger's shard number for "this job's table was published"
 
 
 def stage_table(job_id: str) -> str:

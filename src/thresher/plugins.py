@@ -1,0 +1,230 @@
+"""Plug-ins: the sources, sinks, model adapters and executors a spec names.
+
+Every plug-in, built-in or a third party's, is a `Plugin`: its kind, the name a spec uses
+(`source.format = "parquet"`, `sink.format`, `model.kind`, `run.executor`), the dotted
+path of its factory (imported only when a job uses it) and, if it takes options, the
+dotted path of the pydantic model they follow, so a misspelt option is a spec error that
+names its field. Built-ins are listed in `BUILTINS`; a package adds its own with an
+entry point in the `thresher.plugins` group whose value is a Plugin or a list of them:
+
+    [project.entry-points."thresher.plugins"]
+    mysink = "mypkg.sink:PLUGIN"      # PLUGIN = Plugin("sink", "mysink", "mypkg.sink:open")
+
+A spec may also name a factory by dotted path (`kind = "mypkg.models:load_mine"`).
+
+What a factory is called with, by kind:
+
+- source: `(section: SourceSection, keep_columns: Sequence[str], min_shards: int) -> Source`
+- sink: `(section: SinkSection) -> Sink`
+- model: `(spec: ModelSection, context: LoadContext) -> Model`
+- executor: `(run: RunSection, placement: Placement) -> Executor`
+
+`thresher.testing` holds the checks every plug-in of a kind passes.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib.metadata import entry_points
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from thresher.errors import ThresherError
+
+__all__ = [
+    "BUILTINS",
+    "ENTRY_POINT_GROUP",
+    "Kind",
+    "NoOptions",
+    "Options",
+    "Plugin",
+    "PluginError",
+    "find",
+    "names",
+    "option_problems",
+    "registry",
+]
+
+ENTRY_POINT_GROUP = "thresher.plugins"
+
+
+class Kind(StrEnum):
+    SOURCE = "source"
+    SINK = "sink"
+    MODEL = "model"
+    EXECUTOR = "executor"
+
+    @property
+    def field(self) -> str:
+        """The spec field that names a plug-in of this kind."""
+        return _FIELDS[self]
+
+
+_FIELDS = {
+    Kind.SOURCE: "source.format",
+    Kind.SINK: "sink.format",
+    Kind.MODEL: "model.kind",
+    Kind.EXECUTOR: "run.executor",
+}
+
+
+class PluginError(ThresherError):
+    """A spec names a plug-in that is not there, or one that cannot be imported."""
+
+    stage = "spec"
+
+
+class Options(BaseModel):
+    """Base of a plug-in's options model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class NoOptions(Options):
+    """The options of a plug-in that takes none: any key is an error."""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One plug-in: what it is, what a spec calls it, where its code is."""
+
+    kind: Kind | str
+    name: str
+    factory: str  # "package.module:callable"
+    options: str | None = None  # "package.module:OptionsModel"; None: options unchecked
+    extra: str | None = None  # the thresher extra that installs what it imports
+
+    def load(self) -> Callable[..., Any]:
+        """The factory, imported now. A missing dependency of a built-in says which
+        extra to install."""
+        factory = _import(self.factory, self)
+        if not callable(factory):
+            raise PluginError(f"{Kind(self.kind).field}: {self.factory} is not callable")
+        return factory  # type: ignore[no-any-return]
+
+    def options_model(self) -> type[BaseModel] | None:
+        return None if self.options is None else _import(self.options, self)
+
+
+def _import(path: str, plugin: Plugin) -> Any:
+    module_name, _, attribute = path.partition(":")
+    field = Kind(plugin.kind).field
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        hint = f"pip install 'thresher[{plugin.extra}]'" if plugin.extra else f"install {exc.name}"
+        raise PluginError(f"{field}: {plugin.name} needs {exc.name}; {hint}") from exc
+    found = getattr(module, attribute, None)
+    if found is None:
+        raise PluginError(f"{field}: {module_name} has no {attribute!r}")
+    return found
+
+
+def _builtin(
+    kind: Kind, name: str, factory: str, options: str | None = None, extra: str | None = None
+) -> Plugin:
+    return Plugin(kind, name, f"thresher.{factory}", options and f"thresher.{options}", extra)
+
+
+S, K, M, E = Kind.SOURCE, Kind.SINK, Kind.MODEL, Kind.EXECUTOR
+BUILTINS: tuple[Plugin, ...] = (
+    _builtin(S, "parquet", "sources.parquet:parquet_source", "plugins:NoOptions"),
+    _builtin(S, "csv", "sources.csv:csv_source", "plugins:NoOptions"),
+    _builtin(S, "jsonl", "sources.jsonl:jsonl_source", "plugins:NoOptions"),
+    _builtin(S, "postgresql", "sources.sql:postgres_source", "plugins:NoOptions", extra="postgres"),
+    _builtin(K, "parquet", "sinks.files:file_sink", "plugins:NoOptions"),
+    _builtin(K, "csv", "sinks.files:file_sink", "plugins:NoOptions"),
+    _builtin(K, "jsonl", "sinks.files:file_sink", "plugins:NoOptions"),
+    _builtin(K, "sqlite", "sinks.sqlite:sqlite_sink", "plugins:NoOptions", extra="sqlite"),
+    _builtin(
+        K, "postgresql", "sinks.postgresql:postgresql_sink", "plugins:NoOptions", extra="postgres"
+    ),
+    _builtin(M, "sklearn", "models.sklearn:load_sklearn", "plugins:NoOptions", "sklearn"),
+    _builtin(M, "onnx", "models.onnx:load_onnx", "models.options:OnnxOptions", "onnx"),
+    _builtin(M, "python", "models.python:load_python"),  # options: the class's arguments
+    _builtin(M, "torch", "models.torch:load_torch", extra="torch"),  # and the module's
+    _builtin(
+        M,
+        "sentence-transformers",
+        "models.text:load_sentence_transformer",
+        "models.options:SentenceTransformerOptions",
+        "text",
+    ),
+    _builtin(
+        M,
+        "transformers",
+        "models.transformers:load_transformers",
+        "models.options:TransformersOptions",
+        "text",
+    ),
+    _builtin(
+        M, "xgboost", "models.boosters:load_xgboost", "models.options:BoosterOptions", "boosters"
+    ),
+    _builtin(
+        M, "lightgbm", "models.boosters:load_lightgbm", "models.options:BoosterOptions", "boosters"
+    ),
+    _builtin(M, "mlflow", "models.mlflow:load_mlflow", "plugins:NoOptions", "mlflow"),
+    _builtin(E, "local", "executors.local:local_executor"),
+    _builtin(E, "ray", "executors.ray_pool:ray_executor", extra="ray"),
+)
+del S, K, M, E
+
+
+@functools.cache
+def registry() -> Mapping[tuple[str, str], Plugin]:
+    """Every plug-in by (kind, name): the built-ins, then the `thresher.plugins` entry
+    points of installed packages (which may not take a built-in's name)."""
+    found: dict[tuple[str, str], Plugin] = {(str(p.kind), p.name): p for p in BUILTINS}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        declared = point.load()
+        for plugin in declared if isinstance(declared, list | tuple) else [declared]:
+            if not isinstance(plugin, Plugin):
+                raise PluginError(
+                    f"entry point {point.name} = {point.value!r} in {ENTRY_POINT_GROUP} is a "
+                    f"{type(plugin).__name__}, not a thresher.plugins.Plugin"
+                )
+            key = (str(Kind(plugin.kind)), plugin.name)
+            if key in found and found[key] in BUILTINS:
+                raise PluginError(f"entry point {point.name}: {key[1]!r} is a built-in {key[0]}")
+            found[key] = plugin
+    return found
+
+
+def names(kind: Kind) -> list[str]:
+    """The names a spec may give a plug-in of `kind`, built-ins first, in their order."""
+    return [name for k, name in registry() if k == kind]
+
+
+def find(kind: Kind, name: str) -> Plugin:
+    """The plug-in a spec names: registered, or a dotted `package.module:callable`."""
+    plugin = registry().get((str(kind), name))
+    if plugin is not None:
+        return plugin
+    if ":" in name:
+        return Plugin(kind, name, name)
+    raise PluginError(
+        f"{kind.field}: unknown {kind} {name!r}; use one of {', '.join(sorted(names(kind)))},"
+        " or one of your own as 'package.module:function'"
+    )
+
+
+def option_problems(kind: Kind, name: str, options: Mapping[str, Any], field: str) -> list[str]:
+    """What is wrong with a plug-in's options, each naming its field (`field.key`)."""
+    try:
+        model = find(kind, name).options_model()
+    except PluginError:
+        return []  # the name itself is reported where it is checked
+    if model is None:
+        return []
+    try:
+        model.model_validate(dict(options))
+    except ValidationError as exc:
+        from thresher.spec import describe_errors
+
+        return [f"{field}.{problem}" for problem in describe_errors(exc)]
+    return []
