@@ -44,6 +44,7 @@ __all__ = [
     "Options",
     "Plugin",
     "PluginError",
+    "check_plugin",
     "find",
     "names",
     "option_problems",
@@ -134,8 +135,8 @@ def _builtin(
 S, K, M, E = Kind.SOURCE, Kind.SINK, Kind.MODEL, Kind.EXECUTOR
 BUILTINS: tuple[Plugin, ...] = (
     _builtin(S, "parquet", "sources.parquet:parquet_source", "plugins:NoOptions"),
-    _builtin(S, "csv", "sources.csv:csv_source", "plugins:NoOptions"),
-    _builtin(S, "jsonl", "sources.jsonl:jsonl_source", "plugins:NoOptions"),
+    _builtin(S, "csv", "sources.text_sources:csv_source", "plugins:NoOptions"),
+    _builtin(S, "jsonl", "sources.text_sources:jsonl_source", "plugins:NoOptions"),
     _builtin(S, "postgresql", "sources.sql:postgres_source", "plugins:NoOptions", extra="postgres"),
     _builtin(K, "parquet", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "csv", "sinks.files:file_sink", "plugins:NoOptions"),
@@ -228,3 +229,16 @@ def option_problems(kind: Kind, name: str, options: Mapping[str, Any], field: st
 
         return [f"{field}.{problem}" for problem in describe_errors(exc)]
     return []
+
+
+def check_plugin(
+    kind: Kind, name: str, options: Mapping[str, Any], prefix: str = "format: "
+) -> None:
+    """Raise ValueError (a spec error at `prefix`) for a name that is neither a registered
+    plug-in of `kind` nor a dotted path, or for options it does not take."""
+    if ":" not in name and name not in names(kind):
+        known = ", ".join(repr(n) for n in names(kind))
+        raise ValueError(f"{prefix}must be one of {known}")
+    problems = option_problems(kind, name, options, "options")
+    if problems:
+        raise ValueError("\n".join(problems))  # one problem a line

@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from thresher.errors import SpecError
+from thresher.plugins import Kind, check_plugin, option_problems
 
 FileFormat = Literal["parquet", "csv", "jsonl"]
 FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
@@ -54,7 +55,7 @@ class JobSection(Section):
 
 class SourceSection(Section):
     uri: str
-    format: Literal["parquet", "csv", "jsonl", "postgresql"] | None = None
+    format: str | None = None  # a registered source (see plugins.py), or inferred from uri
     id_column: str | None = None
     columns: list[str] | None = None
     csv_delimiter: str = Field(default=",", min_length=1, max_length=1)
@@ -64,8 +65,15 @@ class SourceSection(Section):
     query: str | None = None
     key_column: str | None = None
     shard_rows: int = Field(default=1_000_000, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)  # a third-party source's own
 
     @model_validator(mode="after")
+    def _known_source(self) -> SourceSection:
+        self._infer_format()
+        assert self.format is not None
+        check_plugin(Kind.SOURCE, self.format, self.options)
+        return self
+
     def _infer_format(self) -> SourceSection:
         if is_postgres_uri(self.uri) and self.format in (None, "postgresql"):
             self.format = "postgresql"
@@ -78,7 +86,7 @@ class SourceSection(Section):
             if inferred is None:
                 formats = ", ".join(FILE_FORMATS)
                 raise ValueError(f"format: cannot infer it from {self.uri!r}; set one of {formats}")
-            self.format = inferred  # type: ignore[assignment]
+            self.format = inferred
         return self
 
     def _check_query(self) -> SourceSection:
@@ -108,6 +116,15 @@ class ModelSection(Section):
     batch_format: Literal["pandas", "numpy", "arrow"] = "pandas"
     outputs: list[Literal["prediction", "proba"]] = Field(default_factory=_default_outputs)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_options(self) -> ModelSection:
+        """Options the adapter does not take are errors; an unknown kind is reported
+        before any work (`models.check_model_section`), not here."""
+        problems = option_problems(Kind.MODEL, self.kind, self.options, "options")
+        if problems:
+            raise ValueError("\n".join(problems))  # one problem a line
+        return self
 
 
 READ_WINDOW = 8192
@@ -146,7 +163,7 @@ class BatchSection(Section):
 
 
 class RunSection(Section):
-    executor: Literal["local", "ray"] = "local"
+    executor: str = "local"  # a registered executor (see plugins.py)
     workers: int | None = Field(default=None, ge=1)
     # auto: one worker per visible NVIDIA GPU if any, else per core; cuda: GPUs or refuse;
     # cpu: workers per core, GPUs hidden from them (see plan/devices.py)
@@ -157,17 +174,30 @@ class RunSection(Section):
     max_attempts: int = Field(default=3, ge=1)
     shard_timeout: float = Field(default=600.0, gt=0)
 
+    @field_validator("executor")
+    @classmethod
+    def _known_executor(cls, executor: str) -> str:
+        check_plugin(Kind.EXECUTOR, executor, {}, prefix="")
+        return executor
+
 
 class SinkSection(Section):
     uri: str
-    format: Literal["parquet", "csv", "jsonl", "sqlite", "postgresql"] | None = None
+    format: str | None = None  # a registered sink (see plugins.py), or inferred from uri
     mode: Literal["overwrite", "append"] = "overwrite"
     keep_columns: list[str] = Field(default_factory=list)
     force: bool = False
     # SQL sinks: the local folder for staged parts, `_errors/` and `_SUCCESS`.
     staging: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)  # a third-party sink's own
 
     @model_validator(mode="after")
+    def _known_sink(self) -> SinkSection:
+        self._infer_format()
+        assert self.format is not None
+        check_plugin(Kind.SINK, self.format, self.options)
+        return self
+
     def _infer_format(self) -> SinkSection:
         if is_postgres_uri(self.uri):
             if self.format not in (None, "postgresql"):
@@ -342,7 +372,8 @@ def resolve_uri(uri: str, base: Path) -> str:
 
 
 def describe_errors(exc: ValidationError) -> list[str]:
-    """One `field.path: what is wrong` line per problem pydantic found."""
+    """One `field.path: what is wrong` line per problem pydantic found (a validator may
+    report several, one a line: a plug-in's options)."""
     problems = []
     for error in exc.errors():
         loc = ".".join(str(p) for p in error["loc"])
@@ -354,8 +385,13 @@ def describe_errors(exc: ValidationError) -> list[str]:
             message = "unknown key (check the spelling)"
         elif error["type"] == "missing":
             message = "required"
-        if ":" in message.split(" ", 1)[0]:  # a validator that names a sub-field itself
-            sub, _, message = message.partition(": ")
-            loc = f"{loc}.{sub}" if loc else sub
-        problems.append(f"{loc}: {message.strip()}")
+        problems += [_at(loc, line) for line in message.splitlines()]
     return problems
+
+
+def _at(loc: str, message: str) -> str:
+    """`loc: message`, or `loc.sub: rest` when a validator named a sub-field itself."""
+    if ":" in message.split(" ", 1)[0]:
+        sub, _, message = message.partition(": ")
+        loc = f"{loc}.{sub}" if loc else sub
+    return f"{loc}: {message.strip()}"

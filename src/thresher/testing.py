@@ -32,7 +32,7 @@ from thresher.executors.tasks import (
     Progress,
     ShardDone,
     ShardFailed,
-    ShardTask,
+    Task,
     WorkerBroken,
     WorkerSetup,
 )
@@ -175,7 +175,7 @@ def check_model(model: Model, batch: pa.Table) -> Mapping[str, Any]:
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     try:
-        return bool(np.allclose(a.astype(float), b.astype(float), rtol=1e-5, atol=1e-6))
+        return bool(np.allclose(a.astype(float), b.astype(float), rtol=1e-4, atol=1e-5))
     except (TypeError, ValueError):
         return bool((a == b).all())
 
@@ -185,7 +185,7 @@ class InProcessExecutor:
     """Runs shard tasks one after another in this process, the model loaded once: the
     coordinator's loop without worker processes, for fast tests. No shard timeout."""
 
-    queue: list[ShardTask] = field(default_factory=list)
+    queue: list[Task] = field(default_factory=list)
     setup: WorkerSetup | None = None
     model: Model | None = None
     broken: WorkerBroken | None = None
@@ -199,14 +199,14 @@ class InProcessExecutor:
         except Exception as exc:
             self.broken = WorkerBroken(type(exc).__name__, str(exc))
 
-    def submit(self, task: ShardTask) -> None:
+    def submit(self, task: Task) -> None:
         self.queue.append(task)
 
     def pending(self) -> int:
         return len(self.queue) + (self.broken is not None)
 
     def events(self, timeout: float = 1.0) -> Iterator[Event]:
-        from thresher.worker.shard import run_shard
+        from thresher.worker.shard import run_task
 
         if self.broken is not None:
             broken, self.broken = self.broken, None
@@ -218,7 +218,7 @@ class InProcessExecutor:
         task = self.queue.pop(0)
         progress: list[Progress] = []
         try:
-            result = run_shard(
+            result = run_task(
                 self.setup,
                 self.model,
                 task,

@@ -76,15 +76,21 @@ def test_killed_while_publishing_rolls_forward(tmp_path: Path, sink: str) -> Non
     check_exact(job, new_output(tmp_path), f"killed mid-publish, next run ({sink})")
 
 
-def test_failed_job_leaves_previous_output(tmp_path: Path) -> None:
-    job, before = first_run(tmp_path, "parquet")
-    failed = subprocess.run(
-        [*job.cli(), "run", str(job.spec), "--set", "errors.max_error_rate=0.0"],
+def run_with(job: FaultJob, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """`thresher run` of the job's spec with `--set` overrides."""
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    return subprocess.run(
+        [*job.cli(), "run", str(job.spec), *sets],
         env=job.env(),
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def test_failed_job_leaves_previous_output(tmp_path: Path) -> None:
+    job, before = first_run(tmp_path, "parquet")
+    failed = run_with(job, "errors.max_error_rate=0.0")
     assert failed.returncode == 1, failed.stderr[-2000:]
     assert published(job) == before
 
@@ -92,13 +98,7 @@ def test_failed_job_leaves_previous_output(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sink", ["parquet", "sqlite"])
 def test_misspelt_model_kind_exits_2_and_keeps_output(tmp_path: Path, sink: str) -> None:
     job, before = first_run(tmp_path, sink)
-    bad = subprocess.run(
-        [*job.cli(), "run", str(job.spec), "--set", 'model.kind="pyhton"'],
-        env=job.env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = run_with(job, 'model.kind="pyhton"')
     assert bad.returncode == 2, bad.stderr[-2000:]
     assert "model.kind" in bad.stderr and "pyhton" in bad.stderr
     assert published(job) == before

@@ -7,6 +7,7 @@ authentication on. The coordinator is the real `thresher` CLI.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -232,3 +233,45 @@ def _latest_job(store: Path) -> str:
     with sqlite3.connect(store) as db:
         row = db.execute("SELECT id FROM thresher_jobs ORDER BY created_at DESC").fetchone()
     return str(row[0])
+
+
+PICKY_MODEL = """
+class Scorer:
+    def __init__(self, limit: float, log: str = "") -> None:
+        self.limit, self.log = limit, log
+
+    def predict(self, batch):
+        if self.log:  # where this ran: a Ray actor has Ray initialised, a local worker not
+            import ray
+
+            with open(self.log, "a") as f:
+                f.write(f"{ray.is_initialized()}\\n")
+        if (batch["x0"] > self.limit).any():
+            raise ValueError("x0 out of range")
+        return {"score": batch["x0"] * 3.0 - batch["x1"]}
+"""
+
+
+def test_retry_errors_runs_on_the_cluster(cluster: Cluster, job: Path) -> None:
+    """retry-errors sends its shards through the job's executor: here, Ray actors."""
+    (job.parent / "model.py").write_text(PICKY_MODEL)
+    store = job.parent / "store.db"
+    env = {**cluster.env, "THRESHER_STORE": f"sqlite:///{store}"}
+    first = _run(job, env, *_ray_args(cluster, "out")[:-2], "--set", "model.options.limit=2.5")
+    assert first.returncode == 0, first.stderr[-2000:]
+    rejected = [json.loads(line) for p in (job.parent / "out" / "_errors").glob("*.jsonl")
+                for line in p.read_text().splitlines()]  # fmt: skip
+    assert rejected and all(r["stage"] == "predict" for r in rejected)
+    log = job.parent / "where.log"
+    retry = subprocess.run(
+        [str(BIN / "thresher"), "retry-errors", _latest_job(store),
+         "--set", "model.options.limit=99", "--set", f'model.options.log="{log}"'],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    assert set(log.read_text().split()) == {"True"}, "the retry ran outside the Ray actors"
+    got = _output(job.parent / "out")
+    assert sorted(got.column("id").to_pylist()) == list(range(ROWS))
+    assert not list((job.parent / "out" / "_errors").glob("*.jsonl")) or all(
+        not p.read_text().strip() for p in (job.parent / "out" / "_errors").glob("*.jsonl")
+    )

@@ -34,6 +34,7 @@ from thresher.models.base import SortsByLength
 from thresher.models.python import import_target
 from thresher.models.text import token_lengths
 from thresher.spec import ModelSection
+from thresher.testing import check_model
 
 FEATURES = ("f0", "f1", "f2", "f3")
 CONTEXT = LoadContext(features=FEATURES, threads=1)
@@ -258,7 +259,9 @@ def test_adapter_output_equals_direct_library_call(
     else:
         spec, expected = NUMERIC_CASES[case](data, tmp_path)
     table, context = (data.table, CONTEXT) if case in NUMERIC_CASES else (data.texts, TEXT_CONTEXT)
-    columns = load_model(spec, context).predict(table)
+    model = load_model(spec, context)
+    columns = model.predict(table)
+    check_model(model, table.slice(0, 16))  # thresher.testing's contract, as a third party's
     assert sorted(columns) == sorted(expected)
     for name, want in expected.items():
         got = _values(columns[name])

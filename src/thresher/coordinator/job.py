@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from thresher.coordinator.loop import LoopOutcome, ShardLoop
+from thresher.coordinator.loop import JobLedger, LoopOutcome, ShardLoop
 from thresher.coordinator.manifest import RunFacts, build_manifest, error_rate_problem
 from thresher.errors import SpecError, ThresherError
 from thresher.executors.base import make_executor
@@ -112,7 +112,8 @@ def _drive(job: Job, sink: Sink, shards: list[Any], reporter: Reporter) -> JobRe
     placement = plan_placement(job.spec.run, len(shards))
     reporter.planned(job.id, len(shards), _known_rows(shards), placement.describe())
     executor = make_executor(job.spec.run, placement)
-    loop = ShardLoop(job.id, job.store, sink, executor, reporter, job.spec.run.max_attempts)
+    ledger = JobLedger(job.id, job.store, sink)
+    loop = ShardLoop(job.id, job.store, ledger, executor, reporter, job.spec.run.max_attempts)
     try:
         outcome = loop.run(shards, worker_setup(job, placement, sink)) if shards else LoopOutcome()
     except BaseException as exc:

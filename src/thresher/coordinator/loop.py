@@ -1,6 +1,8 @@
 """The coordinator's loop: hand shards to an executor, commit what comes back, record it.
 
-Each finished shard goes through `commit.commit_shard`, which owns the commit order.
+What a task is and what its end records is the `Ledger`'s: a run's (`JobLedger`, which
+commits through `commit.commit_shard`) or a retry round's (`coordinator/retry.py`). The
+loop is the same for both, so both run on any executor, with its timeouts and retries.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from thresher.coordinator.commit import commit_shard
 from thresher.errors import JobFailed
@@ -20,6 +23,7 @@ from thresher.executors.tasks import (
     ShardFailed,
     ShardResult,
     ShardTask,
+    Task,
     WorkerBroken,
     WorkerSetup,
 )
@@ -42,13 +46,48 @@ class LoopOutcome:
     batch_sizes: Counter[int] = field(default_factory=Counter)  # rows done at each size
 
 
-@dataclass
-class ShardLoop:
-    """Feeds one job's shards to an executor and turns its events into commits."""
+class Ledger(Protocol):
+    """What a kind of shard task means to the job: the task for an attempt, and what is
+    recorded when one starts, fails, or is done (which is where it is committed)."""
+
+    def task(self, shard: Shard, number: int) -> Task: ...
+
+    def started(self, task: Task) -> None: ...
+
+    def failed(self, task: Task, message: str, final: bool) -> None: ...
+
+    def done(self, result: ShardResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class JobLedger:
+    """A run's shards: attempts recorded in the store, each finished shard committed by
+    `commit_shard`."""
 
     job_id: str
     store: Store
     sink: Sink
+
+    def task(self, shard: Shard, number: int) -> Task:
+        return ShardTask(shard=shard, attempt=f"a{number}-{secrets.token_hex(4)}", number=number)
+
+    def started(self, task: Task) -> None:
+        self.store.attempt_started(self.job_id, task.shard.index, task.attempt, task.number)
+
+    def failed(self, task: Task, message: str, final: bool) -> None:
+        self.store.attempt_failed(self.job_id, task.shard.index, task.attempt, message, final)
+
+    def done(self, result: ShardResult) -> None:
+        commit_shard(self.sink, self.store, self.job_id, result)
+
+
+@dataclass
+class ShardLoop:
+    """Feeds one job's shard tasks to an executor and turns its events into commits."""
+
+    job_id: str
+    store: Store
+    ledger: Ledger
     executor: Executor
     reporter: Reporter
     max_attempts: int
@@ -70,8 +109,8 @@ class ShardLoop:
         return self.outcome
 
     def _submit(self, shard: Shard, number: int) -> None:
-        task = ShardTask(shard=shard, attempt=f"a{number}-{secrets.token_hex(4)}", number=number)
-        self.store.attempt_started(self.job_id, shard.index, task.attempt, number)
+        task = self.ledger.task(shard, number)
+        self.ledger.started(task)
         self.executor.submit(task)
 
     def _handle(self, event: Event) -> None:
@@ -79,7 +118,8 @@ class ShardLoop:
             self.outcome.rows_seen += event.rows
             self.reporter.advance(event.rows)
         elif isinstance(event, ShardDone):
-            self._commit(event.result)
+            self.ledger.done(event.result)
+            self.outcome.batch_sizes[event.result.batch_size] += event.result.rows_in
             self.reporter.shard_done()
         elif isinstance(event, ShardFailed):
             self._failed(event)
@@ -90,7 +130,7 @@ class ShardLoop:
         task = event.task
         message = f"{event.error}: {event.message}"
         final = not event.retry or task.number >= self.max_attempts
-        self.store.attempt_failed(self.job_id, task.shard.index, task.attempt, message, final)
+        self.ledger.failed(task, message, final)
         if not final:
             self.reporter.note(f"shard {task.shard.index}: {message}; retrying")
             self._submit(task.shard, task.number + 1)
@@ -99,7 +139,3 @@ class ShardLoop:
             f"shard {task.shard.index} ({task.shard.path}) failed after {task.number} "
             f"attempt(s): {message}"
         )
-
-    def _commit(self, result: ShardResult) -> None:
-        commit_shard(self.sink, self.store, self.job_id, result)
-        self.outcome.batch_sizes[result.batch_size] += result.rows_in

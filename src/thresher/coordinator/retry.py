@@ -2,14 +2,16 @@
 
 Only rows the model rejected (stage `predict`: it raised, or gave NaN/infinity) are
 retried — say, after the model was fixed. Decode errors are input problems no model can
-fix; they stay in the error file. Each shard with such rows is re-read through the job's
-own reader (same plan, same parsing) and only the failed rows are predicted again, in this
-process, with the model loaded once.
+fix; they stay in the error file. Each shard with such rows becomes a retry task
+(`executors/tasks.py: RetryTask`) that runs through the job's executor like any shard —
+local worker processes or Ray, with the shard timeout, attempts and crash isolation — and
+its worker re-reads the shard through the job's own reader and predicts only those rows
+(`worker/retry.py`).
 
 Per shard, the steps are ordered so that a crash anywhere leaves every row in exactly one
 place, and running `retry-errors` again finishes the round:
 
-1. stage the fixed rows' part and the shard's new error part (what still fails);
+1. a worker stages the fixed rows' part and the shard's new error part (what still fails);
 2. commit the part (`part-00003.r1.parquet`, or SQL rows under the round's ledger key)
    and record the round's counts for the shard (`output_committed`);
 3. replace the error part, then move the fixed rows from errors to output in the shard's
@@ -21,30 +23,25 @@ place, and running `retry-errors` again finishes the round:
 from __future__ import annotations
 
 import json
-import os
+import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
-import pyarrow as pa
 
 from thresher.coordinator.commit import commit_retry_shard
 from thresher.coordinator.job import Job, JobResult, worker_setup
+from thresher.coordinator.loop import ShardLoop
 from thresher.errors import JobFailed, SpecError
-from thresher.executors.tasks import WorkerSetup
-from thresher.models import load_model, model_fingerprint
-from thresher.models.base import Model
-from thresher.plan import Placement, check_features
+from thresher.executors import make_executor
+from thresher.executors.tasks import RetryTask, ShardResult, Task
+from thresher.models import model_fingerprint
+from thresher.plan import check_features, plan_placement
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
-from thresher.sources import Chunk, Plan, Shard
-from thresher.sources.files import filesystem
+from thresher.sources import Plan, Shard
 from thresher.spec import apply_override, parse_spec
 from thresher.store import JobState, ShardState, Store, open_store
 from thresher.store.retries import RetryShard
-from thresher.worker.autobatch import BatchTuner
-from thresher.worker.shard import ErrorPart, ShardWork, sorts_by_length, tuner_for
 
 
 def retry_errors(
@@ -64,83 +61,78 @@ def retry_errors(
     sink = open_sink(job.spec.sink)
     sink.start(job_id, len(job.plan.shards), resume=True)
     number = store.retries.begin(job_id, model_fingerprint(job.spec.model).get("sha256"))
-    setup = worker_setup(job, Placement(1, os.cpu_count() or 1), sink.for_retry(number))
-    model = load_model(job.spec.model, setup.context)
-    retry = _Round(job, sink, number, setup, model, tuner_for(setup.batch, model))
-    done = store.retries.shards(job_id, number)
-    reporter.note(f"job {job_id}: retry round {number}")
-    for shard in job.plan.shards:
-        progress = done.get(shard.index)
-        if progress is None or progress.state != "done":
-            retry.shard(shard, progress)
+    retry = RetryLedger(job, sink.for_retry(number), number, store.retries.shards(job_id, number))
+    shards = retry.plan(sink)
+    reporter.note(f"job {job_id}: retry round {number}, {len(shards)} shard(s) with rejected rows")
+    placement = plan_placement(job.spec.run, len(shards))
+    executor = make_executor(job.spec.run, placement)
+    loop = ShardLoop(job_id, store, retry, executor, reporter, job.spec.run.max_attempts)
+    try:
+        outcome = loop.run(shards, worker_setup(job, placement, retry.sink)) if shards else None
+    finally:
+        executor.shutdown()
+        reporter.close()
+    if outcome is not None and (outcome.failures or outcome.cancelled):
+        raise JobFailed(
+            f"retry round {number} of job {job_id} did not finish: "
+            + ("; ".join(outcome.failures) or "cancelled")
+            + "; run `thresher retry-errors` again to finish it"
+        )
     store.retries.finish(job_id, number)
-    return _conclude(job, sink.for_retry(number), record.manifest or {})
+    return _conclude(job, retry.sink, record.manifest or {})
 
 
-@dataclass(frozen=True)
-class _Round:
-    """One retry round: the job, its sink, and the model loaded once for all shards, in
-    batches sized as a job's worker sizes them (text rows sorted by length)."""
+@dataclass
+class RetryLedger:
+    """A retry round's shards: the rows each one retries, and its commit through
+    `commit_retry_shard`. Attempts are not recorded as the job's: its shards stay done."""
 
     job: Job
-    sink: Sink
+    sink: Sink  # the round's: parts under names of their own
     number: int
-    setup: WorkerSetup
-    model: Model
-    tuner: BatchTuner
+    progress: dict[int, RetryShard]
+    work: dict[int, tuple[frozenset[int], tuple[str, ...]]] = field(default_factory=dict)
 
-    def shard(self, shard: Shard, progress: RetryShard | None) -> None:
-        records = _error_lines(self.sink.error_layout.final(shard.index))
-        wanted = {_where(rec) for rec in records if rec["stage"] == "predict"}
-        if not wanted:
-            return
-        attempt = f"r{self.number}"
-        staging = self.setup.parts.error_staging(shard.index, attempt)
-        errors = ErrorPart(staging, fail_fast=False)
-        for rec in records:
-            if rec["stage"] != "predict":
-                errors.add_line(json.dumps(rec, ensure_ascii=False))
-        writer = self.setup.parts.open(shard.index, attempt)
-        work = ShardWork(self.setup, self.model, shard, errors, self.tuner)
-        fixed = 0
-        rows_per_chunk = self.setup.batch.read_rows(sorts_by_length(self.model))
-        for chunk in self.setup.reader.read(shard, rows_per_chunk):
-            picked = _pick(chunk, wanted, self.setup, shard)
-            if picked.table.num_rows:
-                output = work.predict_in_batches(picked)
-                writer.write(output)
-                fixed += output.num_rows
-        part, still = writer.close(), errors.close(shard.index, attempt)
+    def plan(self, sink: Sink) -> list[Shard]:
+        """The job's shards with rejected rows this round has not finished, from the
+        published error parts."""
+        for shard in self.job.plan.shards:
+            progress = self.progress.get(shard.index)
+            if progress is not None and progress.state == "done":
+                continue
+            records = list(sink.read_errors(shard.index))
+            rows = frozenset(_where(rec) for rec in records if rec["stage"] == "predict")
+            if rows:
+                kept = tuple(
+                    json.dumps(r, ensure_ascii=False) for r in records if r["stage"] != "predict"
+                )
+                self.work[shard.index] = (rows, kept)
+        return [s for s in self.job.plan.shards if s.index in self.work]
+
+    def task(self, shard: Shard, number: int) -> Task:
+        rows, kept = self.work[shard.index]
+        attempt = f"r{self.number}-{number}-{secrets.token_hex(4)}"
+        return RetryTask(shard=shard, attempt=attempt, number=number, rows=rows, kept=kept)
+
+    def started(self, task: Task) -> None:
+        """The job's own attempts table is about its first run; nothing to record."""
+
+    def failed(self, task: Task, message: str, final: bool) -> None:
+        """A failed retry attempt changes nothing committed; the loop reports it."""
+
+    def done(self, result: ShardResult) -> None:
         # a rerun after the part was committed must not commit it again
-        fixed_part = None if progress is not None else (part, fixed, len(wanted) - fixed)
-        commit_retry_shard(
-            self.sink.for_retry(self.number),
-            self.job.store,
-            (self.job.id, self.number),
-            fixed_part,
-            still,
+        committed = self.progress.get(result.shard) is not None
+        fixed = (
+            None if committed else (result.part, result.rows_out, result.rows_in - result.rows_out)
         )
-
-
-def _pick(chunk: Chunk, wanted: set[int], setup: WorkerSetup, shard: Shard) -> Chunk:
-    """The chunk's rows whose line (text) or row (Parquet) number is in `wanted`.
-    A reader's positions map to those numbers by a constant offset per shard."""
-    _, base = setup.reader.locate(shard, 0)
-    numbers = chunk.positions + base
-    mask = np.isin(numbers, np.fromiter(wanted, dtype=np.int64, count=len(wanted)))
-    return Chunk(table=chunk.table.filter(pa.array(mask)), positions=chunk.positions[mask])
+        commit_retry_shard(
+            self.sink, self.job.store, (self.job.id, self.number), fixed, result.errors
+        )
 
 
 def _where(record: dict[str, Any]) -> int:
     return int(record["line"] if record.get("line") is not None else record["row"])
-
-
-def _error_lines(url: str) -> list[dict[str, Any]]:
-    fs, path = filesystem(url)
-    if not fs.exists(path):
-        return []
-    with fs.open(path, "r", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def _spec(raw: dict[str, Any], overrides: Sequence[str]) -> Any:

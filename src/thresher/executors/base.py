@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from thresher.executors.tasks import Event, ShardTask, WorkerSetup
+from thresher.executors.tasks import Event, Task, WorkerSetup
 from thresher.plan.placement import Placement
+from thresher.plugins import Kind, find
 from thresher.spec import RunSection
 
 
@@ -15,7 +16,7 @@ class Executor(Protocol):
 
     def start(self, setup: WorkerSetup) -> None: ...
 
-    def submit(self, task: ShardTask) -> None: ...
+    def submit(self, task: Task) -> None: ...
 
     def pending(self) -> int:
         """Submitted tasks not yet reported done or failed."""
@@ -27,16 +28,7 @@ class Executor(Protocol):
 
 
 def make_executor(run: RunSection, placement: Placement) -> Executor:
-    """The executor a `[run]` section asks for."""
-    if run.executor == "ray":
-        from thresher.executors.ray_pool import RayExecutor
-
-        return RayExecutor(run=run, workers=placement.workers)
-    from thresher.executors.local import LocalExecutor
-
-    return LocalExecutor(
-        workers=placement.workers,
-        threads=placement.threads,
-        shard_timeout=run.shard_timeout,
-        devices=placement.devices,
-    )
+    """The executor a `[run]` section asks for: the registered executor plug-in that
+    `run.executor` names (plugins.py)."""
+    executor: Executor = find(Kind.EXECUTOR, run.executor).load()(run, placement)
+    return executor

@@ -30,11 +30,13 @@ from thresher.executors.tasks import (
     Progress,
     ShardDone,
     ShardFailed,
-    ShardTask,
+    Task,
     WorkerBroken,
     WorkerSetup,
 )
 from thresher.faults import crash_point
+from thresher.plan.placement import Placement
+from thresher.spec import RunSection
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -51,7 +53,7 @@ class _Worker:
     slot: int  # its place in the pool: a replacement takes the same slot (and GPU)
     process: BaseProcess
     conn: Connection
-    task: ShardTask | None = None
+    task: Task | None = None
     last_heard: float = field(default_factory=time.monotonic)
     ready: bool = False
 
@@ -67,13 +69,13 @@ class LocalExecutor:
     devices: tuple[str, ...] | None = None
     _setup: WorkerSetup | None = field(default=None, init=False)
     _pool: list[_Worker] = field(default_factory=list, init=False)
-    _queue: deque[ShardTask] = field(default_factory=deque, init=False)
+    _queue: deque[Task] = field(default_factory=deque, init=False)
 
     def start(self, setup: WorkerSetup) -> None:
         self._setup = setup
         self._pool = [self._spawn(slot) for slot in range(self.workers)]
 
-    def submit(self, task: ShardTask) -> None:
+    def submit(self, task: Task) -> None:
         self._queue.append(task)
         self._dispatch()
 
@@ -192,7 +194,7 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     import pyarrow as pa
 
     from thresher.models import load_model
-    from thresher.worker.shard import run_shard, tuner_for
+    from thresher.worker.shard import run_task, tuner_for
 
     _die_with_parent()
     pa.set_cpu_count(max(1, threads))
@@ -209,7 +211,7 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
             conn.send(Progress(shard, rows))
 
         try:
-            result = run_shard(setup, model, task, report, tuner)
+            result = run_task(setup, model, task, report, tuner)
             crash_point("worker_after_stage", task.shard.index)
             conn.send(ShardDone(result))
         except Exception as exc:
@@ -248,3 +250,13 @@ def _die_with_parent() -> None:
     parent = mp.parent_process()
     if parent is not None and not parent.is_alive():  # it died before prctl took effect
         os._exit(1)
+
+
+def local_executor(run: RunSection, placement: Placement) -> LocalExecutor:
+    """The `local` executor plug-in: a worker process per slot of the placement."""
+    return LocalExecutor(
+        workers=placement.workers,
+        threads=placement.threads,
+        shard_timeout=run.shard_timeout,
+        devices=placement.devices,
+    )

@@ -29,9 +29,10 @@ from thresher.executors.tasks import (
     ShardDone,
     ShardFailed,
     ShardResult,
-    ShardTask,
+    Task,
     WorkerSetup,
 )
+from thresher.plan.placement import Placement
 from thresher.spec import RunSection
 
 
@@ -49,16 +50,16 @@ class ShardActor:
     def ready(self) -> bool:
         return True
 
-    def run(self, task: ShardTask) -> ShardResult:
-        from thresher.worker.shard import run_shard
+    def run(self, task: Task) -> ShardResult:
+        from thresher.worker.shard import run_task
 
-        return run_shard(self.setup, self.model, task, lambda rows: None, self.tuner)
+        return run_task(self.setup, self.model, task, lambda rows: None, self.tuner)
 
 
 @dataclass
 class _Running:
     actor: Any
-    task: ShardTask
+    task: Task
     started: float = field(default_factory=time.monotonic)
 
 
@@ -71,7 +72,7 @@ class RayExecutor:
     _setup: WorkerSetup | None = field(default=None, init=False)
     _idle: list[Any] = field(default_factory=list, init=False)
     _running: dict[Any, _Running] = field(default_factory=dict, init=False)
-    _queue: deque[ShardTask] = field(default_factory=deque, init=False)
+    _queue: deque[Task] = field(default_factory=deque, init=False)
     _starting: dict[Any, Any] = field(default_factory=dict, init=False)  # ready ref -> actor
     _actor_class: Any = field(default=None, init=False)
     _started_ray: bool = field(default=False, init=False)
@@ -100,7 +101,7 @@ class RayExecutor:
             for ref in ready:
                 self._started(ray, ref)
 
-    def submit(self, task: ShardTask) -> None:
+    def submit(self, task: Task) -> None:
         self._queue.append(task)
         self._dispatch()
 
@@ -221,3 +222,8 @@ def _import_ray() -> Any:
     except ImportError as exc:
         raise ThresherError("run.executor = 'ray' needs `pip install 'thresher[ray]'`") from exc
     return ray
+
+
+def ray_executor(run: RunSection, placement: Placement) -> RayExecutor:
+    """The `ray` executor plug-in: an actor per worker of the placement."""
+    return RayExecutor(run=run, workers=placement.workers)

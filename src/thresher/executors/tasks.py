@@ -41,6 +41,22 @@ class ShardTask:
 
 
 @dataclass(frozen=True)
+class RetryTask:
+    """One attempt at a shard's rejected rows in a retry round: `rows` are the line (text)
+    or row (Parquet) numbers to predict again, `kept` the shard's other bad records (JSON
+    lines), which go into its new error part as they were."""
+
+    shard: Shard
+    attempt: str
+    number: int
+    rows: frozenset[int]
+    kept: tuple[str, ...] = ()
+
+
+Task = ShardTask | RetryTask
+
+
+@dataclass(frozen=True)
 class ShardResult:
     """A finished attempt: its staged output and error parts, and its counts."""
 
@@ -78,7 +94,7 @@ class ShardFailed:
     """An attempt failed. `retry` is False when trying again cannot help (bad input with
     `on_bad_input = "fail"`, a model that returns the wrong number of rows)."""
 
-    task: ShardTask
+    task: Task
     error: str
     message: str
     retry: bool

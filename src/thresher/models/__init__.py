@@ -22,6 +22,7 @@ from typing import Any
 
 from thresher.errors import ModelLoadError, ThresherError
 from thresher.models.base import LoadContext, Model, ModelLoader
+from thresher.plugins import BUILTINS, Kind, Plugin, names, registry
 from thresher.spec import ModelSection
 
 __all__ = [
@@ -34,28 +35,8 @@ __all__ = [
     "model_fingerprint",
 ]
 
-ADAPTERS: dict[str, str] = {
-    "sklearn": "thresher.models.sklearn:load_sklearn",
-    "onnx": "thresher.models.onnx:load_onnx",
-    "python": "thresher.models.python:load_python",
-    "torch": "thresher.models.torch:load_torch",
-    "sentence-transformers": "thresher.models.text:load_sentence_transformer",
-    "transformers": "thresher.models.transformers:load_transformers",
-    "xgboost": "thresher.models.boosters:load_xgboost",
-    "lightgbm": "thresher.models.boosters:load_lightgbm",
-    "mlflow": "thresher.models.mlflow:load_mlflow",
-}
-# The extra that installs what a built-in kind imports, for a missing-module message.
-_EXTRAS = {
-    "sklearn": "sklearn",
-    "onnx": "onnx",
-    "torch": "torch",
-    "sentence-transformers": "text",
-    "transformers": "text",
-    "xgboost": "boosters",
-    "lightgbm": "boosters",
-    "mlflow": "mlflow",
-}
+# The built-in kinds and their loaders (plugins.BUILTINS holds them, with the rest).
+ADAPTERS: dict[str, str] = {p.name: p.factory for p in BUILTINS if p.kind == Kind.MODEL}
 _HASH_CHUNK = 1024 * 1024
 
 
@@ -72,7 +53,8 @@ def load_model(spec: ModelSection, context: LoadContext) -> Model:
     except ThresherError:
         raise
     except ModuleNotFoundError as exc:
-        extra = _EXTRAS.get(spec.kind)
+        plugin = _plugin(spec.kind)
+        extra = plugin.extra if plugin else None
         hint = f"pip install 'thresher[{extra}]'" if extra else f"install {exc.name}"
         raise ModelLoadError(f"model.kind: {spec.kind} needs {exc.name}; {hint}") from exc
     except Exception as exc:
@@ -96,9 +78,9 @@ def check_model_section(spec: ModelSection) -> list[str]:
     """What is wrong with a `[model]` section that can be seen without loading it: an
     unknown kind, a loader module that is not there, a model file that is missing. The
     coordinator asks before any work, so a typo never costs the previous output."""
-    if spec.kind not in ADAPTERS and ":" not in spec.kind:
+    if _plugin(spec.kind) is None and ":" not in spec.kind:
         return [_unknown_kind(spec.kind)]
-    if spec.kind not in ADAPTERS:
+    if _plugin(spec.kind) is None:
         module = spec.kind.partition(":")[0]
         if _module_file(module) is None:
             return [f"model.kind: no module {module!r} on the path (from {spec.kind!r})"]
@@ -120,22 +102,24 @@ def _local_model_file(spec: ModelSection) -> str | None:
 
 def _unknown_kind(kind: str) -> str:
     return (
-        f"model.kind: unknown kind {kind!r}; use one of {', '.join(sorted(ADAPTERS))},"
+        f"model.kind: unknown kind {kind!r}; use one of {', '.join(sorted(names(Kind.MODEL)))},"
         " or a loader of your own as 'package.module:function'"
     )
 
 
 def resolve_loader(kind: str) -> ModelLoader:
-    """The loader a kind names: a built-in from `ADAPTERS`, or `module:function`."""
-    path = ADAPTERS.get(kind, kind if ":" in kind else None)
+    """The loader a kind names: a registered model plug-in (a built-in or an entry
+    point's), or `module:function`."""
+    plugin = _plugin(kind)
+    path = plugin.factory if plugin else kind if ":" in kind else None
     if path is None:
         raise ModelLoadError(_unknown_kind(kind))
     module_name, _, attribute = path.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if kind in ADAPTERS:  # the adapter exists; one of its dependencies does not
-            extra = _EXTRAS.get(kind, kind)
+        if plugin:  # the adapter exists; one of its dependencies does not
+            extra = plugin.extra or kind
             raise ModelLoadError(
                 f"model.kind: {kind} needs {exc.name}; pip install 'thresher[{extra}]'"
             ) from exc
@@ -190,3 +174,7 @@ def _sha256(path: Path) -> str:
         while chunk := file.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _plugin(kind: str) -> Plugin | None:
+    return registry().get((Kind.MODEL.value, kind))

@@ -49,7 +49,8 @@ from thresher.service.buffer_store import RequestState, RequestTable, WaitingGro
 from thresher.service.config import BufferSettings
 from thresher.service.errors import ServiceError
 from thresher.service.state import ServiceState
-from thresher.sources.files import filesystem
+from thresher.sinks import open_sink
+from thresher.spec import SinkSection
 from thresher.store import JobRecord, StoreError
 
 __all__ = ["Flusher", "RequestTable", "router", "start_flusher"]
@@ -176,26 +177,21 @@ Answers = dict[str, tuple[RequestState, dict[str, Any]]]
 
 
 def read_answers(job: JobRecord) -> Answers:
-    """Each custom_id's answer in a finished job's output: its output row less the id
-    column (done), or its `_errors/` record's stage, error and message (failed)."""
-    fs, root = filesystem(str(job.spec["sink"]["uri"]).rstrip("/"))
+    """Each custom_id's answer in a finished job's output, read through its sink: its
+    output row less the id column (done), or its bad record's stage, error and message
+    (failed)."""
+    sink = open_sink(SinkSection.model_validate(job.spec["sink"]))
     answers: Answers = {}
-    for part in sorted(fs.glob(f"{root}/_errors/part-*.jsonl")):
-        for row in _json_lines(fs, part):
-            if row.get("id") is not None:
-                error = {key: row.get(key) for key in ("stage", "error", "message")}
-                answers[str(row["id"])] = (RequestState.FAILED, error)
-    for part in sorted(fs.glob(f"{root}/part-*.jsonl")):
-        for row in _json_lines(fs, part):
+    for row in sink.read_errors():
+        if row.get("id") is not None:
+            error = {key: row.get(key) for key in ("stage", "error", "message")}
+            answers[str(row["id"])] = (RequestState.FAILED, error)
+    for table in sink.read_output():
+        for row in table.to_pylist():
             custom_id = row.pop("custom_id", None)
             if custom_id is not None:
                 answers[str(custom_id)] = (RequestState.DONE, row)
     return answers
-
-
-def _json_lines(fs: Any, path: str) -> list[dict[str, Any]]:
-    with fs.open(path, "r", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def missing_answer(job: JobRecord) -> dict[str, Any]:

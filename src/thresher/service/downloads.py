@@ -15,10 +15,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from thresher.sinks.files import SUFFIX
+from thresher.sinks.parts import read_part
 from thresher.sinks.publish import ERRORS
 
 CHUNK = 1024 * 1024
@@ -79,17 +79,6 @@ def _raw(parts: list[Path], skip_header: bool) -> Iterator[bytes]:
                 f.readline()
             while chunk := f.read(CHUNK):
                 yield chunk
-
-
-def read_part(path: Path, stored: str) -> pa.Table:
-    """One part file as an Arrow table."""
-    if stored == "parquet":
-        return pq.read_table(path)
-    if stored == "csv":
-        return pacsv.read_csv(path)
-    if path.stat().st_size == 0:
-        return pa.table({})
-    return pajson.read_json(path)
 
 
 def _encode(table: pa.Table, wanted: str, first: bool) -> bytes:

@@ -7,6 +7,7 @@ Lifecycle, all in the coordinating process except the `PartTarget`'s half:
                    bad records to part_target().error_staging(shard, attempt)]
       -> commit_part(staged), commit_errors(staged) per shard
       -> finish(manifest) | abort()
+    read_output(), read_errors(): what is published, for downloads, retries, answers
 
 A sink owns a shard's output *and* its bad records. A committed part is invisible to
 readers until `finish` publishes the job's output in one step a crash cannot leave half
@@ -17,6 +18,7 @@ bookkeeping) still leaves it there once.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -73,6 +75,15 @@ class Sink(Protocol):
     def for_retry(self, round_number: int) -> Sink:
         """The same output, but parts committed under names (or ledger keys) of their own
         for retry round `round_number`, so they add to a shard's output, never replace it."""
+        ...
+
+    def read_output(self) -> Iterator[pa.Table]:
+        """The published output, as tables (part by part, in input order, where the
+        output has an order)."""
+        ...
+
+    def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
+        """The published bad records: one shard's (once started for the job), or all."""
         ...
 
     @property

@@ -7,11 +7,21 @@ Parts are committed into the job's pending folder and published at finish
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
+
 from thresher.errors import SinkError
-from thresher.sinks.parts import FilePartWriter, PartLayout, StagedPart, commit_file
+from thresher.sinks.parts import (
+    FilePartWriter,
+    PartLayout,
+    StagedPart,
+    commit_file,
+    read_error_records,
+    read_part,
+)
 from thresher.sinks.publish import (
     ERRORS,
     MARKER,
@@ -23,7 +33,8 @@ from thresher.sinks.publish import (
     remove_staging,
     write_json,
 )
-from thresher.sources.files import filesystem
+from thresher.sources.files import as_url, filesystem
+from thresher.spec import SinkSection
 
 SUFFIX = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}
 
@@ -131,6 +142,21 @@ class FileSink:
         retry.retry_round = round_number
         return retry
 
+    def read_output(self) -> Iterator[pa.Table]:
+        """The published output, part by part, in name (= input) order."""
+        fs, root = filesystem(self.root)
+        for path in sorted(fs.glob(f"{root}/part-*{SUFFIX[self.file_format]}")):
+            yield read_part(as_url(fs, path), self.file_format)
+
+    def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
+        """The published bad records: one shard's (after `start`), or all, in order."""
+        fs, root = filesystem(self.root)
+        if shard is not None:
+            yield from read_error_records(self.error_layout.final(shard))
+            return
+        for path in sorted(fs.glob(f"{root}/{ERRORS}/part-*.jsonl")):
+            yield from read_error_records(as_url(fs, path))
+
     @property
     def error_layout(self) -> PartLayout:
         if self.errors is None:
@@ -161,3 +187,9 @@ def check_directory(fs: Any, root: str, force: bool, uri: str) -> None:
             f"sink.uri: {uri} is not empty and thresher did not write it; "
             "choose an empty directory or set sink.force = true to overwrite it"
         )
+
+
+def file_sink(section: SinkSection) -> FileSink:
+    """The `parquet`, `csv` and `jsonl` sink plug-ins: a directory of part files."""
+    assert section.format is not None
+    return FileSink(section.uri, section.format, section.mode, section.force)

@@ -7,6 +7,7 @@ disks), so a reader never sees half a part and a retried shard never leaves two.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from thresher.sources.files import filesystem, is_local
@@ -50,10 +52,15 @@ class PartLayout:
 
 
 def commit_file(staged: StagedPart, layout: PartLayout) -> None:
-    """Rename a staged part to its final name. Idempotent: if the staging file is gone and
-    the final file exists, an earlier commit already did it. An attempt with no rows
-    removes whatever an earlier attempt of the shard left, so the latest attempt decides."""
-    fs, dst = filesystem(layout.final(staged.shard))
+    """Rename a staged part to its final name in `layout` (see `commit_to`)."""
+    commit_to(staged, layout.final(staged.shard))
+
+
+def commit_to(staged: StagedPart, final: str) -> None:
+    """Rename a staged part to `final`. Idempotent: if the staging file is gone and the
+    final file exists, an earlier commit already did it. An attempt with no rows removes
+    whatever an earlier attempt of the shard left, so the latest attempt decides."""
+    fs, dst = filesystem(final)
     if staged.path is None:
         if fs.exists(dst):
             fs.rm(dst)
@@ -63,6 +70,12 @@ def commit_file(staged: StagedPart, layout: PartLayout) -> None:
         if fs.exists(dst):
             return
         raise FileNotFoundError(f"staged part {staged.path} is missing")
+    fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+    move(fs, src, dst)
+
+
+def move(fs: Any, src: str, dst: str) -> None:
+    """A rename: atomic on local disks, the filesystem's move elsewhere."""
     if is_local(fs):
         os.replace(src, dst)
     else:
@@ -94,6 +107,27 @@ class FilePartWriter:
         self._writer.close()
         self._file.close()
         return StagedPart(self._shard, self._attempt, self._path, self._rows)
+
+
+def read_part(path: str | os.PathLike[str], file_format: str) -> pa.Table:
+    """One part file (local path or URL) as an Arrow table."""
+    fs, where = filesystem(str(path))
+    with fs.open(where, "rb") as f:
+        if file_format == "parquet":
+            return pq.read_table(f)
+        if file_format == "csv":
+            return pacsv.read_csv(f)
+        data = f.read()
+    return pajson.read_json(io.BytesIO(data)) if data else pa.table({})
+
+
+def read_error_records(path: str) -> list[dict[str, Any]]:
+    """The bad records of one error part (JSONL); none if there is no such part."""
+    fs, where = filesystem(path)
+    if not fs.exists(where):
+        return []
+    with fs.open(where, "r", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def open_for_write(url: str) -> Any:

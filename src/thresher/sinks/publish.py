@@ -19,15 +19,14 @@ Given `_PUBLISH`, every step can run again, so re-running from step 2 finishes t
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from thresher.faults import crash_point
-from thresher.sinks.parts import STAGING, StagedPart
-from thresher.sources.files import filesystem, is_local
+from thresher.sinks.parts import STAGING, StagedPart, commit_to, move
+from thresher.sources.files import filesystem
 
 SUCCESS = "_SUCCESS"
 MARKER = "_thresher.json"  # this folder is thresher's to manage
@@ -61,20 +60,8 @@ class PendingOutput:
 
     def commit(self, staged: StagedPart, name: str) -> None:
         """Rename a staged part to `name` (relative to the output folder) in the pending
-        folder. Idempotent: a part already moved stays. An attempt with no rows removes
-        what an earlier attempt of the shard left, so the latest attempt decides."""
-        fs, dst = filesystem(f"{self.folder}/{name}")
-        if staged.path is None:
-            if fs.exists(dst):
-                fs.rm(dst)
-            return
-        _, src = filesystem(staged.path)
-        if not fs.exists(src):
-            if fs.exists(dst):
-                return
-            raise FileNotFoundError(f"staged part {staged.path} is missing")
-        fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
-        move(fs, src, dst)
+        folder, as `parts.commit_to` does: idempotent, and the latest attempt decides."""
+        commit_to(staged, f"{self.folder}/{name}")
 
     def record_intent(self, manifest: dict[str, Any], overwrite: bool) -> dict[str, Any]:
         """Step 1: the `_PUBLISH` record, written once (a publish that a crash interrupted
@@ -187,14 +174,6 @@ def remove_staging(fs: Any, root: str) -> None:
     for staging in (f"{root}/{STAGING}", f"{root}/{ERRORS}/{STAGING}"):
         if fs.exists(staging):
             fs.rm(staging, recursive=True)
-
-
-def move(fs: Any, src: str, dst: str) -> None:
-    """A rename: atomic on local disks, the filesystem's move elsewhere."""
-    if is_local(fs):
-        os.replace(src, dst)
-    else:
-        fs.mv(src, dst)
 
 
 def write_json(fs: Any, path: str, data: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ the job finishes, as a file sink's parts) and the `_SUCCESS` manifest.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from thresher.errors import SinkError
 from thresher.sinks.files import FilePartTarget
-from thresher.sinks.parts import PartLayout, StagedPart, commit_file
+from thresher.sinks.parts import PartLayout, StagedPart, commit_file, read_error_records
 from thresher.sinks.publish import (
     ERRORS,
     SUCCESS,
@@ -34,7 +35,7 @@ from thresher.sinks.publish import (
     remove_staging,
     write_json,
 )
-from thresher.sources.files import filesystem
+from thresher.sources.files import as_url, filesystem
 
 PARTS_TABLE = "_thresher_parts"
 INGEST_BATCH_ROWS = 65_536
@@ -223,6 +224,22 @@ class SqlSink:
         retry.target = self.table
         retry.layout = replace(layout, suffix=f".r{round_number}{layout.suffix}")
         return retry
+
+    def read_output(self) -> Iterator[pa.Table]:
+        """The table's rows (a table has no order; sort by the id to join them back)."""
+        with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
+            if self.dialect.table_exists(cur, self.table):
+                cur.execute(f'SELECT * FROM "{self.table}"')
+                yield cur.fetch_arrow_table()
+
+    def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
+        """The published bad records: one shard's (after `start`), or all, in order."""
+        if shard is not None:
+            yield from read_error_records(self.error_layout.final(shard))
+            return
+        fs, side = filesystem(self.side_dir)
+        for path in sorted(fs.glob(f"{side}/{ERRORS}/part-*.jsonl")):
+            yield from read_error_records(as_url(fs, path))
 
     @property
     def error_layout(self) -> PartLayout:

@@ -42,7 +42,7 @@ def list_files(uri: str, suffixes: tuple[str, ...]) -> list[str]:
         raise SourceError(f"source.uri: cannot list {uri!r}: {exc}") from exc
     if not paths:
         raise SourceError(f"source.uri: no input files at {uri!r}")
-    return [_as_url(fs, p) for p in paths]
+    return [as_url(fs, p) for p in paths]
 
 
 def open_file(url: str, mode: str = "rb") -> Any:
@@ -73,7 +73,8 @@ def _below(path: str, root: str) -> str:
     return path[len(root) :] if path.startswith(root) else path.rsplit("/", 1)[-1]
 
 
-def _as_url(fs: Any, path: str) -> str:
+def as_url(fs: Any, path: str) -> str:
+    """A path that `fs` listed, as a URL that opens it with the same filesystem."""
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("file", "local"):
         return path

@@ -8,7 +8,7 @@ inside a row group, and its reader skips the group's rows outside the range.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, Literal
@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from thresher.errors import SourceError
 from thresher.sources.base import MIN_SPLIT_ROWS, Chunk, Plan, Shard
 from thresher.sources.files import filesystem, is_local, list_files
+from thresher.spec import SourceSection
 
 SUFFIXES = (".parquet", ".pq")
 
@@ -185,3 +186,10 @@ class _open:  # used like the built-in open()
 
     def __exit__(self, *_: object) -> None:
         self._file.close()
+
+
+def parquet_source(
+    section: SourceSection, keep_columns: Sequence[str], min_shards: int
+) -> ParquetSource:
+    """The `parquet` source plug-in."""
+    return ParquetSource(section.uri, section.shard_bytes, min_shards)

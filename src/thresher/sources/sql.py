@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +33,7 @@ import pyarrow as pa
 from thresher.errors import SourceError
 from thresher.postgres import PgUrl, quote_ident
 from thresher.sources.base import MIN_SPLIT_ROWS, Chunk, Plan, Shard, shard_size
+from thresher.spec import SourceSection
 
 QUERY_SHOWN = 120  # characters of the query in a shard's description
 
@@ -182,3 +183,12 @@ def _run(url: PgUrl, cur: Any, sql: str) -> Any:
         message = url.hide(str(exc)).strip().splitlines()[0]
         raise SourceError(f"source.query: PostgreSQL refused it: {message}") from None
     return cur
+
+
+def postgres_source(
+    section: SourceSection, keep_columns: Sequence[str], min_shards: int
+) -> PostgresSource:
+    """The `postgresql` source plug-in: the query, split into key ranges."""
+    key = section.key_column or section.id_column
+    assert section.query and key  # the spec requires them
+    return PostgresSource(section.uri, section.query, key, section.shard_rows, min_shards)
