@@ -56,7 +56,7 @@ def run(store_url: str | None, spec_file: Path, overrides: tuple[str, ...]) -> N
     except SpecError as exc:
         _fail(str(exc), EXIT_USAGE)
     except ThresherError as exc:
-        _fail(f"job failed: {exc}", EXIT_FAILED)
+        _fail(f"job failed ({exc.context}): {exc}", EXIT_FAILED)
     _report(result)
 
 
@@ -73,7 +73,7 @@ def resume(store_url: str | None, job_id: str, force: bool) -> None:
     try:
         result = resume_job(job_id, open_store(store_url), reporter_for(sys.stderr), force=force)
     except ThresherError as exc:
-        _fail(f"cannot resume: {exc}", EXIT_FAILED)
+        _fail(f"cannot resume ({exc.context}): {exc}", EXIT_FAILED)
     _report(result)
 
 

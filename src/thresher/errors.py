@@ -8,9 +8,31 @@ from __future__ import annotations
 
 
 class ThresherError(Exception):
-    """Base of every error thresher raises on purpose."""
+    """Base of every error thresher raises on purpose.
+
+    `stage` is where it happened (spec, read, load, predict, write, decode, store, job),
+    `shard` the shard it concerns, if one; the CLI shows both before the message:
+
+        >>> str(JobFailed("a worker could not start", stage="load").context)
+        'stage load'
+        >>> ModelOutputError("3 rows for 4 inputs", shard=7).context
+        'stage predict, shard 7'
+    """
 
     stage: str = "job"
+    shard: int | None = None
+
+    def __init__(self, *args: object, stage: str | None = None, shard: int | None = None) -> None:
+        super().__init__(*args)
+        if stage is not None:
+            self.stage = stage
+        if shard is not None:
+            self.shard = shard
+
+    @property
+    def context(self) -> str:
+        """`stage X` or `stage X, shard N`."""
+        return f"stage {self.stage}" + ("" if self.shard is None else f", shard {self.shard}")
 
 
 class SpecError(ThresherError):

@@ -46,6 +46,7 @@ __all__ = [
     "PluginError",
     "check_plugin",
     "find",
+    "lookup",
     "names",
     "option_problems",
     "registry",
@@ -196,6 +197,16 @@ def registry() -> Mapping[tuple[str, str], Plugin]:
     return found
 
 
+_BUILTIN_INDEX = {(str(p.kind), p.name): p for p in BUILTINS}
+
+
+def lookup(kind: Kind, name: str) -> Plugin | None:
+    """The registered plug-in of `kind` called `name`, or None. Built-ins are found
+    without reading the installed packages' entry points, which costs a tenth of a second
+    of every coordinator's and worker's start-up on a full environment."""
+    return _BUILTIN_INDEX.get((str(kind), name)) or registry().get((str(kind), name))
+
+
 def names(kind: Kind) -> list[str]:
     """The names a spec may give a plug-in of `kind`, built-ins first, in their order."""
     return [name for k, name in registry() if k == kind]
@@ -203,7 +214,7 @@ def names(kind: Kind) -> list[str]:
 
 def find(kind: Kind, name: str) -> Plugin:
     """The plug-in a spec names: registered, or a dotted `package.module:callable`."""
-    plugin = registry().get((str(kind), name))
+    plugin = lookup(kind, name)
     if plugin is not None:
         return plugin
     if ":" in name:
@@ -236,7 +247,7 @@ def check_plugin(
 ) -> None:
     """Raise ValueError (a spec error at `prefix`) for a name that is neither a registered
     plug-in of `kind` nor a dotted path, or for options it does not take."""
-    if ":" not in name and name not in names(kind):
+    if ":" not in name and lookup(kind, name) is None:
         known = ", ".join(repr(n) for n in names(kind))
         raise ValueError(f"{prefix}must be one of {known}")
     problems = option_problems(kind, name, options, "options")

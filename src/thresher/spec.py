@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from thresher.errors import SpecError
 from thresher.plugins import Kind, check_plugin, option_problems
 
-FileFormat = Literal["parquet", "csv", "jsonl"]
 FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
 SUFFIX_FORMATS = {
     ".parquet": "parquet",

@@ -57,6 +57,14 @@ class RejectsUntilFixed:
 class DropsOne:
     def predict(self, batch):
         return {"prediction": np.zeros(len(batch["f0"]) - 1)}
+
+
+class NoWeights:
+    def setup(self):
+        raise FileNotFoundError("weights.bin is not there")
+
+    def predict(self, batch):
+        return {"prediction": batch["f0"]}
 """
 
 
@@ -434,6 +442,14 @@ def test_a_model_returning_the_wrong_number_of_rows_fails_the_job(workspace: Wor
     assert "user_model.py:DropsOne" in result.stderr
     assert re.search(r"returned \d+ values .* batch has \d+ rows", result.stderr), result.stderr
     assert not (workspace.root / "out" / "_SUCCESS").exists()
+
+
+def test_a_model_that_cannot_load_fails_naming_the_stage(workspace: Workspace) -> None:
+    source = workspace.write_input(make_table(ROWS), "parquet")
+    result = workspace.run("run", spec_for(workspace, source, "NoWeights"), *FAST)
+    assert result.returncode == 1
+    assert "job failed (stage load): a worker could not start" in result.stderr, result.stderr
+    assert "weights.bin is not there" in result.stderr
 
 
 # The demo.

@@ -153,6 +153,7 @@ PUBLIC: dict[str, list[str]] = {
         "PluginError",
         "check_plugin",
         "find",
+        "lookup",
         "names",
         "option_problems",
         "registry",

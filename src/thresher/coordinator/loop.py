@@ -124,7 +124,9 @@ class ShardLoop:
         elif isinstance(event, ShardFailed):
             self._failed(event)
         elif isinstance(event, WorkerBroken):
-            raise JobFailed(f"a worker could not start: {event.error}: {event.message}")
+            raise JobFailed(
+                f"a worker could not start: {event.error}: {event.message}", stage="load"
+            )
 
     def _failed(self, event: ShardFailed) -> None:
         task = event.task

@@ -41,7 +41,7 @@ from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, Shard
 from thresher.spec import apply_override, parse_spec
 from thresher.store import JobState, ShardState, Store, open_store
-from thresher.store.retries import RetryShard
+from thresher.store.retries import RetryShard, RetryShardState
 
 
 def retry_errors(
@@ -98,7 +98,7 @@ class RetryLedger:
         published error parts."""
         for shard in self.job.plan.shards:
             progress = self.progress.get(shard.index)
-            if progress is not None and progress.state == "done":
+            if progress is not None and progress.state == RetryShardState.DONE:
                 continue
             records = list(sink.read_errors(shard.index))
             rows = frozenset(_where(rec) for rec in records if rec["stage"] == "predict")

@@ -22,7 +22,7 @@ from typing import Any
 
 from thresher.errors import ModelLoadError, ThresherError
 from thresher.models.base import LoadContext, Model, ModelLoader
-from thresher.plugins import BUILTINS, Kind, Plugin, names, registry
+from thresher.plugins import BUILTINS, Kind, Plugin, lookup, names
 from thresher.spec import ModelSection
 
 __all__ = [
@@ -177,4 +177,4 @@ def _sha256(path: Path) -> str:
 
 
 def _plugin(kind: str) -> Plugin | None:
-    return registry().get((Kind.MODEL.value, kind))
+    return lookup(Kind.MODEL, kind)

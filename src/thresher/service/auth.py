@@ -18,7 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from thresher.service.errors import Unauthorized
 from thresher.service.state import StateDep
 from thresher.store import Store
-from thresher.store.jobs import now
+from thresher.store.uploads import TokenTable
 
 PREFIX = "thr_"
 
@@ -30,20 +30,13 @@ def create_token(store: Store, tenant: str) -> str:
     if not tenant.strip():
         raise ValueError("a tenant name must not be empty")
     token = PREFIX + secrets.token_urlsafe(32)
-    with store.db.transaction() as cur:
-        cur.execute(
-            "INSERT INTO thresher_tokens (token_sha256, tenant, created_at) VALUES (?, ?, ?)",
-            (_digest(token), tenant.strip(), now()),
-        )
+    TokenTable(store.db).add(_digest(token), tenant.strip())
     return token
 
 
 def tenant_of(store: Store, token: str) -> str | None:
     """The tenant a token belongs to, or None for a token the server does not know."""
-    rows = store.db.query(
-        "SELECT tenant FROM thresher_tokens WHERE token_sha256 = ?", (_digest(token),)
-    )
-    return str(rows[0][0]) if rows else None
+    return TokenTable(store.db).tenant_of(_digest(token))
 
 
 def _digest(token: str) -> str:

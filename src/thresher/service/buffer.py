@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from thresher.service.buffer_api import router
-from thresher.service.buffer_store import RequestState, RequestTable, WaitingGroup
 from thresher.service.config import BufferSettings
 from thresher.service.errors import ServiceError
 from thresher.service.state import ServiceState
 from thresher.sinks import open_sink
 from thresher.spec import SinkSection
 from thresher.store import JobRecord, StoreError
+from thresher.store.requests import RequestState, RequestTable, WaitingGroup
 
 __all__ = ["Flusher", "RequestTable", "router", "start_flusher"]
 

@@ -22,9 +22,9 @@ from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from thresher.service.auth import current_tenant
-from thresher.service.buffer_store import BufferedRequest, DuplicateRequest, RequestTable
 from thresher.service.errors import Conflict, NotFound, TooLarge, Unprocessable
 from thresher.service.state import ServiceState, get_state
+from thresher.store.requests import BufferedRequest, DuplicateRequest, RequestTable
 
 MAX_RECORDS_PER_POST = 10_000
 

@@ -13,7 +13,6 @@ from thresher.service.schemas import FileInfo
 from thresher.service.state import StateDep
 from thresher.service.uploads import (
     FRAMING_ALLOWANCE,
-    FileRecord,
     find_file,
     new_file_id,
     receive_upload,
@@ -21,6 +20,7 @@ from thresher.service.uploads import (
 )
 from thresher.spec import FILE_FORMATS, infer_format
 from thresher.store.jobs import now
+from thresher.store.uploads import FileRecord
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 

@@ -22,7 +22,7 @@ from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
 from thresher.store import JobRecord, JobState, StoreError
-from thresher.store.jobs import now
+from thresher.store.views import cancel_if_queued, tenant_job_ids
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -104,17 +104,10 @@ def list_jobs(
     after: Annotated[str | None, Query(description="The last id of the previous page.")] = None,
 ) -> JobList:
     """A page of the tenant's jobs; pass the page's `last_id` as `after` for the next."""
-    sql = "SELECT id FROM thresher_jobs WHERE tenant = ?"
-    params: list[Any] = [tenant]
-    if after is not None:
-        cursor = tenant_job(state, tenant, after)
-        sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
-        params += [cursor.created_at, cursor.created_at, cursor.id]
-    rows = state.store.db.query(
-        f"{sql} ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit + 1]
-    )
-    page = [describe(state, state.store.job(str(r[0]))) for r in rows[:limit]]
-    return JobList(data=page, has_more=len(rows) > limit, last_id=page[-1].id if page else None)
+    cursor = tenant_job(state, tenant, after) if after is not None else None
+    ids = tenant_job_ids(state.store.db, tenant, limit + 1, cursor)
+    page = [describe(state, state.store.job(job_id)) for job_id in ids[:limit]]
+    return JobList(data=page, has_more=len(ids) > limit, last_id=page[-1].id if page else None)
 
 
 @router.get("/{job_id}", summary="A job's status, counts and progress")
@@ -146,13 +139,7 @@ def cancel_job(
 
 def _cancel_if_queued(state: ServiceState, job_id: str) -> bool:
     """Cancel the job if it is still queued, atomically against the scheduler's claim."""
-    with state.store.db.transaction() as cur:
-        changed = cur.execute(
-            "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?"
-            " WHERE id = ? AND state = ?",
-            (JobState.CANCELLED.value, now(), "cancelled by request", job_id, "queued"),
-        ).rowcount
-    return changed > 0
+    return cancel_if_queued(state.store.db, job_id)
 
 
 @router.get("/{job_id}/results", summary="Download a job's results")

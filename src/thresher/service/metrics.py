@@ -15,6 +15,7 @@ from fastapi.responses import PlainTextResponse
 from thresher.service.auth import Credentials, current_tenant
 from thresher.service.state import ServiceState, StateDep
 from thresher.store import JobState
+from thresher.store.views import done_row_totals, job_counts, running_job_progress
 
 router = APIRouter(tags=["operations"])
 
@@ -24,7 +25,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 @router.get("/healthz", summary="Liveness: the server answers and its store is readable")
 def healthz(state: StateDep) -> dict[str, str]:
     """`{"status": "ok"}` while the store answers a query."""
-    state.store.db.query("SELECT 1")
+    state.store.db.query("SELECT 1")  # the one query a store of any kind answers
     return {"status": "ok"}
 
 
@@ -59,16 +60,13 @@ def _metric(lines: list[str], name: str, kind: str, help_text: str) -> None:
 
 
 def _jobs_by_state(state: ServiceState, lines: list[str]) -> None:
-    counts = dict(state.store.db.query("SELECT state, COUNT(*) FROM thresher_jobs GROUP BY state"))
+    counts = job_counts(state.store.db)
     _metric(lines, "thresher_jobs", "gauge", "Jobs in the store, by state.")
     lines += [f'thresher_jobs{{state="{s.value}"}} {int(counts.get(s.value, 0))}' for s in JobState]
 
 
 def _row_totals(state: ServiceState, lines: list[str]) -> None:
-    row = state.store.db.query(
-        "SELECT COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0),"
-        " COALESCE(SUM(rows_error), 0) FROM thresher_shards WHERE state = 'done'"
-    )[0]
+    row = done_row_totals(state.store.db)
     for name, value, what in zip(
         ("rows_in", "rows_out", "rows_error"),
         row,
@@ -80,14 +78,7 @@ def _row_totals(state: ServiceState, lines: list[str]) -> None:
 
 
 def _running_rates(state: ServiceState, lines: list[str]) -> None:
-    rows = state.store.db.query(
-        "SELECT j.id, MIN(a.started_at),"
-        " (SELECT COALESCE(SUM(s.rows_in), 0) FROM thresher_shards s"
-        "  WHERE s.job_id = j.id AND s.state = 'done')"
-        " FROM thresher_jobs j JOIN thresher_attempts a ON a.job_id = j.id"
-        " WHERE j.state = ? GROUP BY j.id",
-        (JobState.RUNNING.value,),
-    )
+    rows = running_job_progress(state.store.db)
     _metric(
         lines,
         "thresher_job_rows_per_second",

@@ -20,6 +20,7 @@ from thresher.errors import ThresherError
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec
 from thresher.store import JobRecord, JobState, StoreError
+from thresher.store.views import running_service_jobs
 
 log = logging.getLogger("thresher.service.scheduler")
 
@@ -110,13 +111,8 @@ class Scheduler:
         """Service jobs left running by a server process that is gone, now claimed by this
         one. The store refuses to hand over a job whose coordinator is alive (another
         server on this host, or any on another host), and those are left alone."""
-        rows = self.state.store.db.query(
-            "SELECT id FROM thresher_jobs WHERE state = ? AND tenant IS NOT NULL"
-            " ORDER BY priority DESC, created_at ASC",
-            (JobState.RUNNING.value,),
-        )
         claimed = []
-        for (job_id,) in rows:
+        for job_id in running_service_jobs(self.state.store.db):
             try:
                 claimed.append(self.state.store.claim(str(job_id)))
             except StoreError as exc:

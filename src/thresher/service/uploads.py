@@ -12,7 +12,7 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from thresher.service.errors import BadRequest, NotFound, TooLarge
 from thresher.store import Store
+from thresher.store.uploads import FileRecord, FileTable
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -29,32 +30,6 @@ FILE_FIELD = "file"
 FRAMING_ALLOWANCE = 64 * 1024
 
 
-@dataclass(frozen=True)
-class FileRecord:
-    """One uploaded file: whose it is, what it was called, where the server keeps it."""
-
-    id: str
-    tenant: str
-    filename: str
-    format: str
-    bytes: int
-    sha256: str
-    path: str
-    created_at: str
-
-    def public(self) -> dict[str, Any]:
-        """What the API shows of it (never the server-side path)."""
-        return {
-            "id": self.id,
-            "object": "file",
-            "filename": self.filename,
-            "format": self.format,
-            "bytes": self.bytes,
-            "sha256": self.sha256,
-            "created_at": self.created_at,
-        }
-
-
 def new_file_id() -> str:
     """`file-` and 24 random hex digits: unguessable, and safe as a file name."""
     return f"file-{secrets.token_hex(12)}"
@@ -62,33 +37,15 @@ def new_file_id() -> str:
 
 def record_file(store: Store, record: FileRecord) -> None:
     """Add an uploaded (or buffered) file, already complete on disk, to the table."""
-    with store.db.transaction() as cur:
-        cur.execute(
-            "INSERT INTO thresher_files (id, tenant, filename, format, bytes, sha256, path,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                record.id,
-                record.tenant,
-                record.filename,
-                record.format,
-                record.bytes,
-                record.sha256,
-                record.path,
-                record.created_at,
-            ),
-        )
+    FileTable(store.db).add(record)
 
 
 def find_file(store: Store, tenant: str, file_id: str) -> FileRecord:
     """The tenant's file `file_id`; NotFound when there is none (or it is another's)."""
-    rows = store.db.query(
-        "SELECT id, tenant, filename, format, bytes, sha256, path, created_at"
-        " FROM thresher_files WHERE id = ? AND tenant = ?",
-        (file_id, tenant),
-    )
-    if not rows:
+    found = FileTable(store.db).find(tenant, file_id)
+    if found is None:
         raise NotFound(f"no file {file_id!r}; upload one with POST /v1/files")
-    return FileRecord(*rows[0])
+    return found
 
 
 @dataclass

@@ -41,7 +41,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import httpx2 as httpx
@@ -50,7 +49,7 @@ from thresher.service.delivery import Delivery, RetryingDispatcher
 from thresher.service.webhook_policy import check_webhook_url, resolve_webhook_url
 from thresher.store import JobRecord, JobState, Store
 from thresher.store.db import Database
-from thresher.store.jobs import now
+from thresher.store.deliveries import DeliveryState, DeliveryTable
 
 if TYPE_CHECKING:
     from thresher.service.state import ServiceState
@@ -73,13 +72,6 @@ EVENTS = {
     JobState.FAILED: "job.failed",
     JobState.CANCELLED: "job.cancelled",
 }
-
-
-class DeliveryState(StrEnum):
-    PENDING = "pending"  # waiting for its next try
-    DELIVERED = "delivered"  # the receiver answered 2xx
-    FAILED = "failed"  # out of tries, or an answer that is not worth retrying
-    REFUSED = "refused"  # the URL broke the policy; nothing was sent
 
 
 @dataclass(frozen=True)
@@ -142,7 +134,8 @@ class WebhookSender:
     """Records and delivers webhooks; `job_finished` is the `on_job_finished` hook."""
 
     def __init__(self, store: Store, settings: WebhookSettings, workers: int = 4) -> None:
-        self._store, self._db, self._settings = store, store.db, settings
+        self._store, self._settings = store, settings
+        self._deliveries = DeliveryTable(store.db)
         self._client = httpx.Client(
             timeout=settings.timeout, trust_env=False, follow_redirects=False
         )
@@ -154,23 +147,13 @@ class WebhookSender:
         if url is None or job.state not in EVENTS:
             return
         delivery = Delivery(job.id, EVENTS[job.state], url, json.dumps(job_event(job, self._store)))
-        with self._db.transaction() as cur:
-            added = cur.execute(
-                "INSERT INTO thresher_webhook_deliveries (job_id, event, url, payload, state,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (delivery.job_id, delivery.event, url, delivery.payload,
-                 DeliveryState.PENDING.value, now()),
-            ).rowcount  # fmt: skip
+        added = self._deliveries.add(delivery.job_id, delivery.event, url, delivery.payload)
         if added:
             self._dispatcher.submit(delivery)
 
     def resume_pending(self) -> int:
         """Queue the deliveries a stopped server left pending; returns how many."""
-        rows = self._db.query(
-            "SELECT job_id, event, url, payload, attempts FROM thresher_webhook_deliveries"
-            " WHERE state = ?",
-            (DeliveryState.PENDING.value,),
-        )
+        rows = self._deliveries.pending()
         for row in rows:
             self._dispatcher.submit(Delivery(*row))
         return len(rows)
@@ -230,27 +213,14 @@ class WebhookSender:
         error: str | None,
         state: DeliveryState,
     ) -> None:
-        delivered_at = now() if state == DeliveryState.DELIVERED else None
-        with self._db.transaction() as cur:
-            cur.execute(
-                "UPDATE thresher_webhook_deliveries SET attempts = ?, last_status = ?,"
-                " last_error = ?, state = ?, delivered_at = ?"
-                " WHERE job_id = ? AND event = ? AND url = ?",
-                (tries, status, error, state.value, delivered_at, delivery.job_id,
-                 delivery.event, delivery.url),
-            )  # fmt: skip
+        key = (delivery.job_id, delivery.event, delivery.url)
+        self._deliveries.record(key, tries, (status, error), state)
         delivery.attempts = tries
 
 
 def deliveries(db: Database, job_id: str) -> list[dict[str, Any]]:
     """The recorded webhook deliveries of a job (for the API and tests)."""
-    rows = db.query(
-        "SELECT event, url, state, attempts, last_status, last_error, created_at, delivered_at"
-        " FROM thresher_webhook_deliveries WHERE job_id = ? ORDER BY created_at",
-        (job_id,),
-    )
-    keys = ("event", "url", "state", "attempts", "last_status", "last_error")
-    return [dict(zip((*keys, "created_at", "delivered_at"), row, strict=True)) for row in rows]
+    return DeliveryTable(db).of_job(job_id)
 
 
 def start_webhooks(

@@ -14,7 +14,6 @@ the job finishes, as a file sink's parts) and the `_SUCCESS` manifest.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field, replace
@@ -255,10 +254,3 @@ class SqlSink:
 def stage_table(job_id: str) -> str:
     """The table a job's parts are ingested into until it finishes."""
     return f"_thresher_stage_{job_id.replace('-', '_').replace('.', '_')}"
-
-
-def read_manifest(side_dir: str) -> dict[str, Any]:
-    """The `_SUCCESS` manifest in a SQL sink's side folder (for tests and tools)."""
-    fs, side = filesystem(side_dir)
-    with fs.open(f"{side}/{SUCCESS}", "r") as f:
-        return json.load(f)  # type: ignore[no-any-return]

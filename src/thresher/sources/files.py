@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import fsspec
 from fsspec.core import url_to_fs
 
 from thresher.errors import SourceError
@@ -43,11 +42,6 @@ def list_files(uri: str, suffixes: tuple[str, ...]) -> list[str]:
     if not paths:
         raise SourceError(f"source.uri: no input files at {uri!r}")
     return [as_url(fs, p) for p in paths]
-
-
-def open_file(url: str, mode: str = "rb") -> Any:
-    """Open one input file for reading (a file-like object from fsspec)."""
-    return fsspec.open(url, mode).open()
 
 
 def file_size(url: str) -> int:

@@ -39,6 +39,11 @@ class ShardState(StrEnum):
     FAILED = "failed"
 
 
+class AttemptOutcome(StrEnum):
+    DONE = "done"  # committed
+    FAILED = "failed"
+
+
 @dataclass(frozen=True)
 class JobRecord:
     id: str
@@ -278,7 +283,7 @@ class Store:
                 " seconds = ?, error = NULL WHERE job_id = ? AND idx = ?",
                 (ShardState.DONE.value, *counts, seconds, job_id, index),
             )
-            self._end_attempt(cur, job_id, attempt, "done", None)
+            self._end_attempt(cur, job_id, attempt, AttemptOutcome.DONE, None)
 
     def attempt_failed(
         self, job_id: str, index: int, attempt: str, message: str, final: bool
@@ -289,7 +294,7 @@ class Store:
                     "UPDATE thresher_shards SET state = ?, error = ? WHERE job_id = ? AND idx = ?",
                     (ShardState.FAILED.value, message, job_id, index),
                 )
-            self._end_attempt(cur, job_id, attempt, "failed", message)
+            self._end_attempt(cur, job_id, attempt, AttemptOutcome.FAILED, message)
 
     def finish(
         self, job_id: str, state: JobState, manifest: dict[str, Any] | None, message: str | None
@@ -323,8 +328,8 @@ class Store:
 
     def totals(self, job_id: str) -> Totals:
         row = self.db.query(
-            "SELECT COUNT(CASE WHEN state = 'done' THEN 1 END),"
-            " COUNT(CASE WHEN state = 'failed' THEN 1 END),"
+            f"SELECT COUNT(CASE WHEN state = '{ShardState.DONE}' THEN 1 END),"
+            f" COUNT(CASE WHEN state = '{ShardState.FAILED}' THEN 1 END),"
             " COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0), COALESCE(SUM(rows_error), 0)"
             " FROM thresher_shards WHERE job_id = ?",
             (job_id,),
@@ -332,12 +337,12 @@ class Store:
         return Totals(*(int(v) for v in row))
 
     def _end_attempt(
-        self, cur: Any, job_id: str, attempt: str, outcome: str, message: str | None
+        self, cur: Any, job_id: str, attempt: str, outcome: AttemptOutcome, message: str | None
     ) -> None:
         cur.execute(
             "UPDATE thresher_attempts SET finished_at = ?, outcome = ?, message = ?"
             " WHERE job_id = ? AND attempt = ?",
-            (now(), outcome, message, job_id, attempt),
+            (now(), outcome.value, message, job_id, attempt),
         )
 
 

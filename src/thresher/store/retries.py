@@ -9,14 +9,25 @@ already fixed for rows that were never there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from thresher.store.db import Database
 from thresher.store.jobs import now
 
 
+class RoundState(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+
+
+class RetryShardState(StrEnum):
+    OUTPUT_COMMITTED = "output_committed"  # its fixed rows are in; its errors not replaced
+    DONE = "done"
+
+
 @dataclass(frozen=True)
 class RetryShard:
-    state: str  # "output_committed" or "done"
+    state: RetryShardState
     rows_fixed: int
     rows_failed: int
 
@@ -31,8 +42,8 @@ class RetryLog:
         """The unfinished round to carry on with, or a new one."""
         with self.db.transaction() as cur:
             row = cur.execute(
-                "SELECT round FROM thresher_retries WHERE job_id = ? AND state = 'running'",
-                (job_id,),
+                "SELECT round FROM thresher_retries WHERE job_id = ? AND state = ?",
+                (job_id, RoundState.RUNNING.value),
             ).fetchone()
             if row:
                 return int(row[0])
@@ -42,8 +53,8 @@ class RetryLog:
             number = int(last[0] if last else 0) + 1
             cur.execute(
                 "INSERT INTO thresher_retries (job_id, round, state, started_at, model_sha256)"
-                " VALUES (?, ?, 'running', ?, ?)",
-                (job_id, number, now(), model_sha256),
+                " VALUES (?, ?, ?, ?, ?)",
+                (job_id, number, RoundState.RUNNING.value, now(), model_sha256),
             )
         return number
 
@@ -53,7 +64,7 @@ class RetryLog:
             " WHERE job_id = ? AND round = ?",
             (job_id, number),
         )
-        return {int(r[0]): RetryShard(r[1], int(r[2]), int(r[3])) for r in rows}
+        return {int(r[0]): RetryShard(RetryShardState(r[1]), int(r[2]), int(r[3])) for r in rows}
 
     def output_committed(
         self, job_id: str, number: int, index: int, counts: tuple[int, int]
@@ -62,8 +73,8 @@ class RetryLog:
         fixed, failed = counts
         with self.db.transaction() as cur:
             cur.execute(
-                "INSERT INTO thresher_retry_shards VALUES (?, ?, ?, 'output_committed', ?, ?)",
-                (job_id, number, index, fixed, failed),
+                "INSERT INTO thresher_retry_shards VALUES (?, ?, ?, ?, ?, ?)",
+                (job_id, number, index, RetryShardState.OUTPUT_COMMITTED.value, fixed, failed),
             )
 
     def shard_done(self, job_id: str, number: int, index: int) -> None:
@@ -75,7 +86,7 @@ class RetryLog:
                 " WHERE job_id = ? AND round = ? AND idx = ?",
                 (job_id, number, index),
             ).fetchone()
-            if row is None or row[1] == "done":
+            if row is None or row[1] == RetryShardState.DONE:
                 return
             cur.execute(
                 "UPDATE thresher_shards SET rows_out = rows_out + ?, rows_error = rows_error - ?"
@@ -83,17 +94,17 @@ class RetryLog:
                 (row[0], row[0], job_id, index),
             )
             cur.execute(
-                "UPDATE thresher_retry_shards SET state = 'done'"
+                "UPDATE thresher_retry_shards SET state = ?"
                 " WHERE job_id = ? AND round = ? AND idx = ?",
-                (job_id, number, index),
+                (RetryShardState.DONE.value, job_id, number, index),
             )
 
     def finish(self, job_id: str, number: int) -> None:
         with self.db.transaction() as cur:
             cur.execute(
-                "UPDATE thresher_retries SET state = 'done', finished_at = ?"
+                "UPDATE thresher_retries SET state = ?, finished_at = ?"
                 " WHERE job_id = ? AND round = ?",
-                (now(), job_id, number),
+                (RoundState.DONE.value, now(), job_id, number),
             )
 
     def rounds(self, job_id: str) -> list[dict[str, object]]:

@@ -1,0 +1,85 @@
+"""Read-only views of the job tables the service shows: a tenant's jobs page by page, the
+metrics' counts, jobs a stopped server left running; and the queued job's cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from thresher.store.db import Database
+from thresher.store.jobs import JobRecord, JobState, ShardState, now
+
+__all__ = [
+    "cancel_if_queued",
+    "done_row_totals",
+    "job_counts",
+    "running_job_progress",
+    "running_service_jobs",
+    "tenant_job_ids",
+]
+
+
+def tenant_job_ids(db: Database, tenant: str, limit: int, after: JobRecord | None) -> list[str]:
+    """Up to `limit` of the tenant's job ids, newest first, after job `after`."""
+    sql = "SELECT id FROM thresher_jobs WHERE tenant = ?"
+    params: list[Any] = [tenant]
+    if after is not None:
+        sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
+        params += [after.created_at, after.created_at, after.id]
+    rows = db.query(f"{sql} ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit])
+    return [str(r[0]) for r in rows]
+
+
+def cancel_if_queued(db: Database, job_id: str) -> bool:
+    """Cancel the job if it is still queued, atomically against the scheduler's claim."""
+    with db.transaction() as cur:
+        changed = cur.execute(
+            "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?"
+            " WHERE id = ? AND state = ?",
+            (
+                JobState.CANCELLED.value,
+                now(),
+                "cancelled by request",
+                job_id,
+                JobState.QUEUED.value,
+            ),
+        ).rowcount
+    return changed > 0
+
+
+def running_service_jobs(db: Database) -> list[str]:
+    """Service jobs (with a tenant) in state running, by priority then age."""
+    rows = db.query(
+        "SELECT id FROM thresher_jobs WHERE state = ? AND tenant IS NOT NULL"
+        " ORDER BY priority DESC, created_at ASC",
+        (JobState.RUNNING.value,),
+    )
+    return [str(r[0]) for r in rows]
+
+
+def job_counts(db: Database) -> dict[str, int]:
+    """How many jobs are in each state."""
+    rows = db.query("SELECT state, COUNT(*) FROM thresher_jobs GROUP BY state")
+    return {str(state): int(count) for state, count in rows}
+
+
+def done_row_totals(db: Database) -> tuple[int, int, int]:
+    """Rows in, out and to error files of every committed shard of every job."""
+    row = db.query(
+        "SELECT COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0),"
+        " COALESCE(SUM(rows_error), 0) FROM thresher_shards WHERE state = ?",
+        (ShardState.DONE.value,),
+    )[0]
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def running_job_progress(db: Database) -> list[tuple[str, str, int]]:
+    """(job id, first attempt's start, rows of its committed shards) of each running job."""
+    rows = db.query(
+        "SELECT j.id, MIN(a.started_at),"
+        " (SELECT COALESCE(SUM(s.rows_in), 0) FROM thresher_shards s"
+        "  WHERE s.job_id = j.id AND s.state = ?)"
+        " FROM thresher_jobs j JOIN thresher_attempts a ON a.job_id = j.id"
+        " WHERE j.state = ? GROUP BY j.id",
+        (ShardState.DONE.value, JobState.RUNNING.value),
+    )
+    return [(str(j), str(started), int(n)) for j, started, n in rows]
