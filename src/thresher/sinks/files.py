@@ -19,7 +19,6 @@ from thresher.sinks.parts import (
     PartLayout,
     StagedPart,
     commit_file,
-    read_error_records,
     read_part,
 )
 from thresher.sinks.publish import (
@@ -29,6 +28,7 @@ from thresher.sinks.publish import (
     SUCCESS,
     PendingOutput,
     published_by,
+    read_published_errors,
     recover,
     remove_staging,
     write_json,
@@ -150,12 +150,8 @@ class FileSink:
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (after `start`), or all, in order."""
-        fs, root = filesystem(self.root)
-        if shard is not None:
-            yield from read_error_records(self.error_layout.final(shard))
-            return
-        for path in sorted(fs.glob(f"{root}/{ERRORS}/part-*.jsonl")):
-            yield from read_error_records(as_url(fs, path))
+        part = None if shard is None else self.error_layout.final(shard)
+        return read_published_errors(self.root, part)
 
     @property
     def error_layout(self) -> PartLayout:

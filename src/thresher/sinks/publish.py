@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from thresher.faults import crash_point
-from thresher.sinks.parts import STAGING, StagedPart, commit_to, move
-from thresher.sources.files import filesystem
+from thresher.sinks.parts import STAGING, StagedPart, commit_to, move, read_error_records
+from thresher.sources.files import as_url, filesystem
 
 SUCCESS = "_SUCCESS"
 MARKER = "_thresher.json"  # this folder is thresher's to manage
@@ -167,6 +167,17 @@ def _output_names(fs: Any, root: str) -> Iterator[str]:
             yield from (f"{name}/{inner}" for inner in _output_names(fs, f"{root}/{name}"))
         else:
             yield name
+
+
+def read_published_errors(root_url: str, part: str | None = None) -> Iterator[dict[str, Any]]:
+    """The bad records published under `root_url/_errors/`: of the one error part `part`
+    (a URL), or of every part, in name (= input) order."""
+    if part is not None:
+        yield from read_error_records(part)
+        return
+    fs, root = filesystem(root_url)
+    for path in sorted(fs.glob(f"{root}/{ERRORS}/part-*.jsonl")):
+        yield from read_error_records(as_url(fs, path))
 
 
 def remove_staging(fs: Any, root: str) -> None:

@@ -24,17 +24,18 @@ import pyarrow.parquet as pq
 
 from thresher.errors import SinkError
 from thresher.sinks.files import FilePartTarget
-from thresher.sinks.parts import PartLayout, StagedPart, commit_file, read_error_records
+from thresher.sinks.parts import PartLayout, StagedPart, commit_file
 from thresher.sinks.publish import (
     ERRORS,
     SUCCESS,
     PendingOutput,
     interrupted,
+    read_published_errors,
     recover,
     remove_staging,
     write_json,
 )
-from thresher.sources.files import as_url, filesystem
+from thresher.sources.files import filesystem
 
 PARTS_TABLE = "_thresher_parts"
 INGEST_BATCH_ROWS = 65_536
@@ -233,12 +234,8 @@ class SqlSink:
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (after `start`), or all, in order."""
-        if shard is not None:
-            yield from read_error_records(self.error_layout.final(shard))
-            return
-        fs, side = filesystem(self.side_dir)
-        for path in sorted(fs.glob(f"{side}/{ERRORS}/part-*.jsonl")):
-            yield from read_error_records(as_url(fs, path))
+        part = None if shard is None else self.error_layout.final(shard)
+        return read_published_errors(self.side_dir, part)
 
     @property
     def error_layout(self) -> PartLayout:
