@@ -234,7 +234,7 @@ def token_create(store_url: str | None, tenant: str, own_store: str | None) -> N
     from thresher.store import open_store
 
     try:
-        from thresher.service.auth import create_token
+        from thresher.service.policies.auth import create_token
     except ImportError as exc:
         _fail(f"the service needs `pip install 'thresher[service]'` ({exc})", EXIT_USAGE)
     try:

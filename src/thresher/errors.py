@@ -6,6 +6,11 @@ file and line), and the user-facing ones say what to do next.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class ThresherError(Exception):
     """Base of every error thresher raises on purpose.
@@ -77,3 +82,29 @@ class BadInputError(ThresherError):
 
 class JobFailed(ThresherError):
     """The job ran but did not succeed: shards failed or too many rows were bad."""
+
+
+def describe_errors(exc: ValidationError) -> list[str]:
+    """One `field.path: what is wrong` line per problem pydantic found (a validator may
+    report several, one a line: a plug-in's options)."""
+    problems = []
+    for error in exc.errors():
+        loc = ".".join(str(p) for p in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "literal_error":
+            expected = error.get("ctx", {}).get("expected", "")
+            message = f"must be one of {expected.replace(' or ', ', ')}"
+        elif error["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling)"
+        elif error["type"] == "missing":
+            message = "required"
+        problems += [_at(loc, line) for line in message.splitlines()]
+    return problems
+
+
+def _at(loc: str, message: str) -> str:
+    """`loc: message`, or `loc.sub: rest` when a validator named a sub-field itself."""
+    if ":" in message.split(" ", 1)[0]:
+        sub, _, message = message.partition(": ")
+        loc = f"{loc}.{sub}" if loc else sub
+    return f"{loc}: {message.strip()}"

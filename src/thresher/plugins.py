@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from thresher.errors import ThresherError
+from thresher.errors import ThresherError, describe_errors
 
 __all__ = [
     "BUILTINS",
@@ -236,8 +236,6 @@ def option_problems(kind: Kind, name: str, options: Mapping[str, Any], field: st
     try:
         model.model_validate(dict(options))
     except ValidationError as exc:
-        from thresher.spec import describe_errors
-
         return [f"{field}.{problem}" for problem in describe_errors(exc)]
     return []
 

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from thresher.errors import SpecError
+from thresher.errors import SpecError, describe_errors
 from thresher.plugins import Kind, check_plugin, option_problems
 
 FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
@@ -368,29 +368,3 @@ def resolve_uri(uri: str, base: Path) -> str:
     resolved = str(path) if path.is_absolute() else os.path.abspath(base / path)
     trailing = "/" if uri.endswith("/") and not resolved.endswith("/") else ""
     return f"{resolved}{trailing}{colon}{attr}"
-
-
-def describe_errors(exc: ValidationError) -> list[str]:
-    """One `field.path: what is wrong` line per problem pydantic found (a validator may
-    report several, one a line: a plug-in's options)."""
-    problems = []
-    for error in exc.errors():
-        loc = ".".join(str(p) for p in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "literal_error":
-            expected = error.get("ctx", {}).get("expected", "")
-            message = f"must be one of {expected.replace(' or ', ', ')}"
-        elif error["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling)"
-        elif error["type"] == "missing":
-            message = "required"
-        problems += [_at(loc, line) for line in message.splitlines()]
-    return problems
-
-
-def _at(loc: str, message: str) -> str:
-    """`loc: message`, or `loc.sub: rest` when a validator named a sub-field itself."""
-    if ":" in message.split(" ", 1)[0]:
-        sub, _, message = message.partition(": ")
-        loc = f"{loc}.{sub}" if loc else sub
-    return f"{loc}: {message.strip()}"

@@ -206,7 +206,7 @@ class InProcessExecutor:
         return len(self.queue) + (self.broken is not None)
 
     def events(self, timeout: float = 1.0) -> Iterator[Event]:
-        from thresher.worker.shard import run_task
+        from thresher.worker.run import run_task
 
         if self.broken is not None:
             broken, self.broken = self.broken, None

@@ -23,7 +23,7 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from thresher.service.webhooks import verify_signature
+from thresher.service.background.webhooks import verify_signature
 
 from .support import THRESHER
 

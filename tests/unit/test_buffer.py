@@ -20,10 +20,10 @@ from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
 from thresher.coordinator.job import new_job_id, run_job
-from thresher.service.auth import create_token
-from thresher.service.buffer import Flusher, router, start_flusher
+from thresher.service.background.buffer import Flusher, router, start_flusher
 from thresher.service.config import BufferSettings, ServerConfig, prepare
 from thresher.service.errors import ServiceError, Unprocessable
+from thresher.service.policies.auth import create_token
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec, ModelSection
 from thresher.store import JobState, open_store
@@ -108,8 +108,7 @@ def make_service(tmp_path: Path, max_records: int = 4, max_wait: float = 60.0) -
     store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
     state = ServiceState(store=store, config=config, data_dir=config.data_dir)
     jobs = SyncJobs(state)
-    state.submit_job = jobs.submit_job  # type: ignore[method-assign]
-    flusher = Flusher(state)
+    flusher = Flusher(state, jobs.submit_job)
     state.on_job_finished.append(flusher.job_finished)
     app = FastAPI()
     app.state.service = state
@@ -184,7 +183,7 @@ def test_a_full_buffer_becomes_a_job_and_every_custom_id_gets_its_answer(
 def test_the_oldest_record_waiting_max_wait_starts_a_batch(tmp_path: Path) -> None:
     made = make_service(tmp_path, max_records=1000, max_wait=0.2)
     made.state.on_job_finished.clear()  # start_flusher registers its own hook
-    stop = start_flusher(made.state, poll=0.02)
+    stop = start_flusher(made.state, poll=0.02, submit=made.jobs.submit_job)
     try:
         with made.client:
             made.post(records({"x1": 1.0, "x2": 2.0}))
@@ -247,7 +246,7 @@ def test_a_flush_interrupted_before_submitting_is_finished_on_restart(service: S
     service.post(records({"a": 1.0, "b": 2.0}))
     assert service.flusher.table.claim_batch("acme", "double", "batch-crashed", 10) == 2
     # The server dies here: rows batched, no file, no job. A new server reconciles.
-    Flusher(service.state).reconcile()
+    Flusher(service.state, service.jobs.submit_job).reconcile()
     assert [p.name for p in service.batch_files()] == ["batch-crashed.jsonl"]
     assert service.get("a").json()["output"] == {"prediction": 2.0}
     assert service.get("b").json()["status"] == "done" and len(service.jobs.calls) == 1
@@ -260,7 +259,8 @@ def test_a_flush_interrupted_after_submitting_links_the_same_job(service: Servic
     flusher.table.claim_batch("acme", "double", "batch-late", 10)
     flusher.submit_batch("batch-late", "acme", "double")
     service.state.store.db.query("UPDATE thresher_requests SET job_id = NULL")
-    Flusher(service.state).reconcile()  # resubmits with the same idempotency key
+    # resubmits with the same idempotency key
+    Flusher(service.state, service.jobs.submit_job).reconcile()
     first, second = (call[2] for call in service.jobs.calls)
     assert first == second == "thresher-buffer:batch-late"
     assert service.get("a").json()["status"] == "batched"
@@ -278,7 +278,7 @@ def test_a_job_that_ended_while_the_server_was_down_is_settled(service: Service)
     service.state.on_job_finished.clear()  # the job ends, but no hook runs
     service.jobs.run_queued()
     assert service.get("a").json()["status"] == "batched"
-    Flusher(service.state).reconcile()
+    Flusher(service.state, service.jobs.submit_job).reconcile()
     assert service.get("a").json()["status"] == "done"
     assert service.get("b").json()["error"]["stage"] == "predict"
 
@@ -287,7 +287,7 @@ def test_a_batch_the_service_refuses_fails_its_records(service: Service) -> None
     def refuse(tenant: str, body: dict[str, Any], idempotency_key: str | None = None) -> str:
         raise Unprocessable(["model: no model named 'double'"])
 
-    service.state.submit_job = refuse  # type: ignore[method-assign]
+    service.flusher.submit = refuse
     service.post(records({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}))
     service.flusher.flush_due()
     got = service.get("c").json()

@@ -9,7 +9,7 @@ import pytest
 
 from thresher.service.config import ConfigError, load_config
 from thresher.service.errors import BadRequest, Forbidden
-from thresher.service.roots import check_source_uri
+from thresher.service.policies.roots import check_source_uri
 
 
 def test_a_config_resolves_paths_and_keeps_a_generated_secret(tmp_path: Path) -> None:

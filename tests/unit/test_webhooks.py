@@ -15,10 +15,7 @@ from typing import Any
 
 import pytest
 
-from thresher.service import webhook_policy
-from thresher.service.config import ServerConfig, prepare
-from thresher.service.state import ServiceState
-from thresher.service.webhooks import (
+from thresher.service.background.webhooks import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     WebhookSender,
@@ -29,6 +26,9 @@ from thresher.service.webhooks import (
     start_webhooks,
     verify_signature,
 )
+from thresher.service.config import ServerConfig, prepare
+from thresher.service.policies import webhook_urls as webhook_policy
+from thresher.service.state import ServiceState
 from thresher.store import JobRecord, JobState, Store, open_store
 
 SECRET = "s3cret"

@@ -194,7 +194,8 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     import pyarrow as pa
 
     from thresher.models import load_model
-    from thresher.worker.shard import run_task, tuner_for
+    from thresher.worker.run import run_task
+    from thresher.worker.shard import tuner_for
 
     _die_with_parent()
     pa.set_cpu_count(max(1, threads))

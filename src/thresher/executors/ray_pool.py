@@ -51,7 +51,7 @@ class ShardActor:
         return True
 
     def run(self, task: Task) -> ShardResult:
-        from thresher.worker.shard import run_task
+        from thresher.worker.run import run_task
 
         return run_task(self.setup, self.model, task, lambda rows: None, self.tuner)
 

@@ -16,14 +16,14 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from thresher.service import files, jobs, metrics
-from thresher.service.buffer import router as buffer_router
-from thresher.service.buffer import start_flusher
+from thresher.service.background.buffer import router as buffer_router
+from thresher.service.background.buffer import start_flusher
+from thresher.service.background.scheduler import Scheduler
+from thresher.service.background.webhooks import start_webhooks
 from thresher.service.config import load_config
 from thresher.service.errors import ServiceError
-from thresher.service.scheduler import Scheduler
+from thresher.service.routers import files, jobs, metrics
 from thresher.service.state import ServiceState
-from thresher.service.webhooks import start_webhooks
 from thresher.store import open_store
 
 log = logging.getLogger("thresher.service")

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from thresher.errors import ThresherError
-from thresher.spec import ModelSection, RunSection, describe_errors, resolve_uri
+from thresher.errors import ThresherError, describe_errors
+from thresher.spec import ModelSection, RunSection, resolve_uri
 
 SECRET_FILE = "webhook_secret"
 

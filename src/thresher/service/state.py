@@ -4,11 +4,11 @@ through one `ServiceState`.
 
 A route reaches it through a parameter typed `StateDep` (`Depends(get_state)`) and the
 caller's tenant through one typed `Tenant` (`Depends(current_tenant)`, from
-`thresher.service.auth`):
+`thresher.service.policies.auth`):
 
     @router.post("/v1/things")
     def make(state: StateDep, tenant: Tenant) -> dict[str, str]:
-        return {"id": state.submit_job(tenant, {"input_file_id": ..., "model": "tiny"})}
+        return {"id": submit_job(state, tenant, {"input_file_id": ..., "model": "tiny"})}
 
 Anything that must act when a job reaches a terminal state (succeeded, failed, cancelled)
 appends a callable to `on_job_finished`; the scheduler calls each with the job's final
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends
 from starlette.requests import HTTPConnection
@@ -49,29 +49,6 @@ class ServiceState:
     # Set when a job is queued, so the scheduler starts it without waiting for its poll.
     jobs_waiting: threading.Event = field(default_factory=threading.Event)
 
-    def submit_job(
-        self, tenant: str, body: dict[str, Any], idempotency_key: str | None = None
-    ) -> str:
-        """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id` or
-        `source.uri`, `model` by registered name, optional `columns`, `id_column`,
-        `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`), build the
-        whole job spec on the server's side, and queue it. Returns the job id; with an
-        `idempotency_key` the tenant's earlier job with that key, if any, instead.
-
-        Raises `Unprocessable` (422) for a body that does not make a job (naming each
-        field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
-        (403) or `BadRequest` (400) for a `source.uri` the server will not read — all
-        `thresher.service.errors.ServiceError`s.
-        """
-        from thresher.coordinator.job import new_job_id
-        from thresher.service.submission import build_spec
-
-        job_id = new_job_id()
-        spec = build_spec(self, tenant, body, job_id)
-        queued = self.store.queue_job(job_id, spec.model_dump(mode="json"), tenant, idempotency_key)
-        self.jobs_waiting.set()
-        return queued
-
     def job_finished(self, record: JobRecord) -> None:
         """Call every `on_job_finished` hook with a job's final record."""
         for hook in list(self.on_job_finished):
@@ -79,6 +56,11 @@ class ServiceState:
                 hook(record)
             except Exception:
                 log.exception("on_job_finished hook %r failed for job %s", hook, record.id)
+
+    @property
+    def buffer_dir(self) -> Path:
+        """Where the request buffer writes each batch's input file, `<batch id>.jsonl`."""
+        return self.data_dir / "buffer"
 
     @property
     def uploads_dir(self) -> Path:

@@ -9,16 +9,19 @@ at code or paths of the tenant's choosing.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from thresher.errors import SpecError
+from thresher.errors import SpecError, describe_errors
+from thresher.service.background.webhooks import check_webhook_url
 from thresher.service.errors import NotFound, Unprocessable
-from thresher.service.roots import check_source_uri
+from thresher.service.policies.roots import check_source_uri
 from thresher.service.uploads import find_file
-from thresher.service.webhooks import check_webhook_url
-from thresher.spec import BatchSection, JobSpec, describe_errors, parse_spec
+from thresher.spec import BatchSection, JobSpec, parse_spec
+from thresher.store.requests import RequestTable
 
 if TYPE_CHECKING:
     from thresher.service.state import ServiceState
@@ -77,6 +80,30 @@ def parse_request(body: dict[str, Any]) -> JobRequest:
         raise Unprocessable(describe_errors(exc)) from None
 
 
+def submit_job(
+    state: ServiceState, tenant: str, body: dict[str, Any], idempotency_key: str | None = None
+) -> str:
+    """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id` or
+    `source.uri`, `model` by registered name, optional `columns`, `id_column`,
+    `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`), build the
+    whole job spec on the server's side, and queue it. Returns the job id; with an
+    `idempotency_key` the tenant's earlier job with that key, if any, instead.
+
+    Raises `Unprocessable` (422) for a body that does not make a job (naming each
+    field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
+    (403) or `BadRequest` (400) for a `source.uri` the server will not read — all
+    `thresher.service.errors.ServiceError`s.
+    """
+    from thresher.coordinator.job import new_job_id
+
+    job_id = new_job_id()
+    spec = build_spec(state, tenant, body, job_id)
+    store = state.store
+    queued = store.queue_job(job_id, spec.model_dump(mode="json"), tenant, idempotency_key)
+    state.jobs_waiting.set()
+    return queued
+
+
 def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: str) -> JobSpec:
     """The whole job spec for a tenant's submission, its output in `outputs/<job_id>/`."""
     request = parse_request(body)
@@ -126,11 +153,18 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
 def _readable(state: ServiceState, tenant: str, uri: str) -> str:
     """A server-side input the tenant may read: under `allowed_roots`, or one of the
     tenant's own request-buffer batch files (which the buffer submits as jobs)."""
-    from thresher.service.buffer import buffered_batch_owner
-
     owner = buffered_batch_owner(state, uri)
     if owner is None:
         return check_source_uri(uri, state.config.allowed_roots)
     if owner != tenant:
         raise NotFound(f"source.uri: no such input {uri!r}")
     return uri
+
+
+def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:
+    """The tenant whose request-buffer batch file `uri` is, or None when `uri` is not a
+    batch file. Only that tenant's submission may read it."""
+    path = Path(uri.removeprefix("file://"))
+    if os.path.realpath(path.parent) != os.path.realpath(state.buffer_dir):
+        return None
+    return RequestTable(state.store.db).batch_tenant(path.stem)

@@ -7,11 +7,17 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from thresher.errors import ThresherError
+
+
+def now() -> str:
+    """The time a store row records: UTC, ISO 8601."""
+    return datetime.now(UTC).isoformat()
 
 
 class StoreError(ThresherError):

@@ -12,11 +12,11 @@ import json
 import os
 import socket
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from thresher.store.db import Database, StoreError
+from thresher.store.db import Database, StoreError, now
+from thresher.store.retries import RetryLog
 from thresher.store.schema import migrate
 
 
@@ -82,10 +82,6 @@ class Totals:
     rows_error: int
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat()
-
-
 def this_owner() -> str:
     """Who coordinates a job: host and process, so a dead owner can be told from a live one."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -95,8 +91,6 @@ class Store:
     """Jobs and shards in a Database. Every method is one transaction."""
 
     def __init__(self, db: Database) -> None:
-        from thresher.store.retries import RetryLog
-
         self.db = db
         migrate(db)
         self.retries = RetryLog(db)

@@ -3,7 +3,7 @@
 Every method is one transaction, and every change of state is guarded by the state it
 leaves (`WHERE state = 'waiting'` to batch, `WHERE state = 'batched'` to settle), so a
 record moves waiting → batched → done | failed once, whoever calls twice. The protocol
-these steps make up is told in `thresher.service.buffer`.
+these steps make up is told in `thresher.service.background.buffer`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from thresher.store.db import Database
-from thresher.store.jobs import now
+from thresher.store.db import Database, now
 
 
 class RequestState(StrEnum):

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from thresher.store.db import Database
-from thresher.store.jobs import now
+from thresher.store.db import Database, now
 
 
 class RoundState(StrEnum):

@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Any
 
-from thresher.store.db import Database
-from thresher.store.jobs import now
+from thresher.store.db import Database, now
 
 __all__ = ["FileRecord", "FileTable", "TokenTable"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from thresher.store.db import Database
-from thresher.store.jobs import JobRecord, JobState, ShardState, now
+from thresher.store.db import Database, now
+from thresher.store.jobs import JobRecord, JobState, ShardState
 
 __all__ = [
     "cancel_if_queued",

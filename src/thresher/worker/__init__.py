@@ -3,6 +3,7 @@ part. It runs in worker processes or Ray actors and never touches the store."""
 
 from __future__ import annotations
 
-from thresher.worker.shard import run_shard, run_task
+from thresher.worker.run import run_task
+from thresher.worker.shard import run_shard
 
 __all__ = ["run_shard", "run_task"]

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.errors import BadInputError, ModelOutputError
-from thresher.executors.tasks import RetryTask, ShardResult, ShardTask, Task, WorkerSetup
+from thresher.executors.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.models.base import Model, SortsByLength
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import StagedPart, open_for_write
@@ -175,22 +175,6 @@ def run_shard(
         seconds=time.perf_counter() - started,
         batch_size=tuner.size,
     )
-
-
-def run_task(
-    setup: WorkerSetup,
-    model: Model,
-    task: Task,
-    report: Callable[[int], None],
-    tuner: BatchTuner | None = None,
-) -> ShardResult:
-    """Run any kind of shard task: a first run or retry of a shard, or a retry round's
-    rejected rows. Every executor calls this, so every kind runs everywhere."""
-    if isinstance(task, RetryTask):
-        from thresher.worker.retry import run_retry
-
-        return run_retry(setup, model, task, report, tuner)
-    return run_shard(setup, model, task, report, tuner)
 
 
 def tuner_for(batch: BatchSection, model: Model) -> BatchTuner:

@@ -41,13 +41,15 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from thresher.service.buffer_api import router
 from thresher.service.config import BufferSettings
 from thresher.service.errors import ServiceError
+from thresher.service.routers.requests import router
 from thresher.service.state import ServiceState
+from thresher.service.submission import submit_job
 from thresher.sinks import open_sink
 from thresher.spec import SinkSection
 from thresher.store import JobRecord, StoreError
@@ -55,9 +57,10 @@ from thresher.store.requests import RequestState, RequestTable, WaitingGroup
 
 __all__ = ["Flusher", "RequestTable", "router", "start_flusher"]
 
-log = logging.getLogger("thresher.service.buffer")
+log = logging.getLogger("thresher.service.background.buffer")
 
-BUFFER_DIR = "buffer"
+# (tenant, job body, idempotency key) -> job id: how the flusher submits a batch's job
+Submit = Callable[[str, dict[str, Any], str | None], str]
 KEY_PREFIX = "thresher-buffer:"
 
 
@@ -69,10 +72,11 @@ def new_batch_id() -> str:
 class Flusher:
     """Turns waiting records into batch jobs and settles them when the jobs end."""
 
-    def __init__(self, state: ServiceState, table: RequestTable | None = None) -> None:
+    def __init__(self, state: ServiceState, submit: Submit | None = None) -> None:
         self.state = state
-        self.table = table or RequestTable(state.store.db)
-        self.buffer_dir = state.data_dir / BUFFER_DIR
+        self.submit = submit or partial(submit_job, state)
+        self.table = RequestTable(state.store.db)
+        self.buffer_dir = state.buffer_dir
 
     def flush_due(self) -> int:
         """Make a batch job of every group that is due; returns how many were made."""
@@ -109,7 +113,7 @@ class Flusher:
             "name": f"buffer {model}",
         }
         try:
-            job_id = self.state.submit_job(tenant, body, idempotency_key=KEY_PREFIX + batch_id)
+            job_id = self.submit(tenant, body, KEY_PREFIX + batch_id)
         except ServiceError as exc:  # this batch can never make a job: answer its records
             log.warning("buffered batch %s of tenant %s refused: %s", batch_id, tenant, exc)
             error = {"stage": "submit", "error": type(exc).__name__, "message": str(exc)}
@@ -201,11 +205,15 @@ def missing_answer(job: JobRecord) -> dict[str, Any]:
 
 
 def start_flusher(
-    state: ServiceState, poll: float = 0.25, reconcile_every: float = 5.0
+    state: ServiceState,
+    poll: float = 0.25,
+    reconcile_every: float = 5.0,
+    submit: Submit | None = None,
 ) -> Callable[[], None]:
     """Start the buffer's flusher thread and register its `on_job_finished` hook; returns
-    the function that stops both."""
-    flusher = Flusher(state)
+    the function that stops both. `submit` makes a batch's job (default: the service's
+    own `submission.submit_job`)."""
+    flusher = Flusher(state, submit)
     stopping = threading.Event()
 
     def loop() -> None:
@@ -231,12 +239,3 @@ def start_flusher(
             state.on_job_finished.remove(flusher.job_finished)
 
     return stop
-
-
-def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:
-    """For the jobs API: the tenant whose buffered batch file `uri` is, or None when `uri`
-    is not a batch file. Only that tenant's submission may read it."""
-    path = Path(uri.removeprefix("file://"))
-    if os.path.realpath(path.parent) != os.path.realpath(state.data_dir / BUFFER_DIR):
-        return None
-    return RequestTable(state.store.db).batch_tenant(path.stem)

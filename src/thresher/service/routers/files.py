@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from thresher.service.auth import Tenant
 from thresher.service.errors import TooLarge, Unprocessable
+from thresher.service.policies.auth import Tenant
 from thresher.service.schemas import FileInfo
 from thresher.service.state import StateDep
 from thresher.service.uploads import (
@@ -19,7 +19,7 @@ from thresher.service.uploads import (
     record_file,
 )
 from thresher.spec import FILE_FORMATS, infer_format
-from thresher.store.jobs import now
+from thresher.store.db import now
 from thresher.store.uploads import FileRecord
 
 router = APIRouter(prefix="/v1/files", tags=["files"])

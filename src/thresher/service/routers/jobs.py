@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from thresher.service.auth import Tenant
+from thresher.service import submission
 from thresher.service.downloads import (
     MEDIA_TYPES,
     error_parts,
@@ -18,6 +18,7 @@ from thresher.service.downloads import (
     stream_parts,
 )
 from thresher.service.errors import Conflict, NotFound
+from thresher.service.policies.auth import Tenant
 from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
@@ -92,7 +93,7 @@ def submit_job(
     """Queue a job over an uploaded file (`input_file_id`) or a server-side path under the
     server's `allowed_roots` (`source.uri`), with a model registered on the server."""
     body = job.model_dump(mode="json", exclude_unset=True)
-    job_id = state.submit_job(tenant, body, idempotency_key)
+    job_id = submission.submit_job(state, tenant, body, idempotency_key)
     return describe(state, state.store.job(job_id))
 
 

@@ -21,8 +21,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from thresher.service.auth import current_tenant
 from thresher.service.errors import Conflict, NotFound, TooLarge, Unprocessable
+from thresher.service.policies.auth import current_tenant
 from thresher.service.state import ServiceState, get_state
 from thresher.store.requests import BufferedRequest, DuplicateRequest, RequestTable
 

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2 as httpx
 
-from thresher.service.delivery import Delivery, RetryingDispatcher
-from thresher.service.webhook_policy import check_webhook_url, resolve_webhook_url
+from thresher.service.background.delivery import Delivery, RetryingDispatcher
+from thresher.service.policies.webhook_urls import check_webhook_url, resolve_webhook_url
 from thresher.store import JobRecord, JobState, Store
 from thresher.store.db import Database
 from thresher.store.deliveries import DeliveryState, DeliveryTable
@@ -63,7 +63,7 @@ __all__ = [
     "verify_signature",
 ]
 
-log = logging.getLogger("thresher.service.webhooks")
+log = logging.getLogger("thresher.service.background.webhooks")
 
 TIMESTAMP_HEADER = "X-Thresher-Timestamp"
 SIGNATURE_HEADER = "X-Thresher-Signature"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-log = logging.getLogger("thresher.service.delivery")
+log = logging.getLogger("thresher.service.background.delivery")
 
 
 @dataclass

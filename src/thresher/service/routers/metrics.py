@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
-from thresher.service.auth import Credentials, current_tenant
+from thresher.service.policies.auth import Credentials, current_tenant
 from thresher.service.state import ServiceState, StateDep
 from thresher.store import JobState
 from thresher.store.views import done_row_totals, job_counts, running_job_progress

@@ -22,7 +22,7 @@ from thresher.spec import JobSpec
 from thresher.store import JobRecord, JobState, StoreError
 from thresher.store.views import running_service_jobs
 
-log = logging.getLogger("thresher.service.scheduler")
+log = logging.getLogger("thresher.service.background.scheduler")
 
 POLL_SECONDS = 1.0
 
