@@ -33,6 +33,7 @@ from thresher.sinks import open_sink
 from thresher.sources import open_source
 from thresher.spec import SinkSection, SourceSection
 from thresher.store import JobState, ShardState, Store, StoreError, open_store
+from thresher.testing import check_sink, check_source
 
 pytestmark = pytest.mark.integration
 
@@ -415,3 +416,12 @@ def test_retry_errors_adds_the_fixed_rows_once(pg: Pg, tmp_path: Path) -> None:
     assert ids == Counter(table.column("id").to_pylist())
     keys = set(pg.read("SELECT job_id FROM _thresher_parts").column("job_id").to_pylist())
     assert keys == {job_id, f"{job_id}.r1"}
+
+
+def test_the_postgresql_source_and_sink_keep_the_contract(pg: Pg, tmp_path: Path) -> None:
+    """`thresher.testing`'s checks, as for every built-in plug-in."""
+    check_sink(lambda: open_sink(SinkSection(uri=pg.sink("contract"), staging=str(tmp_path))))
+    pg.load("contract_in", customers(3000, seed=5))
+    query = "SELECT id, f0, f1 FROM contract_in"
+    section = SourceSection(uri=pg.url, query=query, id_column="id", shard_rows=700)
+    assert len(check_source(open_source(section, min_shards=2)).shards) > 1
