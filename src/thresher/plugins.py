@@ -102,29 +102,35 @@ class Plugin:
     extra: str | None = None  # the thresher extra that installs what it imports
 
     def load(self) -> Callable[..., Any]:
-        """The factory, imported now. A missing dependency of a built-in says which
-        extra to install."""
-        factory = _import(self.factory, self)
+        """The factory, imported now. A missing dependency of a registered plug-in says
+        what to install; a dotted path that does not import says why."""
+        module_name, _, attribute = self.factory.partition(":")
+        factory = getattr(self._module(module_name), attribute, None)
         if not callable(factory):
-            raise PluginError(f"{Kind(self.kind).field}: {self.factory} is not callable")
+            raise PluginError(
+                f"{Kind(self.kind).field}: {module_name} has no loader function {attribute!r}"
+            )
         return factory  # type: ignore[no-any-return]
 
     def options_model(self) -> type[BaseModel] | None:
-        return None if self.options is None else _import(self.options, self)
+        if self.options is None:
+            return None
+        module_name, _, attribute = self.options.partition(":")
+        model = getattr(self._module(module_name), attribute, None)
+        if model is None:
+            field = Kind(self.kind).field
+            raise PluginError(f"{field}: {module_name} has no options model {attribute!r}")
+        return model  # type: ignore[no-any-return]
 
-
-def _import(path: str, plugin: Plugin) -> Any:
-    module_name, _, attribute = path.partition(":")
-    field = Kind(plugin.kind).field
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        hint = f"pip install 'thresher[{plugin.extra}]'" if plugin.extra else f"install {exc.name}"
-        raise PluginError(f"{field}: {plugin.name} needs {exc.name}; {hint}") from exc
-    found = getattr(module, attribute, None)
-    if found is None:
-        raise PluginError(f"{field}: {module_name} has no {attribute!r}")
-    return found
+    def _module(self, name: str) -> Any:
+        field = Kind(self.kind).field
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if self.factory == self.name:  # named by its dotted path, not registered
+                raise PluginError(f"{field}: cannot import {name}: {exc}") from exc
+            hint = f"pip install 'thresher[{self.extra}]'" if self.extra else f"install {exc.name}"
+            raise PluginError(f"{field}: {self.name} needs {exc.name}; {hint}") from exc
 
 
 def _builtin(

@@ -15,14 +15,13 @@ a third party's loader, `"mypkg.adapters:load_mine"`: any callable
 from __future__ import annotations
 
 import hashlib
-import importlib
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
 from thresher.errors import ModelLoadError, ThresherError
 from thresher.models.base import LoadContext, Model, ModelLoader
-from thresher.plugins import BUILTINS, Kind, Plugin, lookup, names
+from thresher.plugins import BUILTINS, Kind, Plugin, PluginError, find, lookup
 from thresher.spec import ModelSection
 
 __all__ = [
@@ -78,9 +77,11 @@ def check_model_section(spec: ModelSection) -> list[str]:
     """What is wrong with a `[model]` section that can be seen without loading it: an
     unknown kind, a loader module that is not there, a model file that is missing. The
     coordinator asks before any work, so a typo never costs the previous output."""
-    if _plugin(spec.kind) is None and ":" not in spec.kind:
-        return [_unknown_kind(spec.kind)]
-    if _plugin(spec.kind) is None:
+    try:
+        plugin = find(Kind.MODEL, spec.kind)
+    except PluginError as exc:
+        return [str(exc)]
+    if plugin.factory == spec.kind:  # a loader of the user's own: is its module there?
         module = spec.kind.partition(":")[0]
         if _module_file(module) is None:
             return [f"model.kind: no module {module!r} on the path (from {spec.kind!r})"]
@@ -100,34 +101,14 @@ def _local_model_file(spec: ModelSection) -> str | None:
     return spec.uri if spec.kind in _FILE_KINDS else None
 
 
-def _unknown_kind(kind: str) -> str:
-    return (
-        f"model.kind: unknown kind {kind!r}; use one of {', '.join(sorted(names(Kind.MODEL)))},"
-        " or a loader of your own as 'package.module:function'"
-    )
-
-
 def resolve_loader(kind: str) -> ModelLoader:
     """The loader a kind names: a registered model plug-in (a built-in or an entry
-    point's), or `module:function`."""
-    plugin = _plugin(kind)
-    path = plugin.factory if plugin else kind if ":" in kind else None
-    if path is None:
-        raise ModelLoadError(_unknown_kind(kind))
-    module_name, _, attribute = path.partition(":")
+    point's), or `module:function` (see plugins.py)."""
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if plugin:  # the adapter exists; one of its dependencies does not
-            extra = plugin.extra or kind
-            raise ModelLoadError(
-                f"model.kind: {kind} needs {exc.name}; pip install 'thresher[{extra}]'"
-            ) from exc
-        raise ModelLoadError(f"model.kind: cannot import {module_name}: {exc}") from exc
-    loader = getattr(module, attribute, None)
-    if not callable(loader):
-        raise ModelLoadError(f"model.kind: {module_name} has no loader function {attribute!r}")
-    return loader  # type: ignore[no-any-return]
+        loader: ModelLoader = find(Kind.MODEL, kind).load()
+    except PluginError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    return loader
 
 
 def model_fingerprint(spec: ModelSection) -> dict[str, str | None]:

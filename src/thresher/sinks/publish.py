@@ -19,7 +19,7 @@ Given `_PUBLISH`, every step can run again, so re-running from step 2 finishes t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +35,8 @@ PENDING = "_pending"
 PUBLISH = "_PUBLISH"
 # thresher's own entries in an output folder: never output, never removed as output
 RESERVED = frozenset({SUCCESS, MARKER, PENDING, STAGING})
+# What runs for a job's publish before its files move: (job id, its `_PUBLISH` record)
+BeforeFiles = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -77,17 +79,17 @@ class PendingOutput:
         write_json(fs, intent, record)
         return record
 
-    def publish(self, manifest: dict[str, Any], overwrite: bool) -> None:
-        """Steps 1-5: the job's output replaces (overwrite) or joins (append) the folder's."""
+    def publish(
+        self, manifest: dict[str, Any], overwrite: bool, first: BeforeFiles | None = None
+    ) -> None:
+        """Steps 1-5: the job's output replaces (overwrite) or joins (append) the folder's.
+        `first(job_id, record)` runs once the record is written, before any file moves (a
+        SQL sink swaps its table there)."""
         record = self.record_intent(manifest, overwrite)
+        if first is not None:
+            first(self.job_id, record)
         fs, folder = filesystem(self.folder)
         finish_publish(fs, self.root, folder, record)
-
-    def discard(self) -> None:
-        """Remove the pending parts (a job that will never be resumed)."""
-        fs, folder = filesystem(self.folder)
-        if fs.exists(folder):
-            fs.rm(folder, recursive=True)
 
 
 def finish_publish(fs: Any, root_url: str, folder: str, record: dict[str, Any]) -> None:
@@ -112,27 +114,19 @@ def finish_publish(fs: Any, root_url: str, folder: str, record: dict[str, Any]) 
         fs.rm(f"{root}/{PENDING}", recursive=True)
 
 
-def interrupted(root_url: str, skip: str | None = None) -> dict[str, dict[str, Any]]:
-    """The `_PUBLISH` record of every publish a crash cut short in this folder, by job
-    (but job `skip`'s, which its own resume finishes)."""
+def recover(root_url: str, skip: str | None = None, first: BeforeFiles | None = None) -> None:
+    """Finish every publish a crash cut short in this folder (but job `skip`'s, which its
+    own resume finishes), calling `first` for each as `PendingOutput.publish` does."""
     fs, root = filesystem(root_url)
-    records = {}
     for job_id in pending_jobs(fs, root):
         intent = f"{root}/{PENDING}/{job_id}/{PUBLISH}"
-        if job_id != skip and fs.exists(intent):
-            with fs.open(intent, "r") as f:
-                records[job_id] = json.load(f)
-    return records
-
-
-def recover(root_url: str, skip: str | None = None) -> list[str]:
-    """Finish every publish a crash cut short in this folder (but job `skip`'s); returns
-    the job ids it finished."""
-    fs, root = filesystem(root_url)
-    records = interrupted(root_url, skip)
-    for job_id, record in records.items():
+        if job_id == skip or not fs.exists(intent):
+            continue
+        with fs.open(intent, "r") as f:
+            record = json.load(f)
+        if first is not None:
+            first(job_id, record)
         finish_publish(fs, root_url, f"{root}/{PENDING}/{job_id}", record)
-    return list(records)
 
 
 def pending_jobs(fs: Any, root: str) -> list[str]:

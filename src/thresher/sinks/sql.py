@@ -29,7 +29,6 @@ from thresher.sinks.publish import (
     ERRORS,
     SUCCESS,
     PendingOutput,
-    interrupted,
     read_published_errors,
     recover,
     remove_staging,
@@ -99,9 +98,7 @@ class SqlSink:
         else:
             self._check_table()
             PendingOutput(self.side_dir, job_id).create()
-        for other, record in interrupted(self.side_dir, skip=job_id).items():
-            self._swap(other, record["overwrite"])  # a publish a crash cut short
-        recover(self.side_dir, skip=job_id)
+        recover(self.side_dir, skip=job_id, first=self._swap)  # publishes cut short
 
     def _check_table(self) -> None:
         """Create the ledger; refuse a table thresher did not write."""
@@ -172,18 +169,17 @@ class SqlSink:
         pending = PendingOutput(self.side_dir, self.job_id)
         if pending.published():
             return  # published before a crash cut the job's own bookkeeping short
-        overwrite = self.mode == "overwrite"
-        record = pending.record_intent(manifest, overwrite)
-        self._swap(self.job_id, record["overwrite"])
-        pending.publish(manifest, overwrite)
+        pending.publish(manifest, self.mode == "overwrite", first=self._swap)
 
-    def _swap(self, job_id: str, overwrite: bool) -> None:
-        """Put job `job_id`'s staging table in the table's place, or append its rows, in
-        one transaction. Run again after it committed, it finds the staging table gone and
+    def _swap(self, job_id: str, record: dict[str, Any]) -> None:
+        """Put job `job_id`'s staging table in the table's place (`record["overwrite"]`, from
+        its `_PUBLISH` record) or append its rows, in one transaction. Run again after it
+        committed, it finds the staging table gone and
         the ledger's rows moved to the table, and does nothing. (A job with no rows has
         no staging table: in overwrite mode the table is dropped, which is as safe to redo
         while the job's pending folder is there: another job's start would first have
         finished this publish.)"""
+        overwrite = bool(record["overwrite"])
         sql, stage = self.dialect.sql, stage_table(job_id)
         with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
             staged = self.dialect.table_exists(cur, stage)
