@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +92,38 @@ def small_bert(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
         return folder
 
     return make
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The test PostgreSQL server's URL (THRESHER_TEST_POSTGRES, which `scripts/test.sh`
+    starts); a missing server fails in CI and skips elsewhere, so it never passes silently."""
+    url = os.environ.get("THRESHER_TEST_POSTGRES")
+    if not url:
+        reason = "THRESHER_TEST_POSTGRES is unset; `bash scripts/postgres.sh` starts a server"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (in CI the PostgreSQL tests must run: use scripts/test.sh)")
+        pytest.skip(reason)
+    try:
+        _pg_execute(url, "SELECT 1")
+    except Exception as exc:  # the driver's errors have no common base worth naming
+        pytest.fail(f"THRESHER_TEST_POSTGRES={url} does not answer: {exc}")
+    return url
+
+
+@pytest.fixture
+def pg_schema(postgres_server: str) -> Iterator[str]:
+    """A schema of this test's own on the test server, dropped afterwards."""
+    schema = f"t_{secrets.token_hex(5)}"
+    _pg_execute(postgres_server, f"CREATE SCHEMA {schema}")
+    try:
+        yield schema
+    finally:
+        _pg_execute(postgres_server, f"DROP SCHEMA {schema} CASCADE")
+
+
+def _pg_execute(url: str, statement: str) -> None:
+    import adbc_driver_postgresql.dbapi as pg_adbc
+
+    with closing(pg_adbc.connect(url, autocommit=True)) as conn, closing(conn.cursor()) as cur:
+        cur.execute(statement)

@@ -1,4 +1,5 @@
-"""PostgreSQL URLs for the source and the sink: parse, redact, connect through ADBC.
+"""PostgreSQL URLs for the store, the source and the sink: parse, redact, connect through
+ADBC (the one driver thresher uses for PostgreSQL).
 
 A URL is libpq's own (`postgresql://user:password@host:port/db?sslmode=require`), plus
 thresher's keys in the query string (`table=` for a sink), which are taken out before the
@@ -77,6 +78,18 @@ def without_password(uri: str) -> str:
     """
     password = urlsplit(uri).password if "://" in uri else None
     return uri.replace(f":{password}@", ":***@", 1) if password else uri
+
+
+def numbered_placeholders(statement: str) -> str:
+    """`?` placeholders as PostgreSQL's `$1`, `$2`, … (thresher's statements hold no
+    literal `?`).
+
+    >>> numbered_placeholders("SELECT a FROM t WHERE b = ? AND c = ?")
+    'SELECT a FROM t WHERE b = $1 AND c = $2'
+    """
+    pieces = statement.split("?")
+    numbered = [f"{piece}${n}" for n, piece in enumerate(pieces[:-1], start=1)]
+    return "".join(numbered) + pieces[-1]
 
 
 def quote_ident(name: str) -> str:

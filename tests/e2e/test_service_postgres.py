@@ -5,10 +5,7 @@ store, sink and source on their own)."""
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -20,23 +17,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def pg_store() -> Iterator[str]:
-    """A store URL in a schema of its own; a missing server fails in CI, skips elsewhere."""
-    server = os.environ.get("THRESHER_TEST_POSTGRES")
-    if not server:
-        if os.environ.get("CI"):
-            pytest.fail("THRESHER_TEST_POSTGRES is unset; in CI scripts/test.sh starts it")
-        pytest.skip("THRESHER_TEST_POSTGRES is unset; `bash scripts/postgres.sh` starts one")
-    import psycopg
-
-    schema = f"svc_{secrets.token_hex(5)}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{server}?options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+def pg_store(postgres_server: str, pg_schema: str) -> str:
+    """A store URL in a schema of its own."""
+    return f"{postgres_server}?options={quote(f'-csearch_path={pg_schema}')}"
 
 
 def test_the_service_runs_on_a_postgresql_store(tmp_path: Path, pg_store: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import secrets
 import subprocess
 import sys
 from collections import Counter
@@ -60,24 +59,6 @@ class Scorer:
 """
 
 
-@pytest.fixture(scope="session")
-def server_url() -> str:
-    """The test server's URL; a missing one fails in CI and skips elsewhere."""
-    url = os.environ.get("THRESHER_TEST_POSTGRES")
-    if not url:
-        reason = "THRESHER_TEST_POSTGRES is unset; `bash scripts/postgres.sh` starts a server"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (in CI the PostgreSQL tests must run: use scripts/test.sh)")
-        pytest.skip(reason)
-    import psycopg
-
-    try:
-        psycopg.connect(url, connect_timeout=5).close()
-    except psycopg.Error as exc:
-        pytest.fail(f"THRESHER_TEST_POSTGRES={url} does not answer: {exc}")
-    return url
-
-
 @dataclass(frozen=True)
 class Pg:
     """One test's schema on the server, and ways to reach it."""
@@ -114,17 +95,8 @@ class Pg:
 
 
 @pytest.fixture
-def pg(server_url: str) -> Iterator[Pg]:
-    import psycopg
-
-    schema = f"t_{secrets.token_hex(5)}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield Pg(server_url, schema)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+def pg(postgres_server: str, pg_schema: str) -> Pg:
+    return Pg(postgres_server, pg_schema)
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from thresher.errors import SinkError
-from thresher.postgres import PgUrl
+from thresher.postgres import PgUrl, numbered_placeholders
 from thresher.sinks.sql import SqlSink, check_table_name
 from thresher.spec import SinkSection
 
@@ -38,10 +38,7 @@ class PostgresDialect:
         return self.url.connect(SinkError, "sink.uri")
 
     def sql(self, statement: str) -> str:
-        """`?` placeholders become `$1`, `$2`, … (none of our statements has a literal ?)."""
-        pieces = statement.split("?")
-        numbered = [f"{piece}${n}" for n, piece in enumerate(pieces[:-1], start=1)]
-        return "".join(numbered) + pieces[-1]
+        return numbered_placeholders(statement)
 
     def table_exists(self, cur: Any, table: str) -> bool:
         cur.execute(

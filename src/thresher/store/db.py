@@ -1,5 +1,7 @@
 """The one data layer under the store: plain DB-API over SQLite (stdlib) or PostgreSQL
-(psycopg). SQL is written once with `?` placeholders; PostgreSQL gets `%s`."""
+(through ADBC, the driver the PostgreSQL source and sink use too). SQL is written once
+with `?` placeholders; PostgreSQL gets `$1`, `$2`, …. A statement whose effect a caller
+counts goes through `Cursor.changed` (ADBC reports no row counts)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from thresher.errors import ThresherError
+from thresher.postgres import PgUrl, numbered_placeholders
 
 
 def now() -> str:
@@ -38,7 +41,7 @@ class Database:
             self._conn: Any = _connect_sqlite(parsed.path)
         elif parsed.scheme in ("postgresql", "postgres"):
             self.dialect = "postgresql"
-            self._conn = _connect_postgres(url)
+            self._conn = PgUrl.parse(url).connect(StoreError, "--store")
         else:
             raise StoreError(f"--store: expected sqlite:///path.db or postgresql://…, got {url}")
 
@@ -73,9 +76,14 @@ class Cursor:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         if self._dialect == "postgresql":
-            sql = sql.replace("?", "%s")
+            sql = numbered_placeholders(sql)
         self._cursor.execute(sql, tuple(params))
         return self
+
+    def changed(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run an INSERT or UPDATE and return how many rows it wrote (through RETURNING,
+        which both databases answer; a DB-API row count is not reported by every driver)."""
+        return len(self.execute(f"{sql} RETURNING 1", params).fetchall())
 
     def fetchone(self) -> tuple[Any, ...] | None:
         row = self._cursor.fetchone()
@@ -83,10 +91,6 @@ class Cursor:
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self._cursor.fetchall()]
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cursor.rowcount)
 
     def close(self) -> None:
         self._cursor.close()
@@ -101,21 +105,3 @@ def _connect_sqlite(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn
-
-
-def _connect_postgres(url: str) -> Any:
-    try:
-        import psycopg
-    except ImportError as exc:
-        raise StoreError("a PostgreSQL store needs `pip install thresher[postgres]`") from exc
-    try:
-        return psycopg.connect(url)
-    except psycopg.Error as exc:
-        raise StoreError(f"--store: cannot connect to {_redact(url)}: {exc}") from exc
-
-
-def _redact(url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.password:
-        return url.replace(f":{parsed.password}@", ":***@")
-    return url

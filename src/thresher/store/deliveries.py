@@ -26,11 +26,11 @@ class DeliveryTable:
     def add(self, job_id: str, event: str, url: str, payload: str) -> bool:
         """Record a pending delivery; False if this job's event to `url` already is."""
         with self.db.transaction() as cur:
-            added = cur.execute(
+            added = cur.changed(
                 "INSERT INTO thresher_webhook_deliveries (job_id, event, url, payload, state,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (job_id, event, url, payload, DeliveryState.PENDING.value, now()),
-            ).rowcount
+            )
         return added > 0
 
     def pending(self) -> list[tuple[str, str, str, str, int]]:

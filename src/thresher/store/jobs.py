@@ -164,7 +164,7 @@ class Store:
             if not rows:
                 return None
             with self.db.transaction() as cur:
-                taken = cur.execute(
+                taken = cur.changed(
                     "UPDATE thresher_jobs SET state = ?, owner = ?, heartbeat_at = ?"
                     " WHERE id = ? AND state = ?",
                     (
@@ -174,7 +174,7 @@ class Store:
                         rows[0][0],
                         JobState.QUEUED.value,
                     ),
-                ).rowcount
+                )
             if taken:
                 return self.job(str(rows[0][0]))
 

@@ -68,12 +68,12 @@ class RequestTable:
         with self.db.transaction() as cur:
             taken = []
             for custom_id, model, features in records:
-                added = cur.execute(
+                added = cur.changed(
                     "INSERT INTO thresher_requests (tenant, custom_id, model, record, state,"
                     " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     (tenant, custom_id, model, json.dumps(features), RequestState.WAITING.value,
                      created),
-                ).rowcount  # fmt: skip
+                )  # fmt: skip
                 if not added:
                     taken.append(custom_id)
             if taken:
@@ -114,14 +114,14 @@ class RequestTable:
         """Put the oldest `limit` waiting records of a tenant's model in batch `batch_id`;
         returns how many it took."""
         with self.db.transaction() as cur:
-            return cur.execute(
+            return cur.changed(
                 "UPDATE thresher_requests SET state = ?, batch_id = ?"
                 " WHERE tenant = ? AND state = ? AND custom_id IN (SELECT custom_id"
                 " FROM thresher_requests WHERE tenant = ? AND model = ? AND state = ?"
                 " ORDER BY created_at, custom_id LIMIT ?)",
                 (RequestState.BATCHED.value, batch_id, tenant, RequestState.WAITING.value,
                  tenant, model, RequestState.WAITING.value, limit),
-            ).rowcount  # fmt: skip
+            )  # fmt: skip
 
     def batch_lines(self, batch_id: str) -> list[dict[str, Any]]:
         """The input rows of a batch, `custom_id` first, in a stable order."""

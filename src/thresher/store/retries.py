@@ -117,4 +117,5 @@ class RetryLog:
             (job_id,),
         )
         keys = ("round", "started_at", "finished_at", "model_sha256", "rows_fixed", "rows_failed")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
+        # int(): PostgreSQL's SUM is a numeric, which the driver hands over as text
+        return [dict(zip(keys, (*r[:4], int(r[4]), int(r[5])), strict=True)) for r in rows]

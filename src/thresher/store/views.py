@@ -32,7 +32,7 @@ def tenant_job_ids(db: Database, tenant: str, limit: int, after: JobRecord | Non
 def cancel_if_queued(db: Database, job_id: str) -> bool:
     """Cancel the job if it is still queued, atomically against the scheduler's claim."""
     with db.transaction() as cur:
-        changed = cur.execute(
+        changed = cur.changed(
             "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?"
             " WHERE id = ? AND state = ?",
             (
@@ -42,7 +42,7 @@ def cancel_if_queued(db: Database, job_id: str) -> bool:
                 job_id,
                 JobState.QUEUED.value,
             ),
-        ).rowcount
+        )
     return changed > 0
 
 
