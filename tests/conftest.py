@@ -127,3 +127,20 @@ def _pg_execute(url: str, statement: str) -> None:
 
     with closing(pg_adbc.connect(url, autocommit=True)) as conn, closing(conn.cursor()) as cur:
         cur.execute(statement)
+
+
+@pytest.fixture
+def job_spec() -> Callable[..., Any]:
+    """Makes a valid JobSpec for store tests: `job_spec(job={"priority": 5})` sets sections
+    over a minimal spec (a Python model, a CSV source, a Parquet folder sink)."""
+    from thresher.spec import JobSpec
+
+    def make(**sections: Any) -> JobSpec:
+        raw: dict[str, Any] = {
+            "model": {"kind": "python", "uri": "model.py"},
+            "source": {"uri": "in.csv", "id_column": "id"},
+            "sink": {"uri": "out/"},
+        }
+        return JobSpec.model_validate({**raw, **sections})
+
+    return make

@@ -30,7 +30,7 @@ import pytest
 from thresher.errors import SinkError, SourceError
 from thresher.sinks import open_sink
 from thresher.sources import open_source
-from thresher.spec import SinkSection, SourceSection
+from thresher.spec import JobSpec, SinkSection, SourceSection
 from thresher.store import JobState, ShardState, Store, StoreError, open_store
 from thresher.testing import check_sink, check_source
 
@@ -157,20 +157,20 @@ def expected(model: Any, table: pa.Table) -> dict[str, np.ndarray]:
     return {"prediction": model.predict(x), "proba_1": model.predict_proba(x)[:, 1]}
 
 
-def test_store_keeps_jobs_shards_attempts_and_cancels(pg: Pg) -> None:
+def test_store_keeps_jobs_shards_attempts_and_cancels(pg: Pg, job_spec: Any) -> None:
     with store_at(pg.url) as store, store_at(pg.url) as other:
-        check_store(store, other)
+        check_store(store, other, job_spec(job={"name": "nightly"}))
 
 
-def check_store(store: Store, other: Store) -> None:
+def check_store(store: Store, other: Store, spec: JobSpec) -> None:
     plan = {"shards": [{"index": i} for i in range(3)], "schema": ""}
-    store.create_job("job-1", "nightly", {"k": "v"}, plan)
+    store.create_job("job-1", "nightly", spec, plan)
     store.attempt_started("job-1", 0, "a0", 1)
     store.shard_done("job-1", 0, "a0", (10, 9, 1), 0.5)
     store.attempt_started("job-1", 1, "a1", 1)
     store.attempt_failed("job-1", 1, "a1", "boom", final=True)
     job = other.job("job-1")  # a second connection sees it all
-    assert (job.name, job.state, job.spec, job.shard_count) == ("nightly", "running", {"k": "v"}, 3)
+    assert (job.name, job.state, job.spec, job.shard_count) == ("nightly", "running", spec, 3)
     states = [s.state for s in store.shards("job-1")]
     assert states == [ShardState.DONE, ShardState.FAILED, ShardState.PENDING]
     totals = store.totals("job-1")

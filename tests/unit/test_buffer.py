@@ -60,7 +60,7 @@ class SyncJobs:
             }
         )
         store = self.state.store
-        queued = store.queue_job(job_id, spec.model_dump(mode="json"), tenant, idempotency_key)
+        queued = store.queue_job(job_id, spec, tenant, idempotency_key)
         if queued == job_id and self.run_now:
             self.run_queued()
         return queued
@@ -68,7 +68,7 @@ class SyncJobs:
     def run_queued(self) -> None:
         store = self.state.store
         while (record := store.claim_next_queued()) is not None:
-            run_job(JobSpec.model_validate(record.spec), store, queued_id=record.id)
+            run_job(record.spec, store, queued_id=record.id)
             self.state.job_finished(store.job(record.id))
 
 

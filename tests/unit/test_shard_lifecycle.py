@@ -42,6 +42,7 @@ from thresher.coordinator.commit import commit_shard
 from thresher.executors.tasks import ShardResult
 from thresher.sinks.files import FileSink
 from thresher.sinks.parts import FilePartWriter, StagedPart
+from thresher.spec import parse_spec
 from thresher.store import JobState, ShardState, Store, StoreError, open_store
 
 JOB = "20261130-020304-a1b2c3"
@@ -51,6 +52,9 @@ OWN_FILES = {"_thresher.json", "_SUCCESS", "_errors", "_staging", "_pending"}
 # commit_shard's crash points, in the order it reaches them. Where the coordinator dies
 # decides what it had done: a reordering of commit_shard's steps makes this machine fail.
 CRASH_POINTS = ("before_commit", "mid_commit", "after_commit")
+
+# The job the machine's store records (its sink is the machine's folder).
+A_JOB = {"model": {"kind": "python", "uri": "model.py"}, "source": {"uri": "in.csv"}}
 
 
 class Crashed(Exception):
@@ -102,7 +106,8 @@ class ShardLifecycle(RuleBasedStateMachine):
         self.previous = snapshot(self.out) if self.out.exists() else {}
         self.shard_count = shard_count
         plan = {"shards": [{"index": i} for i in range(shard_count)]}
-        self.store.create_job(JOB, "lifecycle", {}, plan)
+        spec = {"sink": {"uri": str(self.out), "format": "parquet"}}
+        self.store.create_job(JOB, "lifecycle", parse_spec({**A_JOB, **spec}), plan)
         self.sink.start(JOB, shard_count, resume=False)
 
     # The store decides what is left, as it does for a resumed coordinator.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from thresher.spec import JobSpec
 from thresher.store import JobState, Store, StoreError, open_store
 
 
@@ -14,11 +16,14 @@ def store(tmp_path: Path) -> Store:
     return open_store(f"sqlite:///{tmp_path / 'store.db'}")
 
 
-def spec(priority: int = 0) -> dict[str, object]:
-    return {"job": {"name": "j", "priority": priority}}
+@pytest.fixture
+def spec(job_spec: Callable[..., JobSpec]) -> Callable[[int], JobSpec]:
+    return lambda priority=0: job_spec(job={"name": "j", "priority": priority})
 
 
-def test_queue_runs_higher_priority_first_then_oldest_first(store: Store) -> None:
+def test_queue_runs_higher_priority_first_then_oldest_first(
+    store: Store, spec: Callable[[int], JobSpec]
+) -> None:
     store.queue_job("a", spec(0))
     store.queue_job("b", spec(5))
     store.queue_job("c", spec(0))
@@ -30,7 +35,9 @@ def test_queue_runs_higher_priority_first_then_oldest_first(store: Store) -> Non
     assert order == ["b", "d", "a", "c"]
 
 
-def test_an_idempotency_key_returns_the_first_job(store: Store) -> None:
+def test_an_idempotency_key_returns_the_first_job(
+    store: Store, spec: Callable[[int], JobSpec]
+) -> None:
     first = store.queue_job("one", spec(), tenant="acme", key="k1")
     again = store.queue_job("two", spec(), tenant="acme", key="k1")
     other_tenant = store.queue_job("three", spec(), tenant="globex", key="k1")
@@ -38,7 +45,9 @@ def test_an_idempotency_key_returns_the_first_job(store: Store) -> None:
     assert [j.id for j in store.jobs()] and {j.tenant for j in store.jobs()} == {"acme", "globex"}
 
 
-def test_a_queued_job_gets_its_plan_and_shards_when_it_starts(store: Store) -> None:
+def test_a_queued_job_gets_its_plan_and_shards_when_it_starts(
+    store: Store, spec: Callable[[int], JobSpec]
+) -> None:
     store.queue_job("q", spec())
     assert store.claim_next_queued() is not None
     store.set_plan("q", {"shards": [{}, {}, {}], "schema": ""})
@@ -46,7 +55,9 @@ def test_a_queued_job_gets_its_plan_and_shards_when_it_starts(store: Store) -> N
     assert job.shard_count == 3 and len(store.shards("q")) == 3
 
 
-def test_a_job_cancelled_while_it_is_planned_stays_cancelled(store: Store) -> None:
+def test_a_job_cancelled_while_it_is_planned_stays_cancelled(
+    store: Store, spec: Callable[[int], JobSpec]
+) -> None:
     store.queue_job("q", spec())
     assert store.claim_next_queued() is not None
     store.request_cancel("q")
@@ -55,8 +66,8 @@ def test_a_job_cancelled_while_it_is_planned_stays_cancelled(store: Store) -> No
     assert store.heartbeat("q") == JobState.CANCELLED  # so its loop stops at once
 
 
-def test_counts_come_from_done_shards_only(store: Store) -> None:
-    store.create_job("j", "j", {}, {"shards": [{}, {}]})
+def test_counts_come_from_done_shards_only(store: Store, spec: Callable[[int], JobSpec]) -> None:
+    store.create_job("j", "j", spec(), {"shards": [{}, {}]})
     store.attempt_started("j", 0, "a1", 1)
     store.shard_done("j", 0, "a1", (10, 9, 1), 0.5)
     store.attempt_started("j", 1, "a2", 1)
@@ -66,8 +77,10 @@ def test_counts_come_from_done_shards_only(store: Store) -> None:
     assert (totals.rows_in, totals.rows_out, totals.rows_error) == (10, 9, 1)
 
 
-def test_a_live_owner_blocks_a_resume_and_cancel_is_seen_by_the_heartbeat(store: Store) -> None:
-    store.create_job("j", "j", {}, {"shards": [{}]})
+def test_a_live_owner_blocks_a_resume_and_cancel_is_seen_by_the_heartbeat(
+    store: Store, spec: Callable[[int], JobSpec]
+) -> None:
+    store.create_job("j", "j", spec(), {"shards": [{}]})
     with pytest.raises(StoreError, match="being run by"):
         store.claim("j")  # this very process owns it, and it is alive
     assert store.request_cancel("j") == JobState.CANCELLED

@@ -32,9 +32,15 @@ PREVIOUS_RELEASE = [
         outcome TEXT, message TEXT, PRIMARY KEY (job_id, attempt))""",
     """CREATE TABLE thresher_tokens (
         token_sha256 TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at TEXT NOT NULL)""",
+    # The spec as the previous release wrote it (its model_dump, sections it left out
+    # included at their defaults then; a section added since is defaulted on read).
     "INSERT INTO thresher_jobs (id, name, state, spec, plan, shard_count, created_at)"
-    " VALUES ('20261130-020304-a1b2c3', 'nightly', 'succeeded', '{}', '{}', 0,"
-    " '2026-11-30T02:03:04+00:00')",
+    " VALUES ('20261130-020304-a1b2c3', 'nightly', 'succeeded',"
+    """ '{"job": {"name": "nightly", "priority": 0},"""
+    """ "source": {"uri": "/data/in.parquet", "id_column": "id"},"""
+    """ "model": {"kind": "sklearn", "uri": "/models/m.skops", "trust": false},"""
+    """ "sink": {"uri": "/data/out/", "format": "parquet", "mode": "overwrite"}}',"""
+    " '{}', 0, '2026-11-30T02:03:04+00:00')",
 ]
 
 

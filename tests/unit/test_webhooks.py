@@ -29,6 +29,7 @@ from thresher.service.background.webhooks import (
 from thresher.service.config import ServerConfig, prepare
 from thresher.service.policies import webhook_urls as webhook_policy
 from thresher.service.state import ServiceState
+from thresher.spec import JobSpec
 from thresher.store import JobRecord, JobState, Store, open_store
 
 SECRET = "s3cret"
@@ -90,7 +91,14 @@ def finished_job(
 ) -> JobRecord:
     """A job that ran two shards (10 rows in, 9 out, 1 error) and ended in `state`."""
     job_id = f"job-{time.monotonic_ns()}"
-    spec = {"notify": {"webhook": webhook}}
+    spec = JobSpec.model_validate(
+        {
+            "model": {"kind": "python", "uri": "model.py"},
+            "source": {"uri": "in.csv", "id_column": "id"},
+            "sink": {"uri": "out/"},
+            "notify": {"webhook": webhook},
+        }
+    )
     store.create_job(job_id, "hooked", spec, {"shards": [{}, {}]})
     store.shard_done(job_id, 0, "a0", (6, 5, 1), 0.1)
     store.shard_done(job_id, 1, "a1", (4, 4, 0), 0.1)

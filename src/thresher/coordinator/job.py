@@ -81,7 +81,7 @@ def run_job(
     if queued_id:
         store.set_plan(job.id, plan.to_json())
     else:
-        store.create_job(job.id, spec.job.name, spec.model_dump(mode="json"), plan.to_json())
+        store.create_job(job.id, spec.job.name, spec, plan.to_json())
     sink = open_sink(spec.sink)
     sink.start(job.id, len(plan.shards), resume=False)
     return _drive(job, sink, plan.shards, reporter or QuietReporter())
@@ -95,7 +95,7 @@ def resume_job(
     store = store or open_store()
     record = store.claim(job_id, force=force)
     crash_point("resume_start")
-    spec = JobSpec.model_validate(record.spec)
+    spec = record.spec
     plan = Plan.from_json(record.plan)
     job = Job(job_id, spec, plan, check_features(spec, plan), store)
     done = {s.index for s in store.shards(job_id) if s.state == ShardState.DONE}

@@ -39,7 +39,7 @@ from thresher.plan import check_features, plan_placement
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, Shard
-from thresher.spec import apply_override, parse_spec
+from thresher.spec import JobSpec, apply_override, parse_spec
 from thresher.store import JobState, ShardState, Store, open_store
 from thresher.store.retries import RetryShard, RetryShardState
 
@@ -135,11 +135,14 @@ def _where(record: dict[str, Any]) -> int:
     return int(record["line"] if record.get("line") is not None else record["row"])
 
 
-def _spec(raw: dict[str, Any], overrides: Sequence[str]) -> Any:
+def _spec(spec: JobSpec, overrides: Sequence[str]) -> JobSpec:
     """The job's spec, with `--set model.…` overrides (nothing else may change)."""
     outside = [o for o in overrides if not o.strip().startswith("model.")]
     if outside:
         raise SpecError([f"--set {o}: retry-errors can change only model.* keys" for o in outside])
+    if not overrides:
+        return spec
+    raw = spec.model_dump(mode="json")
     for item in overrides:
         apply_override(raw, item)
     return parse_spec(raw)

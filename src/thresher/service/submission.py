@@ -99,7 +99,7 @@ def submit_job(
     job_id = new_job_id()
     spec = build_spec(state, tenant, body, job_id)
     store = state.store
-    queued = store.queue_job(job_id, spec.model_dump(mode="json"), tenant, idempotency_key)
+    queued = store.queue_job(job_id, spec, tenant, idempotency_key)
     state.jobs_waiting.set()
     return queued
 

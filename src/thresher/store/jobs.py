@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from thresher.spec import JobSpec
 from thresher.store.db import Database, StoreError, now
 from thresher.store.retries import RetryLog
 from thresher.store.schema import migrate
@@ -49,7 +50,7 @@ class JobRecord:
     id: str
     name: str
     state: JobState
-    spec: dict[str, Any]
+    spec: JobSpec
     plan: dict[str, Any]
     shard_count: int
     created_at: str
@@ -99,9 +100,7 @@ class Store:
     def url(self) -> str:
         return self.db.url
 
-    def create_job(
-        self, job_id: str, name: str, spec: dict[str, Any], plan: dict[str, Any]
-    ) -> None:
+    def create_job(self, job_id: str, name: str, spec: JobSpec, plan: dict[str, Any]) -> None:
         shard_count = len(plan["shards"])
         with self.db.transaction() as cur:
             cur.execute(
@@ -111,7 +110,7 @@ class Store:
                     job_id,
                     name,
                     JobState.RUNNING.value,
-                    json.dumps(spec),
+                    spec.model_dump_json(),
                     json.dumps(plan),
                     shard_count,
                     now(),
@@ -126,13 +125,12 @@ class Store:
                 )
 
     def queue_job(
-        self, job_id: str, spec: dict[str, Any], tenant: str | None = None, key: str | None = None
+        self, job_id: str, spec: JobSpec, tenant: str | None = None, key: str | None = None
     ) -> str:
         """Record a job to run later (the service's queue); its plan comes when it starts.
         With an idempotency `key`, a second submission of the tenant returns the first
         job's id instead of queueing another."""
-        name = str(spec.get("job", {}).get("name", "job"))
-        priority = int(spec.get("job", {}).get("priority", 0))
+        name, priority = spec.job.name, spec.job.priority
         with self.db.transaction() as cur:
             if key is not None:
                 found = cur.execute(
@@ -147,7 +145,7 @@ class Store:
             cur.execute(
                 "INSERT INTO thresher_jobs (id, name, state, spec, plan, shard_count, created_at,"
                 " tenant, priority, idempotency_key) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
-                (job_id, name, JobState.QUEUED.value, json.dumps(spec), "{}", now(), tenant,
+                (job_id, name, JobState.QUEUED.value, spec.model_dump_json(), "{}", now(), tenant,
                  priority, key),
             )  # fmt: skip
         return job_id
@@ -351,7 +349,7 @@ def _job_record(row: tuple[Any, ...]) -> JobRecord:
         id=row[0],
         name=row[1],
         state=JobState(row[2]),
-        spec=json.loads(row[3]),
+        spec=JobSpec.model_validate_json(row[3]),
         plan=json.loads(row[4]),
         shard_count=row[5],
         created_at=row[6],

@@ -51,7 +51,6 @@ from thresher.service.routers.requests import router
 from thresher.service.state import ServiceState
 from thresher.service.submission import submit_job
 from thresher.sinks import open_sink
-from thresher.spec import SinkSection
 from thresher.store import JobRecord, StoreError
 from thresher.store.requests import RequestState, RequestTable, WaitingGroup
 
@@ -138,7 +137,7 @@ class Flusher:
 
     def batch_of(self, job: JobRecord) -> str | None:
         """The buffered batch a job runs, from its input file's name; None for other jobs."""
-        uri = str(job.spec.get("source", {}).get("uri", ""))
+        uri = job.spec.source.uri
         path = Path(uri.removeprefix("file://"))
         if path.suffix != ".jsonl" or os.path.realpath(path.parent) != os.path.realpath(
             self.buffer_dir
@@ -184,7 +183,7 @@ def read_answers(job: JobRecord) -> Answers:
     """Each custom_id's answer in a finished job's output, read through its sink: its
     output row less the id column (done), or its bad record's stage, error and message
     (failed)."""
-    sink = open_sink(SinkSection.model_validate(job.spec["sink"]))
+    sink = open_sink(job.spec.sink)
     answers: Answers = {}
     for row in sink.read_errors():
         if row.get("id") is not None:

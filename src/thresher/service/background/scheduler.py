@@ -18,7 +18,6 @@ from collections.abc import Callable
 from thresher.coordinator.job import resume_job, run_job
 from thresher.errors import ThresherError
 from thresher.service.state import ServiceState
-from thresher.spec import JobSpec
 from thresher.store import JobRecord, JobState, StoreError
 from thresher.store.views import running_service_jobs
 
@@ -96,7 +95,7 @@ class Scheduler:
 
     def _run(self, record: JobRecord) -> None:
         log.info("job %s (tenant %s) starting", record.id, record.tenant)
-        run_job(JobSpec.model_validate(record.spec), self.state.store, queued_id=record.id)
+        run_job(record.spec, self.state.store, queued_id=record.id)
 
     def _resume(self, record: JobRecord) -> None:
         log.info("job %s was left running by %s; resuming it", record.id, record.owner)

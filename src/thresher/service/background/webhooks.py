@@ -125,9 +125,7 @@ def job_event(job: JobRecord, store: Store) -> dict[str, Any]:
 
 def webhook_of(job: JobRecord) -> str | None:
     """The job's `notify.webhook` URL, if it has one."""
-    notify = job.spec.get("notify") or {}
-    url = notify.get("webhook") if isinstance(notify, dict) else None
-    return str(url) if url else None
+    return job.spec.notify.webhook
 
 
 class WebhookSender:

@@ -4,7 +4,7 @@ results and errors. Another tenant's job answers 404, exactly as a job that neve
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
@@ -22,6 +22,7 @@ from thresher.service.policies.auth import Tenant
 from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
+from thresher.spec import ModelSection
 from thresher.store import JobRecord, JobState, StoreError
 from thresher.store.views import cancel_if_queued, tenant_job_ids
 
@@ -49,9 +50,9 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
         id=record.id,
         name=record.name,
         status=record.state.value,
-        model=_model_name(state, record.spec.get("model", {})),
+        model=_model_name(state, record.spec.model),
         priority=record.priority,
-        output_format=record.spec.get("sink", {}).get("format"),
+        output_format=record.spec.sink.format,
         request_counts=RequestCounts(
             total=totals.rows_in, completed=totals.rows_out, failed=totals.rows_error
         ),
@@ -72,10 +73,10 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
     )
 
 
-def _model_name(state: ServiceState, section: dict[str, Any]) -> str | None:
+def _model_name(state: ServiceState, section: ModelSection) -> str | None:
     """The registered name of the model a job runs (None if the config no longer has it)."""
     for name, model in state.config.models.items():
-        if model.model_dump(mode="json") == section:
+        if model.model_dump(mode="json") == section.model_dump(mode="json"):
             return name
     return None
 
@@ -156,7 +157,7 @@ def get_results(
     record = tenant_job(state, tenant, job_id)
     if record.state != JobState.SUCCEEDED:
         raise Conflict(f"job {job_id} is {record.state.value}; results come when it succeeds")
-    stored = str(record.spec["sink"]["format"])
+    stored = str(record.spec.sink.format)
     parts = result_parts(state.output_dir(job_id), stored)
     wanted = fmt or stored
     return _download(stream_parts(parts, stored, wanted), wanted, f"{job_id}-results")
