@@ -17,9 +17,11 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from thresher.sinks.files import SUFFIX
+from thresher.errors import SinkError
+from thresher.sinks import open_sink
+from thresher.sinks.files import FileSink
 from thresher.sinks.parts import read_part
-from thresher.sinks.publish import ERRORS
+from thresher.spec import SinkSection
 
 CHUNK = 1024 * 1024
 MEDIA_TYPES = {
@@ -29,14 +31,22 @@ MEDIA_TYPES = {
 }
 
 
-def result_parts(output_dir: Path, stored_format: str) -> list[Path]:
-    """A job's committed result parts, in name (= input) order."""
-    return sorted(output_dir.glob(f"part-*{SUFFIX[stored_format]}"))
+def output_of(section: SinkSection) -> FileSink:
+    """The sink a service job wrote (always a local file sink): it lists what it published."""
+    sink = open_sink(section)
+    if not isinstance(sink, FileSink):
+        raise SinkError(f"sink.uri: a download needs a file output, not {section.uri}")
+    return sink
 
 
-def error_parts(output_dir: Path) -> list[Path]:
-    """A job's committed error parts (JSONL), in name order."""
-    return sorted((output_dir / ERRORS).glob("part-*.jsonl"))
+def result_parts(sink: FileSink) -> list[Path]:
+    """A job's published result parts, in name (= input) order."""
+    return [Path(url) for url in sink.published_parts()]
+
+
+def error_parts(sink: FileSink) -> list[Path]:
+    """A job's published error parts (JSONL), in name order."""
+    return [Path(url) for url in sink.published_error_parts()]
 
 
 def stream_parts(parts: list[Path], stored: str, wanted: str) -> Iterator[bytes]:
@@ -117,21 +127,39 @@ def _as_parquet(
     stored: str,
     fix_row: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Iterator[bytes]:
-    """One Parquet file, one row group (or more) per part; later parts are cast to the
-    first one's schema. `fix_row`, if given, rewrites each row first."""
+    """One Parquet file, one row group (or more) per part. The schema is every part's
+    unified before the first byte goes (a column all null in one part and numbers in the
+    next is a number column), so a part never fails after the 200 has been sent. `fix_row`,
+    if given, rewrites each row first. Parts are read twice, one at a time, never all."""
+
+    def tables() -> Iterator[pa.Table]:
+        for part in parts:
+            table = read_part(part, stored)
+            if fix_row is not None:
+                table = pa.Table.from_pylist([fix_row(r) for r in table.to_pylist()])
+            yield table
+
+    if stored == "parquet" and fix_row is None:
+        schemas = [pq.read_schema(part) for part in parts]
+    else:
+        schemas = [table.schema for table in tables()]
+    schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
     sink = _Chunks()
-    writer: Any = None
-    for part in parts:
-        table = read_part(part, stored)
-        if fix_row is not None:
-            table = pa.Table.from_pylist([fix_row(r) for r in table.to_pylist()])
-        if writer is None:
-            writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), table.schema)
-        elif table.schema != writer.schema:
-            table = table.cast(writer.schema)
-        writer.write_table(table)
+    writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema)
+    for table in tables():
+        writer.write_table(conform(table, schema))
         yield sink.take()
-    if writer is None:
-        writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), pa.schema([]))
     writer.close()
     yield sink.take()
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with `schema`'s columns in its order: its own cast, the ones it lacks null."""
+    present = set(table.column_names)
+    columns = [
+        table.column(field.name).cast(field.type)
+        if field.name in present
+        else pa.nulls(table.num_rows, field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -28,6 +28,7 @@ from thresher.sinks.publish import (
     SUCCESS,
     PendingOutput,
     published_by,
+    published_error_parts,
     read_published_errors,
     recover,
     remove_staging,
@@ -144,9 +145,18 @@ class FileSink:
 
     def read_output(self) -> Iterator[pa.Table]:
         """The published output, part by part, in name (= input) order."""
+        for url in self.published_parts():
+            yield read_part(url, self.file_format)
+
+    def published_parts(self) -> list[str]:
+        """The URLs of the published output parts, in name (= input) order: what a
+        download streams as it is."""
         fs, root = filesystem(self.root)
-        for path in sorted(fs.glob(f"{root}/part-*{SUFFIX[self.file_format]}")):
-            yield read_part(as_url(fs, path), self.file_format)
+        return [as_url(fs, p) for p in sorted(fs.glob(f"{root}/part-*{SUFFIX[self.file_format]}"))]
+
+    def published_error_parts(self) -> list[str]:
+        """The URLs of the published error parts (JSONL), in name (= input) order."""
+        return published_error_parts(self.root)
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (after `start`), or all, in order."""

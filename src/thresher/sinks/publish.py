@@ -166,12 +166,15 @@ def _output_names(fs: Any, root: str) -> Iterator[str]:
 def read_published_errors(root_url: str, part: str | None = None) -> Iterator[dict[str, Any]]:
     """The bad records published under `root_url/_errors/`: of the one error part `part`
     (a URL), or of every part, in name (= input) order."""
-    if part is not None:
-        yield from read_error_records(part)
-        return
+    for url in [part] if part is not None else published_error_parts(root_url):
+        yield from read_error_records(url)
+
+
+def published_error_parts(root_url: str) -> list[str]:
+    """The URLs of the error parts published under `root_url/_errors/`, in name (= input)
+    order."""
     fs, root = filesystem(root_url)
-    for path in sorted(fs.glob(f"{root}/{ERRORS}/part-*.jsonl")):
-        yield from read_error_records(as_url(fs, path))
+    return [as_url(fs, path) for path in sorted(fs.glob(f"{root}/{ERRORS}/part-*.jsonl"))]
 
 
 def remove_staging(fs: Any, root: str) -> None:

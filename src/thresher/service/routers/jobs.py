@@ -13,6 +13,7 @@ from thresher.service import submission
 from thresher.service.downloads import (
     MEDIA_TYPES,
     error_parts,
+    output_of,
     result_parts,
     stream_errors,
     stream_parts,
@@ -158,7 +159,7 @@ def get_results(
     if record.state != JobState.SUCCEEDED:
         raise Conflict(f"job {job_id} is {record.state.value}; results come when it succeeds")
     stored = str(record.spec.sink.format)
-    parts = result_parts(state.output_dir(job_id), stored)
+    parts = result_parts(output_of(record.spec.sink))
     wanted = fmt or stored
     return _download(stream_parts(parts, stored, wanted), wanted, f"{job_id}-results")
 
@@ -176,7 +177,7 @@ def get_errors(
     if not record.state.finished:
         raise Conflict(f"job {job_id} is {record.state.value}; errors come when it ends")
     wanted = fmt or "jsonl"
-    chunks = stream_errors(error_parts(state.output_dir(job_id)), wanted, state.data_dir)
+    chunks = stream_errors(error_parts(output_of(record.spec.sink)), wanted, state.data_dir)
     return _download(chunks, wanted, f"{job_id}-errors")
 
 
