@@ -38,6 +38,7 @@ def private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     url = f"sqlite:///{tmp_path / 'thresher-store.db'}"
     monkeypatch.setenv("THRESHER_STORE", url)
     monkeypatch.delenv("THRESHER_FAULT", raising=False)
+    monkeypatch.delenv("THRESHER_FAULT_SIGNAL", raising=False)
     return url
 
 

@@ -1,10 +1,13 @@
 """Named crash points, so fault-injection tests can kill a process at an exact moment.
 
 `THRESHER_FAULT=point` (or `point:shard`) makes the process that reaches that point send
-itself SIGKILL — a real, unclean death, as if the machine pulled the plug. Unset (always,
-outside tests), `crash_point` is a dictionary lookup and nothing else.
+itself SIGKILL — a real, unclean death, as if the machine pulled the plug
+(`THRESHER_FAULT_SIGNAL=SIGSEGV` sends that signal instead: a native library's crash, as
+the parent sees it). Unset (always, outside tests), `crash_point` is a dictionary lookup
+and nothing else.
 
 Points: `worker_after_stage` (a worker staged its part, the coordinator has not heard),
+`plan_input` (a job is about to read its input to plan it),
 `before_commit`, `mid_commit` (data part renamed, error part not yet), `after_commit`
 (committed, not yet recorded in the store), `mid_publish` (a finishing job removed the
 previous output, and has not moved all of its own in), `resume_start` (a resume claimed the job),
@@ -20,6 +23,7 @@ import signal
 POINTS = frozenset(
     {
         "worker_after_stage",
+        "plan_input",
         "before_commit",
         "mid_commit",
         "after_commit",
@@ -38,4 +42,4 @@ def crash_point(point: str, shard: int | None = None) -> None:
         return
     name, _, at_shard = wanted.partition(":")
     if name == point and (not at_shard or shard is None or int(at_shard) == shard):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.Signals[os.environ.get("THRESHER_FAULT_SIGNAL", "SIGKILL")])

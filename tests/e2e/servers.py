@@ -8,6 +8,7 @@ store) and makes tokens with the real CLI; `Server` starts uvicorn on a free por
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -107,7 +108,7 @@ options = {{ delay = {self.slow_delay} }}
 class Server:
     """`thresher serve` on a free port, its log in the site's folder."""
 
-    def __init__(self, site: ServiceSite) -> None:
+    def __init__(self, site: ServiceSite, env: dict[str, str] | None = None) -> None:
         self.site = site
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -123,7 +124,9 @@ class Server:
             site.store,
         ]
         with self.log.open("wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            )
         self._wait_healthy()
 
     def _wait_healthy(self, timeout: float = 30.0) -> None:

@@ -71,6 +71,7 @@ def run_job(
     store = store or open_store()
     try:
         check_model(spec)
+        crash_point("plan_input")
         plan = plan_input(spec)
         features = check_features(spec, plan)
     except ThresherError as exc:

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from thresher.children import die_with_parent
 from thresher.executors.tasks import (
     NOT_RETRYABLE,
     Event,
@@ -197,7 +198,7 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     from thresher.worker.run import run_task
     from thresher.worker.shard import tuner_for
 
-    _die_with_parent()
+    die_with_parent()
     pa.set_cpu_count(max(1, threads))
     try:
         model = load_model(setup.model, setup.context)
@@ -235,22 +236,6 @@ def _leave() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def _die_with_parent() -> None:
-    """On Linux, ask the kernel to kill this worker when its coordinator dies, so a killed
-    coordinator leaves no worker writing behind a resume's back."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-    import signal
-
-    pr_set_pdeathsig = 1
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    parent = mp.parent_process()
-    if parent is not None and not parent.is_alive():  # it died before prctl took effect
-        os._exit(1)
 
 
 def local_executor(run: RunSection, placement: Placement) -> LocalExecutor:

@@ -305,6 +305,15 @@ class Store:
                 ),
             )
 
+    def record_crash(self, job_id: str) -> int:
+        """Count one death of the job's coordinator process; returns the count so far."""
+        with self.db.transaction() as cur:
+            row = cur.execute(
+                "UPDATE thresher_jobs SET crashes = crashes + 1 WHERE id = ? RETURNING crashes",
+                (job_id,),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def request_cancel(self, job_id: str) -> JobState:
         """Ask a job to stop; its coordinator sees it within a second. Returns the state
         the job is left in (a finished job stays as it was)."""

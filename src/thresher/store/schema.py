@@ -64,6 +64,8 @@ MIGRATIONS: list[list[str]] = [
         " ON thresher_requests (state, tenant, model, created_at)",
         "CREATE INDEX IF NOT EXISTS thresher_requests_batch ON thresher_requests (batch_id)",
     ],
+    # 2: how often a job's coordinator process died (the service stops restarting it).
+    ["ALTER TABLE thresher_jobs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0"],
 ]
 
 

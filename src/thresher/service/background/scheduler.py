@@ -1,8 +1,11 @@
 """The scheduler: a background thread that runs queued jobs with the real engine.
 
-Up to `max_concurrent_jobs` jobs run at once, each on its own thread as the coordinator of
-its worker processes. The store's queue decides the order (highest `job.priority` first,
-oldest first within a priority) and its claim makes sure one job starts once.
+Up to `max_concurrent_jobs` jobs run at once, each coordinated by a child process of its
+own (`job_process`: nothing a tenant submits is parsed in the server process), watched by
+a thread here that records how it ended. The store's queue decides the order (highest
+`job.priority` first, oldest first within a priority) and its claim makes sure one job
+starts once. A coordinator that dies (a crash in a native reader, the OOM killer) fails
+its job alone; the job runs again until it has crashed `MAX_CRASHES` times.
 
 When the server starts, jobs still marked `running` by a server process that is gone
 (killed, crashed) are resumed from their stored plan: committed shards are kept, the rest
@@ -13,12 +16,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 
-from thresher.coordinator.job import resume_job, run_job
-from thresher.errors import ThresherError
+from thresher.service.background.job_process import (
+    MAX_CRASHES,
+    crash_message,
+    fail_unless_finished,
+    start_job_process,
+)
 from thresher.service.state import ServiceState
-from thresher.store import JobRecord, JobState, StoreError
+from thresher.store import JobRecord, StoreError
 from thresher.store.views import running_service_jobs
 
 log = logging.getLogger("thresher.service.background.scheduler")
@@ -40,7 +46,7 @@ class Scheduler:
     def start(self) -> None:
         """Resume orphaned jobs, then start taking queued ones."""
         for record in self._claim_orphans():
-            self._launch(record, self._resume)
+            self._launch(record, resume=True)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -62,30 +68,31 @@ class Scheduler:
                     break
                 if record is None:
                     break
-                self._launch(record, self._run)
+                self._launch(record, resume=False)
             self.state.jobs_waiting.wait(POLL_SECONDS)
 
     def _has_room(self) -> bool:
         with self._lock:
             return len(self._running) < self.limit
 
-    def _launch(self, record: JobRecord, work: Callable[[JobRecord], None]) -> None:
+    def _launch(self, record: JobRecord, resume: bool) -> None:
         thread = threading.Thread(
-            target=self._job_thread, args=(record, work), name=f"job-{record.id}", daemon=True
+            target=self._job_thread, args=(record, resume), name=f"job-{record.id}", daemon=True
         )
         with self._lock:
             self._running[record.id] = thread
         thread.start()
 
-    def _job_thread(self, record: JobRecord, work: Callable[[JobRecord], None]) -> None:
+    def _job_thread(self, record: JobRecord, resume: bool) -> None:
         job_id = record.id
+        if resume:
+            log.info("job %s was left running by %s; resuming it", job_id, record.owner)
+        else:
+            log.info("job %s (tenant %s) starting", job_id, record.tenant)
         try:
-            work(record)
-        except ThresherError as exc:
-            log.warning("job %s failed: %s", job_id, exc)
-            self._fail(job_id, str(exc))  # the engine records most failures; not all
+            self._supervise(job_id, resume)
         except Exception:
-            log.exception("job %s crashed", job_id)
+            log.exception("job %s: its coordinator could not be run", job_id)
             self._fail(job_id, "the server hit an internal error running this job")
         finally:
             with self._lock:
@@ -93,18 +100,23 @@ class Scheduler:
             self.state.jobs_waiting.set()
         self._finished(job_id)
 
-    def _run(self, record: JobRecord) -> None:
-        log.info("job %s (tenant %s) starting", record.id, record.tenant)
-        run_job(record.spec, self.state.store, queued_id=record.id)
-
-    def _resume(self, record: JobRecord) -> None:
-        log.info("job %s was left running by %s; resuming it", record.id, record.owner)
-        if not record.plan.get("shards"):
-            # Claimed but never planned: nothing was written, so run it from the start.
-            self._run(record)
-            return
-        # This process claimed it already, so its own (live) ownership must not block it.
-        resume_job(record.id, self.state.store, force=True)
+    def _supervise(self, job_id: str, resume: bool) -> None:
+        """Run the job's coordinator process to its end; after a crash, record it and run
+        it again (resuming what it committed) until it has crashed MAX_CRASHES times."""
+        store = self.state.store
+        while True:
+            process = start_job_process(store.url, job_id, resume)
+            process.join()
+            record = store.job(job_id)
+            if process.exitcode == 0 or record.state.finished:
+                return
+            crashes = store.record_crash(job_id)
+            message = crash_message(process.exitcode, bool(record.plan.get("shards")), crashes)
+            log.error("job %s: %s", job_id, message)
+            if crashes >= MAX_CRASHES:
+                self._fail(job_id, message)
+                return
+            resume = True
 
     def _claim_orphans(self) -> list[JobRecord]:
         """Service jobs left running by a server process that is gone, now claimed by this
@@ -120,8 +132,7 @@ class Scheduler:
 
     def _fail(self, job_id: str, message: str) -> None:
         try:
-            if not self.state.store.job(job_id).state.finished:
-                self.state.store.finish(job_id, JobState.FAILED, None, message)
+            fail_unless_finished(self.state.store, job_id, message)
         except StoreError:
             log.exception("cannot record job %s as failed", job_id)
 

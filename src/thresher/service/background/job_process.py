@@ -1,0 +1,91 @@
+"""Each service job is coordinated in a child process of its own, never in the server's.
+
+Planning a job parses the tenant's files (schema inference, samples), and a native
+library can crash on hostile input (a deeply nested JSON line overflowed pyarrow's C
+stack). In the server process that took every tenant's service down, and again at each
+restart as the orphaned job was resumed. In a child, a crash — even a segfault — ends
+that job's coordinator alone: the server sees the exit code, records it, and runs the
+job again at most once more (`MAX_CRASHES`), then fails it with a message that says what
+happened.
+
+Children come from a forkserver with thresher's coordinator preloaded, so a job starts in
+milliseconds rather than an interpreter's import time; they die with the server (a killed
+server leaves no coordinator behind a restarted one's back, which resumes the job).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+from multiprocessing.process import BaseProcess
+
+from thresher.children import describe_exit, die_with_parent
+from thresher.coordinator.job import resume_job, run_job
+from thresher.errors import ThresherError
+from thresher.store import JobState, Store, open_store
+
+log = logging.getLogger("thresher.service.background.job_process")
+
+# A job whose coordinator crashed this many times is failed, not started again.
+MAX_CRASHES = 2
+
+# The forkserver imports these once; each job process starts with them loaded.
+PRELOAD = ["thresher.coordinator.job", "thresher.store", "pyarrow"]
+
+_context = mp.get_context("forkserver")
+_context.set_forkserver_preload(PRELOAD)
+
+
+def start_job_process(store_url: str, job_id: str, resume: bool) -> BaseProcess:
+    """Start the process that coordinates job `job_id` (resume its stored plan if it has
+    one and `resume` is set; otherwise plan and run it) to its end."""
+    process = _context.Process(
+        target=coordinate, args=(store_url, job_id, resume), name=f"thresher-job-{job_id}"
+    )
+    process.start()
+    return process
+
+
+def coordinate(store_url: str, job_id: str, resume: bool) -> None:
+    """The job process: run the job, and record any failure the engine did not."""
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    store = open_store(store_url)
+    record = store.job(job_id)
+    try:
+        if resume and record.plan.get("shards"):
+            # The server claimed it for this child; the claim must not block the resume.
+            resume_job(job_id, store, force=True)
+        else:
+            run_job(record.spec, store, queued_id=job_id)
+    except ThresherError as exc:
+        log.warning("job %s failed: %s", job_id, exc)
+        fail_unless_finished(store, job_id, str(exc))
+    except Exception:
+        log.exception("job %s crashed", job_id)
+        fail_unless_finished(store, job_id, "the server hit an internal error running this job")
+    finally:
+        store.db.close()
+
+
+def fail_unless_finished(store: Store, job_id: str, message: str) -> None:
+    """Record the job as failed with `message`, unless it already ended."""
+    if not store.job(job_id).state.finished:
+        store.finish(job_id, JobState.FAILED, None, message)
+
+
+def crash_message(exitcode: int | None, planned: bool, crashes: int) -> str:
+    """What a tenant reads when a job's coordinator died: how, while doing what, and
+    whether it runs again.
+
+    >>> crash_message(-11, planned=False, crashes=2)[:79]
+    "the job's coordinator process was killed by signal 11 (SIGSEGV) while planning"
+    """
+    doing = "running its shards" if planned else "planning its input (reading the input's schema)"
+    how = f"the job's coordinator process {describe_exit(exitcode)} while {doing}"
+    if crashes < MAX_CRASHES:
+        return f"{how}; starting it again"
+    return (
+        f"{how}, {crashes} times; not started again (an input that crashes a reader would"
+        " crash it every time: check the input file)"
+    )
