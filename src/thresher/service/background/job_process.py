@@ -78,7 +78,7 @@ def crash_message(exitcode: int | None, planned: bool, crashes: int) -> str:
     """What a tenant reads when a job's coordinator died: how, while doing what, and
     whether it runs again.
 
-    >>> crash_message(-11, planned=False, crashes=2)[:79]
+    >>> crash_message(-11, planned=False, crashes=2)[:78]
     "the job's coordinator process was killed by signal 11 (SIGSEGV) while planning"
     """
     doing = "running its shards" if planned else "planning its input (reading the input's schema)"
