@@ -21,6 +21,7 @@ from thresher.service.background.job_process import (
     MAX_CRASHES,
     crash_message,
     fail_unless_finished,
+    start_fork_server,
     start_job_process,
 )
 from thresher.service.state import ServiceState
@@ -45,6 +46,7 @@ class Scheduler:
 
     def start(self) -> None:
         """Resume orphaned jobs, then start taking queued ones."""
+        start_fork_server()
         for record in self._claim_orphans():
             self._launch(record, resume=True)
         self._thread.start()
