@@ -65,6 +65,10 @@ class SourceSection(Section):
     key_column: str | None = None
     shard_rows: int = Field(default=1_000_000, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)  # a third-party source's own
+    # Folders (or URL prefixes) every input file must really lie under, symlinks followed;
+    # empty: anywhere. The service sets its `allowed_roots` here, so the job's planner
+    # checks the very files it reads, not only what the submission named.
+    allowed_roots: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _known_source(self) -> SourceSection:

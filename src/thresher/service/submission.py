@@ -141,10 +141,12 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
     if request.input_file_id is not None:
         upload = find_file(state.store, tenant, request.input_file_id)
         source: dict[str, Any] = {"uri": upload.path, "format": upload.format}
+        source["allowed_roots"] = [upload.path]
     else:
         assert request.source is not None
         source = {"uri": _readable(state, tenant, request.source.uri)}
         source["format"] = request.source.format
+        source["allowed_roots"] = _roots_for(state, source["uri"])
     source["id_column"] = request.id_column
     source["columns"] = request.columns
     return source
@@ -159,6 +161,14 @@ def _readable(state: ServiceState, tenant: str, uri: str) -> str:
     if owner != tenant:
         raise NotFound(f"source.uri: no such input {uri!r}")
     return uri
+
+
+def _roots_for(state: ServiceState, uri: str) -> list[str]:
+    """Where the planner may find the files of a checked server-side input: a buffer
+    batch file is its own root; anything else, the configured roots."""
+    if buffered_batch_owner(state, uri) is not None:
+        return [uri]
+    return list(state.config.allowed_roots)
 
 
 def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:

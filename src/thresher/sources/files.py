@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import Any
 
 from fsspec.core import url_to_fs
@@ -19,11 +21,13 @@ def filesystem(uri: str) -> tuple[Any, str]:
         raise SourceError(f"source.uri: cannot open {uri!r}: {exc}") from exc
 
 
-def list_files(uri: str, suffixes: tuple[str, ...]) -> list[str]:
+def list_files(uri: str, suffixes: tuple[str, ...], roots: Sequence[str] = ()) -> list[str]:
     """Every input file the URI names, in a stable (sorted) order, as full URLs.
 
     A directory yields its files with a matching suffix (hidden and `_`-prefixed files
-    such as `_SUCCESS` are skipped); a glob yields its matches; a file yields itself.
+    such as `_SUCCESS` are skipped); a glob yields its matches (dot-files included); a file
+    yields itself. With `roots`, every file must really lie under one (see `confine`), and
+    comes back as its real path.
     """
     fs, path = filesystem(uri)
     try:
@@ -41,7 +45,35 @@ def list_files(uri: str, suffixes: tuple[str, ...]) -> list[str]:
         raise SourceError(f"source.uri: cannot list {uri!r}: {exc}") from exc
     if not paths:
         raise SourceError(f"source.uri: no input files at {uri!r}")
-    return [as_url(fs, p) for p in paths]
+    urls = [as_url(fs, p) for p in paths]
+    return confine(urls, roots) if roots else urls
+
+
+def confine(urls: list[str], roots: Sequence[str]) -> list[str]:
+    """`urls` with each local file as its real path (`..` collapsed, every symlink
+    followed), if every one lies under one of `roots`; SourceError naming the first that
+    does not. A URL root (`s3://bucket/shared/`) admits URLs under that prefix with no
+    `..` segment. The real paths go into the job's plan, so a link swapped after planning
+    is never followed."""
+    local_roots = [os.path.realpath(r.removeprefix("file://")) for r in roots if _is_path(r)]
+    url_roots = [r if r.endswith("/") else f"{r}/" for r in roots if not _is_path(r)]
+    confined = []
+    for url in urls:
+        if _is_path(url):
+            real = os.path.realpath(url.removeprefix("file://"))
+            inside = any(real == r or real.startswith(r.rstrip("/") + "/") for r in local_roots)
+        else:
+            real = url
+            inside = ".." not in url.split("://", 1)[1].split("/")
+            inside = inside and any(url.startswith(r) for r in url_roots)
+        if not inside:
+            raise SourceError(f"source.uri: {url} lies outside the folders this job may read")
+        confined.append(real)
+    return confined
+
+
+def _is_path(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
 
 
 def file_size(url: str) -> int:

@@ -30,12 +30,13 @@ class ParquetSource:
     uri: str
     shard_bytes: int
     min_shards: int = 1  # the workers the run will have: cut by rows to give each a shard
+    roots: tuple[str, ...] = ()  # where every file read must really lie (none: anywhere)
 
     def plan(self) -> Plan:
         shards: list[Shard] = []
         group_starts: dict[str, list[int]] = {}
         schema: pa.Schema | None = None
-        for url in list_files(self.uri, SUFFIXES):
+        for url in list_files(self.uri, SUFFIXES, self.roots):
             with _open(url) as parquet:
                 meta = parquet.metadata
                 schema = schema or parquet.schema_arrow
@@ -192,4 +193,6 @@ def parquet_source(
     section: SourceSection, keep_columns: Sequence[str], min_shards: int
 ) -> ParquetSource:
     """The `parquet` source plug-in."""
-    return ParquetSource(section.uri, section.shard_bytes, min_shards)
+    return ParquetSource(
+        section.uri, section.shard_bytes, min_shards, roots=tuple(section.allowed_roots)
+    )

@@ -70,9 +70,10 @@ class TextSource:
     features: tuple[str, ...] | None = None
     not_features: frozenset[str] = frozenset()
     min_shards: int = 1  # the workers the run will have: smaller shards to give each one
+    roots: tuple[str, ...] = ()  # where every file read must really lie (none: anywhere)
 
     def plan(self) -> Plan:
-        urls = list_files(self.uri, self.format.suffixes)
+        urls = list_files(self.uri, self.format.suffixes, self.roots)
         names, sample = self._sniff(urls[0])
         inferred = self._infer(sample, names)
         inputs = self.features or [n for n in inferred.names if n not in self.not_features]

@@ -37,4 +37,5 @@ def text_source(
         features=tuple(section.columns) if section.columns else None,
         not_features=frozenset(c for c in not_inputs if c),
         min_shards=min_shards,
+        roots=tuple(section.allowed_roots),
     )

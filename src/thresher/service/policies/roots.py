@@ -1,18 +1,22 @@
 """Which server-side inputs a tenant may name: only those under `allowed_roots`.
 
 A local path is judged by where it really is — `..` collapsed and every symlink followed,
-for the path itself and for each file a directory or glob would read — so neither
-`/srv/data/../etc/passwd` nor a link from inside a root to a file outside gets through.
+for the path itself and for each file the reader would open, listed by the reader's own
+code (so a glob's dot-files count) — so neither `/srv/data/../etc/passwd` nor a link
+from inside a root to a file outside gets through. The job's spec carries the roots too
+(`source.allowed_roots`), and its planner checks the files again when it lists them: a
+link planted after the submission is refused then.
 A URL root (`s3://bucket/shared/`) admits URLs under that prefix with no `..` segment.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 
+from thresher.errors import SourceError
 from thresher.service.errors import BadRequest, Forbidden
+from thresher.sources.files import confine, list_files
 
 GLOB_CHARS = "*?["
 
@@ -53,32 +57,15 @@ def _check_path(uri: str, roots: list[str]) -> str:
     real_roots = [os.path.realpath(r.removeprefix("file://")) for r in roots]
     if not _under(os.path.realpath(uri), real_roots):
         raise _outside(uri, roots)
-    files = _files_read(uri)
-    if not files:
-        raise BadRequest(f"source.uri: {uri} matches no file")
-    for name in files:
-        if not _under(os.path.realpath(name), real_roots):
-            raise _outside(name, roots)
+    try:  # the reader's own listing: exactly the files the job will open
+        files = list_files(uri, ("",))
+    except SourceError:
+        raise BadRequest(f"source.uri: {uri} matches no file") from None
+    try:
+        confine(files, roots)
+    except SourceError as exc:
+        raise Forbidden(f"{exc}; upload the file with POST /v1/files instead") from None
     return os.path.realpath(uri) if not any(c in uri for c in GLOB_CHARS) else uri
-
-
-def _files_read(uri: str) -> list[str]:
-    """Every file a source at `uri` could open: the file, a directory's files, a glob's."""
-    if any(c in uri for c in GLOB_CHARS):
-        matches = glob.glob(uri, recursive=True)
-        return [f for m in matches for f in ([m] if not os.path.isdir(m) else _walk(m))]
-    if os.path.isdir(uri):
-        return _walk(uri)
-    return [uri] if os.path.lexists(uri) else []
-
-
-def _walk(directory: str) -> list[str]:
-    found = []
-    for parent, dirs, names in os.walk(directory, followlinks=False):
-        found += [os.path.join(parent, n) for n in names]
-        # A symlinked directory is not descended by os.walk; judge the link itself.
-        found += [os.path.join(parent, d) for d in dirs if os.path.islink(os.path.join(parent, d))]
-    return found
 
 
 def _under(path: str, roots: list[str]) -> bool:
