@@ -40,14 +40,27 @@ class ThresherError(Exception):
         return f"stage {self.stage}" + ("" if self.shard is None else f", shard {self.shard}")
 
 
+# A message lists at most this many problems (and how many more there were): a request
+# that names 2,000 bad fields gets a message of a few KB, not megabytes.
+MAX_PROBLEMS = 20
+
+
 class SpecError(ThresherError):
-    """A job spec that cannot run, with one message per problem (`field: what is wrong`)."""
+    """A job spec that cannot run, with one message per problem (`field: what is wrong`);
+    the message shows the first MAX_PROBLEMS of them.
+
+    >>> str(SpecError([f"f{i}: bad" for i in range(25)])).splitlines()[-1]
+    '  … and 5 more problems'
+    """
 
     stage = "spec"
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__("invalid job spec:\n" + "\n".join(f"  {p}" for p in problems))
+        lines = [f"  {p}" for p in problems[:MAX_PROBLEMS]]
+        if len(problems) > MAX_PROBLEMS:
+            lines.append(f"  … and {len(problems) - MAX_PROBLEMS:,} more problems")
+        super().__init__("invalid job spec:\n" + "\n".join(lines))
 
 
 class SourceError(ThresherError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from thresher.errors import SpecError
 from thresher.plan.placement import worker_slots
 from thresher.sources import Plan, feature_columns, open_source
@@ -16,23 +18,45 @@ def plan_input(spec: JobSpec) -> Plan:
 
 def check_features(spec: JobSpec, plan: Plan) -> list[str]:
     """The model's inputs, after checking that every named column exists in the input;
-    raises SpecError naming each missing one."""
+    raises SpecError naming the missing ones (a few of them, and how many)."""
     keep = spec.sink.keep_columns
     features = feature_columns(spec.source, plan.schema, keep)
-    have, listed = set(plan.schema.names), ", ".join(plan.schema.names)
-    problems = []
-    if spec.source.id_column and spec.source.id_column not in have:
-        problems.append(
-            f"source.id_column: no column {spec.source.id_column!r} (input has {listed})"
-        )
-    problems += [
-        f"sink.keep_columns: no column {c!r} (input has {listed})" for c in keep if c not in have
-    ]
-    problems += [
-        f"source.columns: no column {c!r} (input has {listed})" for c in features if c not in have
-    ]
+    problems = missing_columns(
+        plan.schema.names,
+        {
+            "source.id_column": [spec.source.id_column] if spec.source.id_column else [],
+            "sink.keep_columns": keep,
+            "source.columns": features,
+        },
+    )
     if not features:
         problems.append("source.columns: no model input columns are left")
     if problems:
         raise SpecError(problems)
     return features
+
+
+def missing_columns(have: Sequence[str], wanted: Mapping[str, Sequence[str]]) -> list[str]:
+    """One problem per field whose columns are not all in `have` (an input's columns),
+    naming the first few missing and the input's first few, never the whole header.
+
+    >>> missing_columns(["id", "x"], {"source.columns": ["x", "y"]})
+    ["source.columns: no column 'y' (the input has 2 columns: 'id', 'x')"]
+    """
+    present = set(have)
+    problems = []
+    for field, names in wanted.items():
+        missing = [n for n in names if n not in present]
+        if missing:
+            noun = "column" if len(missing) == 1 else f"{len(missing):,} columns, e.g."
+            problems.append(
+                f"{field}: no {noun} {few(missing)}"
+                f" (the input has {len(have):,} column{'s' * (len(have) != 1)}: {few(have)})"
+            )
+    return problems
+
+
+def few(names: Sequence[str], limit: int = 5) -> str:
+    """The first `limit` names, quoted, and how many more there are."""
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" … and {len(names) - limit:,} more" if len(names) > limit else "")

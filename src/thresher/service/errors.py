@@ -8,7 +8,7 @@ builds a response itself.
 
 from __future__ import annotations
 
-from thresher.errors import ThresherError
+from thresher.errors import MAX_PROBLEMS, ThresherError
 
 
 class ServiceError(ThresherError):
@@ -19,6 +19,9 @@ class ServiceError(ThresherError):
     headers: dict[str, str] | None = None
 
     def __init__(self, message: str | list[str]) -> None:
+        if not isinstance(message, str) and len(message) > MAX_PROBLEMS:
+            more = f"… and {len(message) - MAX_PROBLEMS:,} more problems"
+            message = [*message[:MAX_PROBLEMS], more]
         self.detail: str | list[str] = message
         super().__init__(message if isinstance(message, str) else "; ".join(message))
 
@@ -63,7 +66,7 @@ class TooLarge(ServiceError):
 
 class Unprocessable(ServiceError):
     """A well-formed request whose values do not make a job (422): an unknown model name,
-    an unknown field, a bad batch size. `detail` lists every problem, each naming its
-    field."""
+    an unknown field, a bad batch size. `detail` lists the problems (the first
+    MAX_PROBLEMS, then how many more), each naming its field."""
 
     status = 422

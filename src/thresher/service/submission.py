@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from thresher.errors import SpecError, describe_errors
+from thresher.errors import SourceError, SpecError, describe_errors
+from thresher.plan.inputs import missing_columns
+from thresher.service.background.job_process import input_columns
 from thresher.service.background.webhooks import check_webhook_url
 from thresher.service.errors import NotFound, Unprocessable
 from thresher.service.policies.roots import check_source_uri
@@ -132,9 +134,30 @@ def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: s
     if request.notify is not None:
         raw["notify"] = request.notify.model_dump(mode="json")
     try:
-        return parse_spec(raw)
+        spec = parse_spec(raw)
     except SpecError as exc:
         raise Unprocessable(exc.problems) from None
+    _check_columns(spec, request)
+    return spec
+
+
+def _check_columns(spec: JobSpec, request: JobRequest) -> None:
+    """The columns the request names, checked against its input's schema (read in a
+    child process): 422 naming the first few that are missing."""
+    try:
+        have = input_columns(spec.source)
+    except SourceError as exc:
+        raise Unprocessable([str(exc)]) from None
+    if have is None:
+        return  # the input took too long to read: the job's planner checks instead
+    wanted = {
+        "id_column": [request.id_column] if request.id_column else [],
+        "keep_columns": request.keep_columns,
+        "columns": request.columns or [],
+    }
+    problems = missing_columns(have, wanted)
+    if problems:
+        raise Unprocessable(problems)
 
 
 def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from thresher.store.db import Database, StoreError
-from thresher.store.jobs import JobRecord, JobState, ShardRecord, ShardState, Store, Totals
+from thresher.store.jobs import Store
+from thresher.store.records import JobRecord, JobState, ShardRecord, ShardState, Totals
 
 __all__ = [
     "JobRecord",

@@ -11,76 +11,20 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from thresher.spec import JobSpec
 from thresher.store.db import Database, StoreError, now
+from thresher.store.records import (
+    AttemptOutcome,
+    JobRecord,
+    JobState,
+    ShardRecord,
+    ShardState,
+    Totals,
+)
 from thresher.store.retries import RetryLog
 from thresher.store.schema import migrate
-
-
-class JobState(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
-class ShardState(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-
-
-class AttemptOutcome(StrEnum):
-    DONE = "done"  # committed
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    id: str
-    name: str
-    state: JobState
-    spec: JobSpec
-    plan: dict[str, Any]
-    shard_count: int
-    created_at: str
-    finished_at: str | None
-    message: str | None
-    owner: str | None
-    manifest: dict[str, Any] | None
-    tenant: str | None = None
-    priority: int = 0
-
-
-@dataclass(frozen=True)
-class ShardRecord:
-    index: int
-    state: ShardState
-    attempts: int
-    rows_in: int
-    rows_out: int
-    rows_error: int
-    seconds: float
-    error: str | None
-
-
-@dataclass(frozen=True)
-class Totals:
-    shards_done: int
-    shards_failed: int
-    rows_in: int
-    rows_out: int
-    rows_error: int
 
 
 def this_owner() -> str:
@@ -280,6 +224,7 @@ class Store:
     def attempt_failed(
         self, job_id: str, index: int, attempt: str, message: str, final: bool
     ) -> None:
+        message = bounded(message) or ""
         with self.db.transaction() as cur:
             if final:
                 cur.execute(
@@ -291,6 +236,7 @@ class Store:
     def finish(
         self, job_id: str, state: JobState, manifest: dict[str, Any] | None, message: str | None
     ) -> None:
+        message = bounded(message)
         with self.db.transaction() as cur:
             cur.execute(
                 "UPDATE thresher_jobs SET state = ?, finished_at = ?, manifest = ?, message = ?"
@@ -369,6 +315,17 @@ def _job_record(row: tuple[Any, ...]) -> JobRecord:
         tenant=row[11],
         priority=int(row[12] or 0),
     )
+
+
+# A stored job message is cut at this length: every job listing returns it.
+MAX_MESSAGE = 4000
+
+
+def bounded(message: str | None) -> str | None:
+    """`message`, cut to MAX_MESSAGE characters with a note of how much was left out."""
+    if message is None or len(message) <= MAX_MESSAGE:
+        return message
+    return f"{message[:MAX_MESSAGE]} … ({len(message) - MAX_MESSAGE:,} more characters)"
 
 
 def _owner_alive(owner: str | None) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from thresher.store.db import Database, now
-from thresher.store.jobs import JobRecord, JobState, ShardState
+from thresher.store.records import JobRecord, JobState, ShardState
 
 __all__ = [
     "cancel_if_queued",

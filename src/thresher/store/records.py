@@ -1,0 +1,71 @@
+"""What the store hands out about jobs: their states and records (plain frozen data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from thresher.spec import JobSpec
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class ShardState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class AttemptOutcome(StrEnum):
+    DONE = "done"  # committed
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    name: str
+    state: JobState
+    spec: JobSpec
+    plan: dict[str, Any]
+    shard_count: int
+    created_at: str
+    finished_at: str | None
+    message: str | None
+    owner: str | None
+    manifest: dict[str, Any] | None
+    tenant: str | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    index: int
+    state: ShardState
+    attempts: int
+    rows_in: int
+    rows_out: int
+    rows_error: int
+    seconds: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Totals:
+    shards_done: int
+    shards_failed: int
+    rows_in: int
+    rows_out: int
+    rows_error: int
