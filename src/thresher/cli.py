@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -259,5 +260,7 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point. A crash in native code (a reader, a model library) prints
+    where Python was, instead of a bare exit 139."""
+    faulthandler.enable()
     cli(prog_name="thresher")

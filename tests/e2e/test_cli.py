@@ -293,6 +293,23 @@ def test_a_directory_thresher_did_not_write_is_refused_unless_forced(
     assert workspace.read_dir(out, "parquet").table.num_rows == ROWS
 
 
+def test_a_sink_that_is_a_file_fails_with_a_message_and_the_job_ends(
+    workspace: Workspace,
+) -> None:
+    """It once gave a traceback and left the recorded job `running` forever."""
+    source = workspace.write_input(make_table(ROWS), "parquet")
+    spec = spec_for(workspace, source, "Doubler")
+    (workspace.root / "out").write_text("a file, not a folder", encoding="utf-8")
+
+    refused = workspace.run("run", spec, *FAST)
+    assert refused.returncode == 1
+    assert "sink.uri:" in refused.stderr and "is a file" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert (workspace.root / "out").read_text(encoding="utf-8") == "a file, not a folder"
+    status = workspace.run("status")
+    assert "failed" in status.stdout and "running" not in status.stdout, status.stdout
+
+
 # Bad input.
 
 

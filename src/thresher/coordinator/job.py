@@ -83,8 +83,12 @@ def run_job(
         store.set_plan(job.id, plan.to_json())
     else:
         store.create_job(job.id, spec.job.name, spec, plan.to_json())
-    sink = open_sink(spec.sink)
-    sink.start(job.id, len(plan.shards), resume=False)
+    try:
+        sink = open_sink(spec.sink)
+        sink.start(job.id, len(plan.shards), resume=False)
+    except Exception as exc:  # the job is recorded: it must not stay `running` forever
+        store.finish(job.id, JobState.FAILED, None, str(exc) or type(exc).__name__)
+        raise
     return _drive(job, sink, plan.shards, reporter or QuietReporter())
 
 

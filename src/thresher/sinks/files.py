@@ -184,8 +184,17 @@ class FileSink:
 
 
 def check_directory(fs: Any, root: str, force: bool, uri: str) -> None:
-    """A non-empty directory thresher did not write is refused unless forced."""
-    fs.makedirs(root, exist_ok=True)
+    """A non-empty directory thresher did not write is refused unless forced; so is a
+    path that is a file."""
+    if fs.exists(root) and not fs.isdir(root):
+        raise SinkError(
+            f"sink.uri: {uri} is a file; a file sink writes a folder of parts: name a new"
+            " or empty folder"
+        )
+    try:
+        fs.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise SinkError(f"sink.uri: cannot make the folder {uri}: {exc.strerror or exc}") from None
     names = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)}
     ours = bool(names & RESERVED)
     if names and not ours and not force:
