@@ -322,3 +322,18 @@ def test_only_the_job_the_buffer_submitted_answers_a_batch(service: Service) -> 
     service.state.store.request_cancel(other)
     service.state.job_finished(service.state.store.job(other))
     assert service.get("a").json()["status"] == "batched"
+
+
+def test_a_record_that_fails_decoding_keeps_its_reason(service: Service) -> None:
+    """A record the reader rejects has no id it could read: its answer is found by its
+    line in the batch file, and says why (it once said only that the job left it out)."""
+    xs: dict[str, Any] = {"a": 1.0, "b": "not a number", "c": 3.0, "d": 4.0}
+    assert service.post({"model": "double", "requests": records(xs, None)}).status_code == 202
+    assert service.flusher.flush_due() == 1
+    failed = service.get("b").json()
+    assert failed["status"] == "failed", failed
+    assert failed["error"]["stage"] == "decode", failed
+    assert "x" in failed["error"]["message"], failed
+    assert [service.get(c).json()["output"] for c in "acd"] == [
+        {"prediction": 2.0}, {"prediction": 6.0}, {"prediction": 8.0},
+    ]  # fmt: skip

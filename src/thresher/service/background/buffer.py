@@ -156,7 +156,8 @@ class Flusher:
         if self.table.batch_tenant(batch_id) != job.tenant:
             log.warning("job %s names batch %s of another tenant; ignored", job.id, batch_id)
             return
-        settled = self.table.settle(batch_id, job.id, read_answers(job), missing_answer(job))
+        lines = [str(line["custom_id"]) for line in self.table.batch_lines(batch_id)]
+        settled = self.table.settle(batch_id, job.id, read_answers(job, lines), missing_answer(job))
         if settled:
             log.info("buffered batch %s: %d records answered by job %s", batch_id, settled, job.id)
 
@@ -179,16 +180,21 @@ def write_batch_file(path: Path, lines: list[dict[str, Any]]) -> None:
 Answers = dict[str, tuple[RequestState, dict[str, Any]]]
 
 
-def read_answers(job: JobRecord) -> Answers:
+def read_answers(job: JobRecord, line_ids: list[str]) -> Answers:
     """Each custom_id's answer in a finished job's output, read through its sink: its
     output row less the id column (done), or its bad record's stage, error and message
-    (failed)."""
+    (failed). A bad record whose id could not be read (it failed decoding) is found by its
+    line: `line_ids` are the batch file's custom_ids, one per line."""
     sink = open_sink(job.spec.sink)
     answers: Answers = {}
     for row in sink.read_errors():
-        if row.get("id") is not None:
+        custom_id = row.get("id")
+        line = row.get("line")
+        if custom_id is None and isinstance(line, int) and 1 <= line <= len(line_ids):
+            custom_id = line_ids[line - 1]
+        if custom_id is not None:
             error = {key: row.get(key) for key in ("stage", "error", "message")}
-            answers[str(row["id"])] = (RequestState.FAILED, error)
+            answers[str(custom_id)] = (RequestState.FAILED, error)
     for table in sink.read_output():
         for row in table.to_pylist():
             custom_id = row.pop("custom_id", None)
