@@ -9,6 +9,7 @@ middle of a job, whose job still completes exactly once after a restart.
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import io
 import json
@@ -236,6 +237,26 @@ def test_server_side_paths_stay_inside_the_allowed_roots(service: Service) -> No
     allowed = submit(service.acme, {"source": {"uri": str(inside)}, "model": "double"})
     assert allowed.status_code == 201, allowed.text
     assert wait_for_job(service.acme, allowed.json()["id"])["request_counts"]["completed"] == 2
+
+
+def test_a_gzip_csv_upload_is_read_decompressed(service: Service) -> None:
+    """`.csv.gz` uploads were once stored as `.csv` and read as bytes of garbage."""
+    text = "id,x\n" + "".join(f"{i},{i}.5\n" for i in range(10))
+    for name in ("scores.csv.gz", "misnamed.csv"):  # the bytes decide, not the name
+        file_id = upload(service.acme, gzip.compress(text.encode()), name)["id"]
+        body = {"input_file_id": file_id, "model": "double", "id_column": "id"}
+        response = submit(service.acme, body)
+        assert response.status_code == 201, response.text
+        job = wait_for_job(service.acme, response.json()["id"])
+        assert job["status"] == "succeeded", job
+        lines = service.acme.get(f"/v1/jobs/{job['id']}/results").text.splitlines()
+        assert [json.loads(line)["prediction"] for line in lines] == [
+            2 * (i + 0.5) for i in range(10)
+        ]
+    parquet_gz = upload_refused = service.acme.post(
+        "/v1/files", files={"file": ("t.parquet", gzip.compress(b"PAR1...."))}
+    )
+    assert parquet_gz.status_code == 422 and "compressed Parquet" in upload_refused.text
 
 
 def test_an_oversized_upload_is_refused_and_leaves_nothing(service: Service) -> None:

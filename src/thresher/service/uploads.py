@@ -48,6 +48,23 @@ def find_file(store: Store, tenant: str, file_id: str) -> FileRecord:
     return found
 
 
+# Compressed text uploads are stored under a suffix that makes the reader decompress
+# them; a file's first bytes say which compression it has, whatever its name claims.
+COMPRESSIONS = {".gz": b"\x1f\x8b", ".bz2": b"BZh", ".zst": b"\x28\xb5\x2f\xfd", ".xz": b"\xfd7zXZ"}
+
+
+def compression_of(filename: str, path: Path, fmt: str) -> str:
+    """The compression suffix the upload at `path` is stored with: `.gz` for a gzip
+    file (`in.csv.gz`, or a gzip file named `in.csv`), and so on; "" for a plain one. A
+    compressed Parquet file is refused (ValueError): Parquet compresses inside."""
+    with path.open("rb") as f:
+        head = f.read(8)
+    found = next((s for s, magic in COMPRESSIONS.items() if head.startswith(magic)), "")
+    if found and fmt == "parquet":
+        raise ValueError(f"{filename!r} is a compressed Parquet file; upload it uncompressed")
+    return found
+
+
 @dataclass
 class Received:
     """What came in the upload's file part."""

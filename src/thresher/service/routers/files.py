@@ -13,6 +13,7 @@ from thresher.service.schemas import FileInfo
 from thresher.service.state import StateDep
 from thresher.service.uploads import (
     FRAMING_ALLOWANCE,
+    compression_of,
     find_file,
     new_file_id,
     receive_upload,
@@ -81,7 +82,12 @@ async def upload_file(
                 "*.csv or *.parquet, or pass ?format="
             ]
         )
-    path = staging.rename(state.uploads_dir / f"{file_id}.{fmt}")
+    try:
+        compression = compression_of(received.filename, staging, fmt)
+    except ValueError as exc:
+        staging.unlink(missing_ok=True)
+        raise Unprocessable([f"file: {exc}"]) from None
+    path = staging.rename(state.uploads_dir / f"{file_id}.{fmt}{compression}")
     record = FileRecord(
         file_id, tenant, received.filename, fmt, received.bytes, received.sha256, str(path), now()
     )
