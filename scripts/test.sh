@@ -13,6 +13,8 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/ruff format --check src tests benchmarks
 .venv/bin/mypy
+# Known vulnerabilities (with a fix) in the installed dependencies fail the run.
+.venv/bin/python scripts/audit.py
 
 # A throwaway PostgreSQL on 127.0.0.1 (installed from Debian's packages if need be) for
 # tests/integration/test_postgres.py, which fail in CI without it.
