@@ -102,7 +102,7 @@ def describe_errors(exc: ValidationError) -> list[str]:
     report several, one a line: a plug-in's options)."""
     problems = []
     for error in exc.errors():
-        loc = ".".join(str(p) for p in error["loc"])
+        loc = ".".join(_key(p) for p in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "literal_error":
             expected = error.get("ctx", {}).get("expected", "")
@@ -111,13 +111,23 @@ def describe_errors(exc: ValidationError) -> list[str]:
             message = "unknown key (check the spelling)"
         elif error["type"] == "missing":
             message = "required"
+        # A problem with the whole document (not a mapping at all) has no field path.
         problems += [_at(loc, line) for line in message.splitlines()]
     return problems
 
 
+def _key(part: object) -> str:
+    """A field path's part as a reader can see it: `model`, `0`, or quoted when it is
+    empty or holds spaces, dots or colons (`'my key'`)."""
+    text = str(part)
+    plain = text.isprintable() and not any(c in text for c in " .:")
+    return text if text and plain else repr(text)
+
+
 def _at(loc: str, message: str) -> str:
-    """`loc: message`, or `loc.sub: rest` when a validator named a sub-field itself."""
+    """`loc: message`, or `loc.sub: rest` when a validator named a sub-field itself; a
+    problem with the whole document (not a mapping at all) is the `spec`'s."""
     if ":" in message.split(" ", 1)[0]:
         sub, _, message = message.partition(": ")
         loc = f"{loc}.{sub}" if loc else sub
-    return f"{loc}: {message.strip()}"
+    return f"{loc or 'spec'}: {message.strip()}"
