@@ -18,13 +18,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from thresher.errors import SpecError, describe_errors
 from thresher.plugins import Kind, check_plugin, option_problems
@@ -38,6 +48,8 @@ SUFFIX_FORMATS = {
     ".ndjson": "jsonl",
     ".json": "jsonl",
 }
+# The largest integer the store (SQLite, PostgreSQL BIGINT) holds.
+MAX_INT64 = 2**63 - 1
 
 
 class Section(BaseModel):
@@ -49,7 +61,8 @@ class Section(BaseModel):
 
 class JobSection(Section):
     name: str = "job"
-    priority: int = 0  # the service runs higher priorities first
+    # the service runs higher priorities first; the store keeps it as a 64-bit integer
+    priority: int = Field(default=0, ge=-MAX_INT64 - 1, le=MAX_INT64)
 
 
 class SourceSection(Section):
@@ -114,7 +127,8 @@ def _default_outputs() -> list[Literal["prediction", "proba"]]:
 class ModelSection(Section):
     kind: str
     uri: str
-    trust: bool = False
+    # Strict: only a real `true` loads code-executing formats, never "yes" or 1.
+    trust: StrictBool = False
     trusted_types: list[str] = Field(default_factory=list)
     batch_format: Literal["pandas", "numpy", "arrow"] = "pandas"
     outputs: list[Literal["prediction", "proba"]] = Field(default_factory=_default_outputs)
@@ -136,7 +150,7 @@ READ_WINDOW = 8192
 class BatchSection(Section):
     size: int | Literal["auto"] = "auto"
     max_size: int = Field(default=65536, ge=1)
-    max_memory: int | None = Field(default=None, ge=1)
+    max_memory: int | None = Field(default=None, ge=1, le=MAX_INT64)
 
     @field_validator("size", mode="before")
     @classmethod
@@ -189,7 +203,7 @@ class SinkSection(Section):
     format: str | None = None  # a registered sink (see plugins.py), or inferred from uri
     mode: Literal["overwrite", "append"] = "overwrite"
     keep_columns: list[str] = Field(default_factory=list)
-    force: bool = False
+    force: StrictBool = False
     # SQL sinks: the local folder for staged parts, `_errors/` and `_SUCCESS`.
     staging: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # a third-party sink's own
@@ -272,13 +286,19 @@ _UNITS = {
 }
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
 def parse_bytes(text: str) -> int:
-    """`"512MB"` -> 512000000, `"1 GiB"` -> 1073741824."""
-    number = text.strip().lower().rstrip("abcdefghijklmnopqrstuvwxyz ")
-    unit = text.strip().lower()[len(number) :].strip()
-    if unit not in _UNITS or not number:
-        raise ValueError(f"expected a size such as 512MB or 2GiB, got {text!r}")
-    return int(float(number) * _UNITS[unit])
+    """`"512MB"` -> 512000000, `"1 GiB"` -> 1073741824. Plain decimals only (no `1e400`,
+    `inf` or `nan`), so every size is a whole number of bytes the store can hold."""
+    match = _SIZE.fullmatch(text.strip().lower())
+    if match is None or match.group(2) not in _UNITS:
+        raise ValueError(f"expected a size such as 512MB or 2GiB, got {text[:40]!r}")
+    size = int(Decimal(match.group(1)) * _UNITS[match.group(2)])
+    if size > MAX_INT64:
+        raise ValueError(f"{text[:40]!r} is larger than the 8 EiB a size may be")
+    return size
 
 
 def infer_format(uri: str) -> str | None:

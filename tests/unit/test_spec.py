@@ -549,3 +549,42 @@ def test_batch_size_auto_reads_chunks_of_max_size() -> None:
     for sorts in (False, True):
         assert parse_spec(raw_spec(batch={"size": 300})).batch.read_rows(sorts) == 300 * 28
         assert parse_spec(raw_spec(batch={"size": 10_000})).batch.read_rows(sorts) == 10_000
+
+
+@pytest.mark.parametrize(
+    "text", ["1e400GB", "inf", "nan", "-5MB", "99999999999999999999GB", "1.5.2MB", "1 2MB"]
+)
+def test_a_size_past_what_a_number_holds_is_a_spec_error_naming_its_field(text: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(raw_spec(batch={"max_memory": text}))
+    assert caught.value.problems[0].startswith("batch.max_memory: ")
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "1", 1, "on"])
+def test_trust_is_true_only_when_it_says_true(value: object) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(raw_spec(model={"kind": "sklearn", "uri": "m.skops", "trust": value}))
+    assert caught.value.problems[0].startswith("model.trust: ")
+    assert parse_spec(raw_spec(model={"kind": "sklearn", "uri": "m", "trust": True})).model.trust
+
+
+@pytest.mark.parametrize("priority", [2**63, -(2**63) - 1])
+def test_a_priority_the_store_cannot_hold_is_a_spec_error(priority: int) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(raw_spec(job={"priority": priority}))
+    assert caught.value.problems[0].startswith("job.priority: ")
+
+
+def test_the_cli_names_a_size_too_large_to_read(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from thresher.cli import cli
+
+    in_file, plain = tmp_path / "in-file.toml", tmp_path / "plain.toml"
+    in_file.write_text(MINIMAL_TOML.replace("size = 512", 'size = 512\nmax_memory = "1e400GB"'))
+    plain.write_text(MINIMAL_TOML)
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    for args in ([str(in_file)], [str(plain), "--set", "batch.max_memory=1e400GB"]):
+        result = CliRunner().invoke(cli, ["--store", store, "run", *args])
+        assert result.exit_code == 2, result.output
+        assert "batch.max_memory" in result.output and "Traceback" not in result.output
