@@ -164,6 +164,42 @@ def test_only_http_urls_with_a_host_are_webhooks(url: str) -> None:
         check_webhook_url(url, allow_private=True)
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://[2002:7f00:1::]/hook", "6to4 of 127.0.0.1: loopback"),
+        ("http://[2002:c0a8:1::1]/hook", "6to4 of 192.168.0.1: private"),
+        ("http://[2002:a9fe:a9fe::]/hook", "6to4 of 169.254.169.254: link-local"),
+        ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook", "private"),  # Teredo
+        ("http://[::7f00:1]/hook", "reserved"),  # IPv4-compatible 127.0.0.1
+        ("http://[64:ff9b::a00:1]/hook", "reserved"),  # NAT64 of 10.0.0.1
+    ],
+)
+def test_ipv6_forms_wrapping_a_private_ipv4_are_refused(url: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=rf"notify\.webhook: .*\({reason}\), not a public"):
+        check_webhook_url(url, allow_private=False)
+
+
+def test_a_6to4_address_of_a_public_ipv4_passes() -> None:
+    check_webhook_url("http://[2002:5db8:d822::1]/hook", allow_private=False)  # 93.184.216.34
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://93.184.216.34/hook\x00",
+        "http://93.184.216.34/hook\r\nX-Injected: 1",
+        "http://93.184.216.34/a b",
+        "http://93.184.216.34/\thook",
+        "http://93.184.216.34/" + "a" * 2100,
+    ],
+)
+def test_a_url_with_control_characters_spaces_or_too_long_is_refused(url: str) -> None:
+    for allow_private in (False, True):
+        with pytest.raises(ValueError, match=r"notify\.webhook: "):
+            check_webhook_url(url, allow_private=allow_private)
+
+
 def fake_dns(monkeypatch: pytest.MonkeyPatch, names: dict[str, list[str]]) -> None:
     real = socket.getaddrinfo
 

@@ -1,18 +1,27 @@
 """Where webhooks may go: http(s) URLs whose host resolves only to public addresses.
 
 Loopback, private, link-local, multicast, reserved, unspecified and other non-global
-addresses are refused (an IPv4-mapped IPv6 address is judged as the IPv4 address it
-maps), unless the server sets `webhook_allow_private = true`. Every address the host
-resolves to must pass, so a name with one public and one private address is refused.
+addresses are refused, unless the server sets `webhook_allow_private = true`. An IPv6
+address that wraps an IPv4 one is judged as the address it wraps: IPv4-mapped
+(`::ffff:a.b.c.d`) and 6to4 (`2002::/16`, whose relays route to the embedded address);
+Teredo (`2001::/32`), IPv4-compatible (`::a.b.c.d`) and NAT64 (`64:ff9b::/96`) addresses
+are refused as private or reserved whatever they wrap. Every address the host resolves to
+must pass, so a name with one public and one private address is refused.
+
+A URL with a control character or white space (a NUL, a CR LF that would split the
+request's header lines) or over `MAX_URL_LENGTH` characters is refused whatever the
+setting: such a URL could never be delivered.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import unicodedata
 from urllib.parse import urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+MAX_URL_LENGTH = 2048
 
 
 def check_webhook_url(url: str, allow_private: bool) -> None:
@@ -23,6 +32,7 @@ def check_webhook_url(url: str, allow_private: bool) -> None:
 def resolve_webhook_url(url: str, allow_private: bool) -> list[IPAddress]:
     """The addresses to call `url` at, all checked against the policy (none are looked up
     when private addresses are allowed). Raises ValueError for a URL the policy refuses."""
+    _check_text(url)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"notify.webhook: only http:// and https:// URLs are allowed, not {url!r}")
@@ -51,10 +61,22 @@ def resolve_webhook_url(url: str, allow_private: bool) -> list[IPAddress]:
     return addresses
 
 
+def _check_text(url: str) -> None:
+    if len(url) > MAX_URL_LENGTH:
+        raise ValueError(f"notify.webhook: a URL of at most {MAX_URL_LENGTH} characters")
+    bad = next((c for c in url if c.isspace() or unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise ValueError(f"notify.webhook: {bad!r} is not allowed in a URL; percent-encode it")
+
+
 def _not_public(address: IPAddress) -> str | None:
     """Why `address` is not a public one, or None when it is."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped:
+            address = address.ipv4_mapped
+        elif address.sixtofour:
+            inner = _not_public(address.sixtofour)
+            return f"6to4 of {address.sixtofour}: {inner}" if inner else None
     for kind in ("loopback", "unspecified", "link_local", "multicast", "private", "reserved"):
         if getattr(address, f"is_{kind}"):
             return kind.replace("_", "-")
