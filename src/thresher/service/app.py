@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from thresher.service.background.buffer import router as buffer_router
@@ -21,7 +22,8 @@ from thresher.service.background.buffer import start_flusher
 from thresher.service.background.scheduler import Scheduler
 from thresher.service.background.webhooks import start_webhooks
 from thresher.service.config import load_config
-from thresher.service.errors import ServiceError
+from thresher.service.errors import ServiceError, as_response
+from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.routers import files, jobs, metrics
 from thresher.service.state import ServiceState
 from thresher.store import open_store
@@ -55,9 +57,20 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         description=DESCRIPTION,
         version=_version(),
         lifespan=lifespan,
+        # Swagger UI and ReDoc load their pages from a CDN; /openapi.json is served here.
+        docs_url="/docs" if state.config.docs else None,
+        redoc_url=None,
     )
     app.state.service = state
     app.add_exception_handler(ServiceError, _service_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    config = state.config
+    app.add_middleware(
+        BodyLimits,
+        max_bytes=config.max_request_bytes,
+        pace=Pace(config.body_timeout, config.body_min_rate),
+        streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
+    )
     for router in (files.router, jobs.router, buffer_router, metrics.router):
         app.include_router(router)
     return app
@@ -74,7 +87,7 @@ def start_background(state: ServiceState) -> list[Callable[[], None]]:
 
 
 async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+    return as_response(exc)
 
 
 def build_state(store_url: str | None, config_file: Path | None) -> ServiceState:

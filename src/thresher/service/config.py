@@ -4,7 +4,11 @@
 data_dir = "/var/lib/thresher"          # uploads/ and outputs/<job id>/ live here
 allowed_roots = ["/srv/shared-data"]    # server-side inputs a job may name (default: none)
 max_upload_bytes = 1073741824           # 1 GiB
+max_request_bytes = 1048576             # a JSON body: 1 MiB
+body_timeout = 30                       # seconds a body may take, plus 1 s per
+body_min_rate = 16384                   # body_min_rate bytes it brings (slow clients: 408)
 max_concurrent_jobs = 2
+metrics_operators = ["ops"]             # tenants whose tokens see every tenant's /metrics
 
 [models.churn]                          # tenants pick models by these names only
 kind = "sklearn"
@@ -29,7 +33,7 @@ import secrets
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from thresher.errors import ThresherError, describe_errors
 from thresher.spec import ModelSection, RunSection, resolve_uri
@@ -71,9 +75,16 @@ class ServerConfig(BaseModel):
     models: dict[str, ModelSection] = Field(default_factory=dict)
     allowed_roots: list[str] = Field(default_factory=list)
     max_upload_bytes: int = Field(default=1024**3, ge=1)
+    max_request_bytes: int = Field(default=1024**2, ge=1024)
+    body_timeout: float = Field(default=30.0, gt=0)
+    body_min_rate: float = Field(default=16 * 1024, gt=0)
     max_concurrent_jobs: int = Field(default=1, ge=1)
-    metrics_public: bool = False
-    webhook_allow_private: bool = False
+    # /metrics: with a token, a tenant sees its own jobs and these tenants see all;
+    # `metrics_public = true` shows all to anyone, with no token.
+    metrics_public: StrictBool = False
+    metrics_operators: list[str] = Field(default_factory=list)
+    webhook_allow_private: StrictBool = False
+    docs: StrictBool = False  # serve /docs (Swagger UI, whose page loads from a CDN)
     # The HMAC key webhooks are signed with; `load_config` always fills it in (generated
     # once and kept in `data_dir/webhook_secret` when the file does not give one).
     webhook_secret: str | None = None
@@ -108,9 +119,10 @@ def load_config(path: Path | None = None) -> ServerConfig:
 
 
 def prepare(config: ServerConfig) -> ServerConfig:
-    """The config with `data_dir` created (absolute) and `webhook_secret` filled in."""
+    """The config with `data_dir` created (absolute; readable by this user only, when it is
+    made here) and `webhook_secret` filled in."""
     data_dir = config.data_dir.expanduser().absolute()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # tenants' files: ours alone
     secret = config.webhook_secret or _stored_secret(data_dir / SECRET_FILE)
     return config.model_copy(update={"data_dir": data_dir, "webhook_secret": secret})
 

@@ -18,6 +18,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from thresher.errors import SinkError
+from thresher.service.policies.disclosure import hide_private_paths
 from thresher.sinks import open_sink
 from thresher.sinks.files import FileSink
 from thresher.sinks.parts import read_part
@@ -60,25 +61,25 @@ def stream_parts(parts: list[Path], stored: str, wanted: str) -> Iterator[bytes]
             yield _encode(read_part(part, stored), wanted, first=index == 0)
 
 
-def stream_errors(parts: list[Path], wanted: str, private_root: Path) -> Iterator[bytes]:
-    """The error records as one file of format `wanted`. A `source` under the server's
-    `private_root` (an uploaded file) is shown by its file name alone, so no server-side
-    path reaches a tenant."""
+def stream_errors(parts: list[Path], wanted: str, private_roots: list[str]) -> Iterator[bytes]:
+    """The error records as one file of format `wanted`. A path under one of the server's
+    `private_roots` (an uploaded file), in a record's `source` or `message`, is shown by its
+    file name alone, so no server-side path reaches a tenant."""
     for index, part in enumerate(parts):
         with part.open("r", encoding="utf-8") as f:
-            rows = [_hide_source(json.loads(line), private_root) for line in f if line.strip()]
+            rows = [_hide_source(json.loads(line), private_roots) for line in f if line.strip()]
         if wanted == "jsonl":
             yield "".join(json.dumps(r, default=str) + "\n" for r in rows).encode("utf-8")
         elif wanted == "csv":
             yield _encode(pa.Table.from_pylist(rows), "csv", first=index == 0)
     if wanted == "parquet":
-        yield from _as_parquet(parts, "jsonl", lambda row: _hide_source(row, private_root))
+        yield from _as_parquet(parts, "jsonl", lambda row: _hide_source(row, private_roots))
 
 
-def _hide_source(row: dict[str, Any], private_root: Path) -> dict[str, Any]:
-    source = row.get("source")
-    if isinstance(source, str) and Path(source).is_relative_to(private_root):
-        row["source"] = Path(source).name
+def _hide_source(row: dict[str, Any], private_roots: list[str]) -> dict[str, Any]:
+    for key in ("source", "message"):
+        if isinstance(row.get(key), str):
+            row[key] = hide_private_paths(row[key], private_roots)
     return row
 
 

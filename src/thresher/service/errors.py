@@ -8,6 +8,8 @@ builds a response itself.
 
 from __future__ import annotations
 
+from fastapi.responses import JSONResponse
+
 from thresher.errors import MAX_PROBLEMS, ThresherError
 
 
@@ -58,8 +60,15 @@ class Conflict(ServiceError):
     status = 409
 
 
+class RequestTimeout(ServiceError):
+    """A request body that came too slowly (408); the connection is closed after it."""
+
+    status = 408
+    headers = {"Connection": "close"}  # noqa: RUF012 - read-only
+
+
 class TooLarge(ServiceError):
-    """An upload past `max_upload_bytes` (413)."""
+    """An upload past `max_upload_bytes`, a JSON body past `max_request_bytes` (413)."""
 
     status = 413
 
@@ -70,3 +79,8 @@ class Unprocessable(ServiceError):
     MAX_PROBLEMS, then how many more), each naming its field."""
 
     status = 422
+
+
+def as_response(exc: ServiceError) -> JSONResponse:
+    """What the client gets for `exc`: `{"detail": message}` with its status."""
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)

@@ -20,6 +20,7 @@ from thresher.plan.inputs import missing_columns
 from thresher.service.background.job_process import input_columns
 from thresher.service.background.webhooks import check_webhook_url
 from thresher.service.errors import NotFound, Unprocessable
+from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
 from thresher.service.policies.roots import check_source_uri
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
@@ -36,7 +37,7 @@ class _Strict(BaseModel):
 class SourceRequest(_Strict):
     """A server-side input: a file, directory or glob under one of `allowed_roots`."""
 
-    uri: str = Field(description="An absolute path or URL under the server's allowed_roots.")
+    uri: LongText = Field(description="An absolute path or URL under the server's allowed_roots.")
     format: Literal["parquet", "csv", "jsonl"] | None = Field(
         None, description="Default: from the suffix."
     )
@@ -51,19 +52,28 @@ class NotifyRequest(_Strict):
 class JobRequest(_Strict):
     """The body of `POST /v1/jobs`. Exactly one of `input_file_id` and `source`."""
 
-    input_file_id: str | None = Field(None, description="An id from POST /v1/files.")
+    input_file_id: Text | None = Field(None, description="An id from POST /v1/files.")
     source: SourceRequest | None = None
-    model: str = Field(description="The name of a model registered on the server.")
-    columns: list[str] | None = Field(
-        None, description="The model's input columns (default: all but id and keep columns)."
+    model: Text = Field(description="The name of a model registered on the server.")
+    columns: list[Text] | None = Field(
+        None,
+        max_length=MAX_COLUMNS,
+        description="The model's input columns (default: all but id and keep columns).",
     )
-    id_column: str | None = Field(None, description="Copied into every result and error row.")
-    keep_columns: list[str] = Field(
-        default_factory=list, description="Input columns copied beside the predictions."
+    id_column: Text | None = Field(None, description="Copied into every result and error row.")
+    keep_columns: list[Text] = Field(
+        default_factory=list,
+        max_length=MAX_COLUMNS,
+        description="Input columns copied beside the predictions.",
     )
     output_format: Literal["jsonl", "csv", "parquet"] = "jsonl"
-    priority: int = Field(0, description="Higher runs first; equal priorities run oldest first.")
-    name: str = Field("api", max_length=200, description="A name for listings and logs.")
+    priority: int = Field(
+        0,
+        ge=-PRIORITY_LIMIT,
+        le=PRIORITY_LIMIT,
+        description="Higher runs first; equal priorities run oldest first.",
+    )
+    name: Text = Field("api", max_length=200, description="A name for listings and logs.")
     notify: NotifyRequest | None = None
     batch: BatchSection | None = Field(None, description="size (rows or 'auto'), max_size.")
 

@@ -3,18 +3,21 @@ server-generated name, and recorded per tenant in the `thresher_files` table.
 
 The client's filename is kept as metadata only — it never becomes part of a path — and an
 upload is cut off (and its partial file deleted) the moment it passes `max_upload_bytes`.
+A body that ends before its closing boundary is refused, as it may be a file cut short.
+The file is readable by the server's user only (0600).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 
@@ -84,23 +87,30 @@ async def receive_upload(
     if kind != b"multipart/form-data" or b"boundary" not in options:
         raise BadRequest("send the file as multipart/form-data, in a field named 'file'")
     sink = _PartSink(dest, limit)
-    parser = MultipartParser(options[b"boundary"], sink.callbacks())
     try:
+        parser = MultipartParser(options[b"boundary"], sink.callbacks())
         async for chunk in body:
             parser.write(chunk)
             await run_in_threadpool(sink.flush)
         parser.finalize()
         sink.close()
-    except MultipartParseError as exc:
+        _check_complete(sink)
+    except FormParserError as exc:  # a bad boundary (over 256 characters), a bad part
         sink.discard()
         raise BadRequest(f"invalid multipart body: {exc}") from None
     except BaseException:
         sink.discard()
         raise
+    return Received(sink.filename or "", sink.size, sink.hasher.hexdigest())
+
+
+def _check_complete(sink: _PartSink) -> None:
+    if not sink.ended:
+        raise BadRequest(
+            "the multipart body ended before its closing boundary; the file may be cut short"
+        )
     if sink.filename is None:
-        sink.discard()
         raise BadRequest("no file in the upload; send it in a multipart field named 'file'")
-    return Received(sink.filename, sink.size, sink.hasher.hexdigest())
 
 
 class _PartSink:
@@ -116,6 +126,7 @@ class _PartSink:
         self._header = b""
         self._disposition = b""
         self._pending: list[bytes] = []
+        self.ended = False  # the closing boundary came
 
     def callbacks(self) -> MultipartCallbacks:
         return {
@@ -126,6 +137,7 @@ class _PartSink:
             "on_headers_finished": self._headers_finished,
             "on_part_data": self._part_data,
             "on_part_end": self._part_end,
+            "on_end": self._end,
         }
 
     def _part_begin(self) -> None:
@@ -149,7 +161,9 @@ class _PartSink:
             raise BadRequest("send one file per upload")
         self.filename = options[b"filename"].decode("utf-8", "replace")[:255]
         self._in_file_part = True
-        self._file = self.dest.open("xb")
+        self._file = os.fdopen(
+            os.open(self.dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb"
+        )
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if not self._in_file_part:
@@ -163,6 +177,9 @@ class _PartSink:
 
     def _part_end(self) -> None:
         self._in_file_part = False
+
+    def _end(self) -> None:
+        self.ended = True
 
     def flush(self) -> None:
         """Write what the last chunk brought (called off the event loop)."""

@@ -78,3 +78,16 @@ class TokenTable:
     def tenant_of(self, digest: str) -> str | None:
         rows = self.db.query("SELECT tenant FROM thresher_tokens WHERE token_sha256 = ?", (digest,))
         return str(rows[0][0]) if rows else None
+
+    def all(self) -> list[tuple[str, str, str]]:
+        """(digest, tenant, created_at) of every token, by tenant then age."""
+        rows = self.db.query(
+            "SELECT token_sha256, tenant, created_at FROM thresher_tokens"
+            " ORDER BY tenant, created_at"
+        )
+        return [(str(d), str(t), str(c)) for d, t, c in rows]
+
+    def remove(self, digest: str) -> bool:
+        """Forget a token: from now on it authenticates no one."""
+        with self.db.transaction() as cur:
+            return cur.changed("DELETE FROM thresher_tokens WHERE token_sha256 = ?", (digest,)) > 0

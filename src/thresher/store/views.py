@@ -56,30 +56,45 @@ def running_service_jobs(db: Database) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def job_counts(db: Database) -> dict[str, int]:
-    """How many jobs are in each state."""
-    rows = db.query("SELECT state, COUNT(*) FROM thresher_jobs GROUP BY state")
+def job_counts(db: Database, tenant: str | None = None) -> dict[str, int]:
+    """How many jobs are in each state: the tenant's, or every job's with None."""
+    mine = " WHERE tenant = ?" if tenant is not None else ""
+    rows = db.query(
+        f"SELECT state, COUNT(*) FROM thresher_jobs{mine} GROUP BY state", _as_params(tenant)
+    )
     return {str(state): int(count) for state, count in rows}
 
 
-def done_row_totals(db: Database) -> tuple[int, int, int]:
-    """Rows in, out and to error files of every committed shard of every job."""
+def done_row_totals(db: Database, tenant: str | None = None) -> tuple[int, int, int]:
+    """Rows in, out and to error files of every committed shard of the tenant's jobs (of
+    every job with None)."""
+    mine = (
+        " AND job_id IN (SELECT id FROM thresher_jobs WHERE tenant = ?)"
+        if tenant is not None
+        else ""
+    )
     row = db.query(
         "SELECT COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0),"
-        " COALESCE(SUM(rows_error), 0) FROM thresher_shards WHERE state = ?",
-        (ShardState.DONE.value,),
+        f" COALESCE(SUM(rows_error), 0) FROM thresher_shards WHERE state = ?{mine}",
+        (ShardState.DONE.value, *_as_params(tenant)),
     )[0]
     return int(row[0]), int(row[1]), int(row[2])
 
 
-def running_job_progress(db: Database) -> list[tuple[str, str, int]]:
-    """(job id, first attempt's start, rows of its committed shards) of each running job."""
+def running_job_progress(db: Database, tenant: str | None = None) -> list[tuple[str, str, int]]:
+    """(job id, first attempt's start, rows of its committed shards) of each running job
+    of the tenant (of every tenant with None)."""
+    mine = " AND j.tenant = ?" if tenant is not None else ""
     rows = db.query(
         "SELECT j.id, MIN(a.started_at),"
         " (SELECT COALESCE(SUM(s.rows_in), 0) FROM thresher_shards s"
         "  WHERE s.job_id = j.id AND s.state = ?)"
         " FROM thresher_jobs j JOIN thresher_attempts a ON a.job_id = j.id"
-        " WHERE j.state = ? GROUP BY j.id",
-        (ShardState.DONE.value, JobState.RUNNING.value),
+        f" WHERE j.state = ?{mine} GROUP BY j.id",
+        (ShardState.DONE.value, JobState.RUNNING.value, *_as_params(tenant)),
     )
     return [(str(j), str(started), int(n)) for j, started, n in rows]
+
+
+def _as_params(tenant: str | None) -> list[str]:
+    return [] if tenant is None else [tenant]

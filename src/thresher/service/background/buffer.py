@@ -167,7 +167,7 @@ def write_batch_file(path: Path, lines: list[dict[str, Any]]) -> None:
     it is there already (a complete file, since only a rename puts it there)."""
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", encoding="utf-8") as f:
         for line in lines:

@@ -1,6 +1,8 @@
 """Bearer tokens, each mapped to a tenant. Only a token's sha256 is stored, so the store
 never holds a usable secret; `thresher token create --tenant NAME` prints a new token
-once.
+once. `thresher token list` shows each token's tenant, age and fingerprint (the first
+characters of its sha256, which tell tokens apart and are of no use to a thief), and
+`thresher token revoke FINGERPRINT` forgets one: the next request with it answers 401.
 
 Every `/v1/...` route takes `Depends(current_tenant)`: a request without a token the
 server knows answers 401, and everything a tenant sees is filtered by its name.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends
@@ -21,6 +24,7 @@ from thresher.store import Store
 from thresher.store.uploads import TokenTable
 
 PREFIX = "thr_"
+FINGERPRINT_LENGTH = 12  # hex digits of the token's sha256 shown by `thresher token list`
 
 bearer = HTTPBearer(auto_error=False, description="A token from `thresher token create`.")
 
@@ -37,6 +41,41 @@ def create_token(store: Store, tenant: str) -> str:
 def tenant_of(store: Store, token: str) -> str | None:
     """The tenant a token belongs to, or None for a token the server does not know."""
     return TokenTable(store.db).tenant_of(_digest(token))
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What may be shown of a token: never the token, nor enough of its hash to look it up."""
+
+    fingerprint: str
+    tenant: str
+    created_at: str
+
+
+def list_tokens(store: Store) -> list[TokenInfo]:
+    """Every token's fingerprint, tenant and creation time, by tenant then age."""
+    return [
+        TokenInfo(digest[:FINGERPRINT_LENGTH], tenant, created)
+        for digest, tenant, created in TokenTable(store.db).all()
+    ]
+
+
+def revoke_token(store: Store, fingerprint: str) -> TokenInfo:
+    """Forget the one token whose fingerprint (or a longer prefix of its sha256) is
+    `fingerprint`; returns what it was. ValueError when none or several match."""
+    wanted = fingerprint.strip().lower()
+    if len(wanted) < 8:
+        raise ValueError(
+            "give at least 8 characters of the fingerprint `thresher token list` shows"
+        )
+    table = TokenTable(store.db)
+    matches = [row for row in table.all() if row[0].startswith(wanted)]
+    if len(matches) != 1:
+        found = "no token has" if not matches else f"{len(matches)} tokens have"
+        raise ValueError(f"{found} the fingerprint {fingerprint!r}; see `thresher token list`")
+    digest, tenant, created = matches[0]
+    table.remove(digest)
+    return TokenInfo(digest[:FINGERPRINT_LENGTH], tenant, created)
 
 
 def _digest(token: str) -> str:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from thresher.service.errors import TooLarge, Unprocessable
+from thresher.service.limits import Pace, paced
 from thresher.service.policies.auth import Tenant
 from thresher.service.schemas import FileInfo
 from thresher.service.state import StateDep
@@ -48,7 +49,8 @@ UPLOAD_BODY = {
     description="Send a JSONL, CSV or Parquet file as the multipart field `file`. The format "
     "comes from the file name's suffix unless `format` says it. Returns the file's id, to "
     "name as `input_file_id` in `POST /v1/jobs`. Uploads past the server's "
-    "`max_upload_bytes` answer 413 and leave nothing behind.",
+    "`max_upload_bytes` answer 413, and uploads that come too slowly 408; either leaves "
+    "nothing behind.",
     openapi_extra=UPLOAD_BODY,
 )
 async def upload_file(
@@ -68,10 +70,11 @@ async def upload_file(
     if file_format is not None and file_format not in FILE_FORMATS:
         raise Unprocessable([f"format: must be one of {', '.join(FILE_FORMATS)}"])
     file_id = new_file_id()
-    state.uploads_dir.mkdir(parents=True, exist_ok=True)
+    state.uploads_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     staging = state.uploads_dir / f"{file_id}.upload"
+    pace = Pace(state.config.body_timeout, state.config.body_min_rate)
     received = await receive_upload(
-        request.headers.get("content-type", ""), request.stream(), staging, limit
+        request.headers.get("content-type", ""), paced(request.stream(), pace), staging, limit
     )
     fmt = file_format or infer_format(received.filename)
     if fmt is None:

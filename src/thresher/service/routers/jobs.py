@@ -20,6 +20,7 @@ from thresher.service.downloads import (
 )
 from thresher.service.errors import Conflict, NotFound
 from thresher.service.policies.auth import Tenant
+from thresher.service.policies.disclosure import private_roots, public_message
 from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
@@ -30,6 +31,7 @@ from thresher.store.views import cancel_if_queued, tenant_job_ids
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 Format = Literal["jsonl", "csv", "parquet"]
+MAX_KEY_LENGTH = 255  # an Idempotency-Key
 
 
 def tenant_job(state: ServiceState, tenant: str, job_id: str) -> JobRecord:
@@ -68,7 +70,7 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
         finished_at=record.finished_at,
         seconds=manifest.get("seconds"),
         rows_per_second=manifest.get("rows_per_second"),
-        message=record.message,
+        message=public_message(state, record.message),
         results_url=f"/v1/jobs/{record.id}/results",
         errors_url=f"/v1/jobs/{record.id}/errors",
     )
@@ -89,7 +91,11 @@ def submit_job(
     tenant: Tenant,
     idempotency_key: Annotated[
         str | None,
-        Header(description="Submitting again with the same key returns the first job."),
+        Header(
+            max_length=MAX_KEY_LENGTH,
+            description="Submitting the same body again with the same key returns the first "
+            "job; the same key with another body is 422.",
+        ),
     ] = None,
 ) -> JobInfo:
     """Queue a job over an uploaded file (`input_file_id`) or a server-side path under the
@@ -177,7 +183,7 @@ def get_errors(
     if not record.state.finished:
         raise Conflict(f"job {job_id} is {record.state.value}; errors come when it ends")
     wanted = fmt or "jsonl"
-    chunks = stream_errors(error_parts(output_of(record.spec.sink)), wanted, state.data_dir)
+    chunks = stream_errors(error_parts(output_of(record.spec.sink)), wanted, private_roots(state))
     return _download(chunks, wanted, f"{job_id}-errors")
 
 

@@ -1,8 +1,11 @@
 """`/metrics` in Prometheus' text format, and `/healthz`.
 
-`/metrics` covers every job in the store: jobs by state, rows read, written and rejected,
-and the rate of each running job (rows of its committed shards over the time since its
-first shard started). It needs a bearer token unless `metrics_public = true`.
+`/metrics` shows jobs by state, rows read, written and rejected, and the rate of each
+running job (rows of its committed shards over the time since its first shard started).
+What it covers depends on who asks: a tenant's token shows that tenant's jobs alone (no
+other tenant's job ids or volumes); a token of a tenant in `metrics_operators` shows every
+job in the store, for the operator's Prometheus; and with `metrics_public = true` every
+job is shown to anyone, with no token.
 """
 
 from __future__ import annotations
@@ -33,25 +36,33 @@ def healthz(state: StateDep) -> dict[str, str]:
     "/metrics",
     summary="Prometheus metrics",
     response_class=PlainTextResponse,
-    description="Jobs by state, row totals and running jobs' rows/s. Needs a bearer token "
-    "unless the server's `metrics_public` is true.",
+    description="Jobs by state, row totals and running jobs' rows/s: the caller's own jobs, "
+    "or every tenant's for a token of one of the server's `metrics_operators`. Needs a "
+    "bearer token unless the server's `metrics_public` is true.",
 )
 def metrics(
     credentials: Credentials,
     state: StateDep,
 ) -> PlainTextResponse:
     """The metrics text, for Prometheus to scrape."""
-    if not state.config.metrics_public:
-        current_tenant(credentials, state)
-    return PlainTextResponse(render(state), media_type=CONTENT_TYPE)
+    return PlainTextResponse(render(state, _scope(credentials, state)), media_type=CONTENT_TYPE)
 
 
-def render(state: ServiceState) -> str:
-    """Every metric, as Prometheus' text exposition format."""
+def _scope(credentials: Credentials, state: ServiceState) -> str | None:
+    """The tenant whose jobs the caller may see, or None for every tenant's."""
+    if state.config.metrics_public:
+        return None
+    tenant = current_tenant(credentials, state)
+    return None if tenant in state.config.metrics_operators else tenant
+
+
+def render(state: ServiceState, tenant: str | None = None) -> str:
+    """Every metric of the tenant's jobs (of all jobs with None), as Prometheus' text
+    exposition format."""
     lines: list[str] = []
-    _jobs_by_state(state, lines)
-    _row_totals(state, lines)
-    _running_rates(state, lines)
+    _jobs_by_state(state, tenant, lines)
+    _row_totals(state, tenant, lines)
+    _running_rates(state, tenant, lines)
     return "\n".join(lines) + "\n"
 
 
@@ -59,26 +70,26 @@ def _metric(lines: list[str], name: str, kind: str, help_text: str) -> None:
     lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
 
 
-def _jobs_by_state(state: ServiceState, lines: list[str]) -> None:
-    counts = job_counts(state.store.db)
+def _jobs_by_state(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
+    counts = job_counts(state.store.db, tenant)
     _metric(lines, "thresher_jobs", "gauge", "Jobs in the store, by state.")
     lines += [f'thresher_jobs{{state="{s.value}"}} {int(counts.get(s.value, 0))}' for s in JobState]
 
 
-def _row_totals(state: ServiceState, lines: list[str]) -> None:
-    row = done_row_totals(state.store.db)
+def _row_totals(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
+    row = done_row_totals(state.store.db, tenant)
     for name, value, what in zip(
         ("rows_in", "rows_out", "rows_error"),
         row,
         ("read", "written to outputs", "sent to error files"),
         strict=True,
     ):
-        _metric(lines, f"thresher_{name}_total", "counter", f"Rows {what}, all jobs.")
+        _metric(lines, f"thresher_{name}_total", "counter", f"Rows {what}.")
         lines.append(f"thresher_{name}_total {int(value)}")
 
 
-def _running_rates(state: ServiceState, lines: list[str]) -> None:
-    rows = running_job_progress(state.store.db)
+def _running_rates(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
+    rows = running_job_progress(state.store.db, tenant)
     _metric(
         lines,
         "thresher_job_rows_per_second",

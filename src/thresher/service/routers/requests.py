@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from thresher.service.errors import Conflict, NotFound, TooLarge, Unprocessable
 from thresher.service.policies.auth import current_tenant
+from thresher.service.policies.disclosure import public_message
 from thresher.service.state import ServiceState, get_state
 from thresher.store.requests import BufferedRequest, DuplicateRequest, RequestTable
 
@@ -115,7 +116,7 @@ def get_request(
     found = RequestTable(state.store.db).get(tenant, custom_id)
     if found is None:
         raise NotFound(f"no request {custom_id!r}; POST /v1/requests buffers one")
-    return _status(found)
+    return _status(state, found)
 
 
 def _records(
@@ -145,7 +146,7 @@ def _records(
     return records
 
 
-def _status(found: BufferedRequest) -> RequestStatus:
+def _status(state: ServiceState, found: BufferedRequest) -> RequestStatus:
     return RequestStatus(
         custom_id=found.custom_id,
         model=found.model,
@@ -154,5 +155,12 @@ def _status(found: BufferedRequest) -> RequestStatus:
         created_at=found.created_at,
         finished_at=found.finished_at,
         output=found.result,
-        error=found.error,
+        error=_public_error(state, found.error),
     )
+
+
+def _public_error(state: ServiceState, error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A record's error with no server path in its message (the job's, or its bad row's)."""
+    if error is None or not isinstance(error.get("message"), str):
+        return error
+    return {**error, "message": public_message(state, error["message"])}
