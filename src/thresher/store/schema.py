@@ -66,6 +66,9 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 2: how often a job's coordinator process died (the service stops restarting it).
     ["ALTER TABLE thresher_jobs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0"],
+    # 3: the sha256 of the request a service job was submitted with, so an Idempotency-Key
+    # sent again with another request is told apart from a retry of the same one.
+    ["ALTER TABLE thresher_jobs ADD COLUMN request_sha256 TEXT"],
 ]
 
 
