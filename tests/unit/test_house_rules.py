@@ -197,6 +197,7 @@ PUBLIC: dict[str, list[str]] = {
         "open_source",
     ],
     "thresher.store": [
+        "IdempotencyConflict",
         "JobRecord",
         "JobState",
         "ShardRecord",

@@ -9,6 +9,7 @@ at code or paths of the tenant's choosing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,6 +25,7 @@ from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
 from thresher.service.policies.roots import check_source_uri
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
+from thresher.store import IdempotencyConflict
 from thresher.store.requests import RequestTable
 
 if TYPE_CHECKING:
@@ -99,7 +101,8 @@ def submit_job(
     `source.uri`, `model` by registered name, optional `columns`, `id_column`,
     `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`), build the
     whole job spec on the server's side, and queue it. Returns the job id; with an
-    `idempotency_key` the tenant's earlier job with that key, if any, instead.
+    `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
+    that job was submitted with a different body).
 
     Raises `Unprocessable` (422) for a body that does not make a job (naming each
     field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
@@ -111,9 +114,21 @@ def submit_job(
     job_id = new_job_id()
     spec = build_spec(state, tenant, body, job_id)
     store = state.store
-    queued = store.queue_job(job_id, spec, tenant, idempotency_key)
+    try:
+        queued = store.queue_job(job_id, spec, tenant, idempotency_key, request_digest(body))
+    except IdempotencyConflict as exc:
+        raise Unprocessable(
+            [f"Idempotency-Key: {exc}, with another request; use a new key for a new job"]
+        ) from None
     state.jobs_waiting.set()
     return queued
+
+
+def request_digest(body: dict[str, Any]) -> str:
+    """The sha256 of a submission as the server reads it (defaults filled in, keys in
+    order), so the same request sent again has the same digest however it is spelled."""
+    canonical = parse_request(body).model_dump_json()
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: str) -> JobSpec:

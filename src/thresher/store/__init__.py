@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from thresher.store.db import Database, StoreError
+from thresher.store.db import Database, IdempotencyConflict, StoreError
 from thresher.store.jobs import Store
 from thresher.store.records import JobRecord, JobState, ShardRecord, ShardState, Totals
 
 __all__ = [
+    "IdempotencyConflict",
     "JobRecord",
     "JobState",
     "ShardRecord",

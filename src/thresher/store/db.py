@@ -29,6 +29,10 @@ class StoreError(ThresherError):
     stage = "store"
 
 
+class IdempotencyConflict(StoreError):
+    """An idempotency key sent again with a different request than its first job's."""
+
+
 class Database:
     """A connection to the store's database, safe to share between this process's threads."""
 

@@ -14,7 +14,7 @@ import socket
 from typing import Any
 
 from thresher.spec import JobSpec
-from thresher.store.db import Database, StoreError, now
+from thresher.store.db import Database, IdempotencyConflict, StoreError, now
 from thresher.store.records import (
     AttemptOutcome,
     JobRecord,
@@ -69,28 +69,38 @@ class Store:
                 )
 
     def queue_job(
-        self, job_id: str, spec: JobSpec, tenant: str | None = None, key: str | None = None
+        self,
+        job_id: str,
+        spec: JobSpec,
+        tenant: str | None = None,
+        key: str | None = None,
+        request_sha256: str | None = None,
     ) -> str:
         """Record a job to run later (the service's queue); its plan comes when it starts.
         With an idempotency `key`, a second submission of the tenant returns the first
-        job's id instead of queueing another."""
+        job's id instead of queueing another — unless both carry a `request_sha256` and
+        they differ: IdempotencyConflict, as the key was reused for another request."""
         name, priority = spec.job.name, spec.job.priority
         with self.db.transaction() as cur:
             if key is not None:
                 found = cur.execute(
-                    "SELECT id FROM thresher_jobs WHERE tenant IS ? AND idempotency_key = ?"
+                    "SELECT id, request_sha256 FROM thresher_jobs WHERE tenant IS ?"
+                    " AND idempotency_key = ?"
                     if self.db.dialect == "sqlite"
-                    else "SELECT id FROM thresher_jobs WHERE tenant IS NOT DISTINCT FROM ?"
-                    " AND idempotency_key = ?",
+                    else "SELECT id, request_sha256 FROM thresher_jobs"
+                    " WHERE tenant IS NOT DISTINCT FROM ? AND idempotency_key = ?",
                     (tenant, key),
                 ).fetchone()
+                if found and None not in (found[1], request_sha256) and found[1] != request_sha256:
+                    raise IdempotencyConflict(f"key {key!r} was used for job {found[0]}")
                 if found:
                     return str(found[0])
             cur.execute(
                 "INSERT INTO thresher_jobs (id, name, state, spec, plan, shard_count, created_at,"
-                " tenant, priority, idempotency_key) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
+                " tenant, priority, idempotency_key, request_sha256)"
+                " VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)",
                 (job_id, name, JobState.QUEUED.value, spec.model_dump_json(), "{}", now(), tenant,
-                 priority, key),
+                 priority, key, request_sha256),
             )  # fmt: skip
         return job_id
 
