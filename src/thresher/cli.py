@@ -244,6 +244,43 @@ def token_create(store_url: str | None, tenant: str, own_store: str | None) -> N
         _fail(str(exc), EXIT_USAGE)
 
 
+@token.command("list")
+@click.option("--store", "own_store", metavar="URL", help="The job store (as `thresher --store`).")
+@click.pass_obj
+def token_list(store_url: str | None, own_store: str | None) -> None:
+    """Show every token's tenant, creation time and fingerprint (never the token)."""
+    from thresher.service.policies.auth import list_tokens
+    from thresher.status import shown
+    from thresher.store import open_store
+
+    try:
+        tokens = list_tokens(open_store(own_store or store_url))
+    except ThresherError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    for info in tokens:
+        click.echo(
+            f"{info.fingerprint}  {info.created_at[:19].replace('T', ' ')}  {shown(info.tenant)}"
+        )
+
+
+@token.command("revoke")
+@click.argument("fingerprint")
+@click.option("--store", "own_store", metavar="URL", help="The job store (as `thresher --store`).")
+@click.pass_obj
+def token_revoke(store_url: str | None, fingerprint: str, own_store: str | None) -> None:
+    """Revoke the token with FINGERPRINT (from `thresher token list`): from now on it
+    answers 401."""
+    from thresher.service.policies.auth import revoke_token
+    from thresher.status import shown
+    from thresher.store import open_store
+
+    try:
+        info = revoke_token(open_store(own_store or store_url), fingerprint)
+    except (ThresherError, ValueError) as exc:
+        _fail(str(exc), EXIT_USAGE)
+    click.echo(f"revoked {info.fingerprint} of tenant {shown(info.tenant)}")
+
+
 def _report(result: object) -> None:
     from thresher.coordinator.job import JobResult
     from thresher.summary import print_result

@@ -1,9 +1,20 @@
-"""`thresher status`: what the store knows about jobs, for a person to read."""
+"""`thresher status`: what the store knows about jobs, for a person to read.
+
+Names, messages and errors come from job specs and tenants' requests, so they are shown
+as plain text: never read as rich markup (`[red]`, `[link=…]`), and with every control
+and format character (an ANSI escape, a carriage return, a bidi override) written out as
+its escape (`\x1b`), so nothing a tenant names can move the cursor, clear the screen or
+disguise a line.
+"""
 
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Callable
+
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from thresher.store import JobRecord, ShardState, Store
 
@@ -17,8 +28,8 @@ def show_jobs(store: Store, limit: int, console: Console | None = None) -> None:
     for job in store.jobs(limit):
         totals = store.totals(job.id)
         table.add_row(
-            job.id,
-            job.name,
+            shown(job.id),
+            shown(job.name),
             job.state.value,
             f"{totals.shards_done}/{job.shard_count}",
             f"{totals.rows_in:,}",
@@ -35,25 +46,36 @@ def show_job(store: Store, job_id: str, console: Console | None = None) -> None:
     console = console or Console(width=160)
     job = store.job(job_id)
     totals = store.totals(job_id)
-    console.print(f"job {job.id} ({job.name}): {job.state.value}")
-    console.print(
-        f"  shards: {totals.shards_done}/{job.shard_count} done, {totals.shards_failed} failed"
-    )
-    console.print(
+    say = _plain(console)
+    say(f"job {shown(job.id)} ({shown(job.name)}): {job.state.value}")
+    say(f"  shards: {totals.shards_done}/{job.shard_count} done, {totals.shards_failed} failed")
+    say(
         f"  rows: {totals.rows_in:,} in, {totals.rows_out:,} out, {totals.rows_error:,} errors"
         f"  rate: {_rate(job)} rows/s"
     )
-    console.print(
-        f"  created: {job.created_at}  finished: {job.finished_at or '-'}  owner: {job.owner}"
-    )
+    say(f"  created: {job.created_at}  finished: {job.finished_at or '-'}  owner: {job.owner}")
     if job.message:
-        console.print(f"  message: {job.message}")
+        say(f"  message: {shown(job.message)}")
     for shard in store.shards(job_id):
         if shard.state != ShardState.DONE:
-            why = f": {shard.error}" if shard.error else ""
-            console.print(
-                f"  shard {shard.index}: {shard.state.value}, {shard.attempts} attempt(s){why}"
-            )
+            why = f": {shown(shard.error)}" if shard.error else ""
+            say(f"  shard {shard.index}: {shard.state.value}, {shard.attempts} attempt(s){why}")
+
+
+def shown(text: str) -> Text:
+    """`text` as plain rich Text, each control or format character written as its escape."""
+    return Text("".join(_escaped(c) for c in text))
+
+
+def _escaped(char: str) -> str:
+    if unicodedata.category(char) in ("Cc", "Cf"):
+        return char.encode("unicode_escape").decode("ascii")
+    return char
+
+
+def _plain(console: Console) -> Callable[[str], None]:
+    """Print a line as it is: no markup, no highlighting of numbers and paths."""
+    return lambda line: console.print(line, markup=False, highlight=False)
 
 
 def _rate(job: JobRecord) -> str:

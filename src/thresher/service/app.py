@@ -9,6 +9,7 @@ start with the app and stop with it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +22,7 @@ from thresher.service.background.buffer import router as buffer_router
 from thresher.service.background.buffer import start_flusher
 from thresher.service.background.scheduler import Scheduler
 from thresher.service.background.webhooks import start_webhooks
-from thresher.service.config import load_config
+from thresher.service.config import check_models, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.routers import files, jobs, metrics
@@ -91,15 +92,21 @@ async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
 
 
 def build_state(store_url: str | None, config_file: Path | None) -> ServiceState:
-    """The state `thresher serve` runs on: the config file read, the store opened."""
+    """The state `thresher serve` runs on: the config file read, every registered model
+    checked (ConfigError naming `models.<name>.<field>` for one that cannot load), the
+    store opened."""
     config = load_config(config_file)
+    check_models(config)
     return ServiceState(store=open_store(store_url), config=config, data_dir=config.data_dir)
 
 
 def serve(state: ServiceState, host: str, port: int) -> None:
-    """Run the service on `host:port` until interrupted."""
+    """Run the service on `host:port` until interrupted. Every file the server and its
+    workers create from here on — uploads, buffered batches, outputs — is readable by the
+    server's user alone: tenants' data is nobody else's on this machine."""
     import uvicorn
 
+    os.umask(0o077)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

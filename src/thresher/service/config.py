@@ -118,6 +118,21 @@ def load_config(path: Path | None = None) -> ServerConfig:
     return prepare(config)
 
 
+def check_models(config: ServerConfig) -> None:
+    """Refuse a config with a registered model that cannot load: an unknown kind, a
+    loader module or a model file that is not there. ConfigError names
+    `models.<name>.<field>` for each, so `thresher serve` never starts without one."""
+    from thresher.models import check_model_section
+
+    problems = [
+        f"models.{name}.{problem.removeprefix('model.')}"
+        for name, model in config.models.items()
+        for problem in check_model_section(model)
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
 def prepare(config: ServerConfig) -> ServerConfig:
     """The config with `data_dir` created (absolute; readable by this user only, when it is
     made here) and `webhook_secret` filled in."""

@@ -1,0 +1,98 @@
+"""What the server's operator runs: `thresher token list / revoke`, `thresher serve`
+refusing a config it cannot serve, and `thresher status` printing tenants' text as text."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from thresher.cli import cli
+from thresher.service.policies.auth import tenant_of
+from thresher.spec import parse_spec
+from thresher.status import show_job, show_jobs
+from thresher.store import JobState, open_store
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def test_tokens_are_listed_by_fingerprint_and_a_revoked_one_is_refused(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    tokens = {t: run("--store", store, "token", "create", "--tenant", t)[1].strip() for t in "ab"}
+    code, listing = run("--store", store, "token", "list")
+    assert code == 0, listing
+    lines = listing.splitlines()
+    assert [line.split()[-1] for line in lines] == ["a", "b"]
+    assert not any(token in listing for token in tokens.values())
+    fingerprint = lines[0].split()[0]
+    assert len(fingerprint) == 12
+
+    code, said = run("--store", store, "token", "revoke", fingerprint)
+    assert code == 0 and "tenant a" in said, said
+    opened = open_store(store)
+    assert tenant_of(opened, tokens["a"]) is None
+    assert tenant_of(opened, tokens["b"]) == "b"
+    assert run("--store", store, "token", "list")[1].split()[-1] == "b"
+    code, said = run("--store", store, "token", "revoke", fingerprint)
+    assert code == 2 and "no token has the fingerprint" in said
+    assert run("--store", store, "token", "revoke", "abc")[0] == 2  # too short to be sure
+
+
+@pytest.mark.parametrize(
+    ("section", "named"),
+    [
+        ('kind = "onnx"\nuri = "missing.onnx"', "models.churn.uri"),
+        ('kind = "python"\nuri = "missing.py:Model"', "models.churn.uri"),
+        ('kind = "no-such-kind"\nuri = "m.onnx"', "models.churn.kind"),
+    ],
+)
+def test_serve_refuses_a_model_it_cannot_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str, named: str
+) -> None:
+    from thresher.service import app
+
+    def started(*args: object) -> None:
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(app, "serve", started)
+    config = tmp_path / "server.toml"
+    config.write_text(f'data_dir = "data"\n[models.churn]\n{section}\n')
+    code, said = run("serve", "--config", str(config), "--store", f"sqlite:///{tmp_path / 's.db'}")
+    assert code == 2, said
+    assert named in said
+
+
+def test_a_trust_that_is_not_true_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "server.toml"
+    config.write_text('[models.m]\nkind = "sklearn"\nuri = "m.skops"\ntrust = "yes"\n')
+    code, said = run("serve", "--config", str(config))
+    assert code == 2 and "models.m.trust" in said, said
+
+
+def test_status_prints_job_names_and_messages_as_plain_text(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    name = "[red]evil[/red] [link=http://x]y[/link]\x1b[2J\r\u202e"
+    spec = parse_spec(
+        {
+            "job": {"name": name},
+            "source": {"uri": "in.jsonl"},
+            "model": {"kind": "sklearn", "uri": "m.skops"},
+            "sink": {"uri": "out/"},
+        }
+    )
+    store.queue_job("job-1", spec, "acme")
+    store.finish("job-1", JobState.FAILED, None, "bad [bold]x[/bold]\x07\x1b]0;title\x07")
+    for show in (lambda c: show_jobs(store, 5, c), lambda c: show_job(store, "job-1", c)):
+        out = io.StringIO()
+        show(Console(file=out, width=400, color_system=None))
+        text = out.getvalue()
+        assert "[red]evil[/red]" in text and "[link=http://x]" in text
+        assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+        assert "\u202e" not in text and "\\x1b[2J" in text and "\\u202e" in text
+    assert "bad [bold]x[/bold]\\x07\\x1b]0;title\\x07" in text
