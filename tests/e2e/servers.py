@@ -61,6 +61,7 @@ class ServiceSite:
     root: Path
     max_upload_bytes: int = 20_000
     slow_delay: float = 1.0
+    settings: str = ""  # more top-level lines of server.toml
 
     def __post_init__(self) -> None:
         self.shared = self.root / "shared"
@@ -76,6 +77,7 @@ data_dir = {json.dumps(str(self.data))}
 allowed_roots = [{json.dumps(str(self.shared))}]
 max_upload_bytes = {self.max_upload_bytes}
 max_concurrent_jobs = 2
+{self.settings}
 
 [run]
 workers = 1

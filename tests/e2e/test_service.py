@@ -13,6 +13,7 @@ import gzip
 import importlib.util
 import io
 import json
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -368,3 +369,64 @@ def test_a_job_survives_the_server_being_killed_mid_job(tmp_path: Path) -> None:
 
 _DONE_SHARDS = "SELECT idx FROM thresher_shards WHERE job_id = ? AND state = 'done'"
 _ATTEMPTS = "SELECT idx, COUNT(*) FROM thresher_attempts WHERE job_id = ? GROUP BY idx"
+
+
+def test_the_servers_files_are_its_users_alone(service: Service) -> None:
+    file_id = upload(service.acme, jsonl([{"id": 1, "x": 1.0}, {"id": 2, "x": -1.0}]))["id"]
+    submitted = submit(service.acme, {"input_file_id": file_id, "model": "double"})
+    job = wait_for_job(service.acme, submitted.json()["id"])
+    assert job["status"] == "succeeded", job
+    store_file = Path(service.site.store.removeprefix("sqlite:///"))
+    made = [service.site.data, *service.site.data.rglob("*"), store_file]
+    assert any(p.name.startswith("part-") for p in made) and any(
+        p.parent.name == "_errors" for p in made
+    )
+    shared = {str(p): oct(p.stat().st_mode & 0o777) for p in made if p.stat().st_mode & 0o077}
+    assert shared == {}
+
+
+def trickle(server: Server, head: bytes, body: bytes, every: float, within: float) -> bytes:
+    """Send `head` at once and `body` a byte every `every` seconds, on a raw socket; what
+    the server answers (b"" if nothing within `within` seconds)."""
+    answer = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=every) as sock:
+        sock.sendall(head)
+        deadline = time.monotonic() + within
+        for byte in body:
+            if time.monotonic() > deadline or b"\r\n\r\n" in answer:
+                break
+            try:
+                sock.sendall(bytes([byte]))
+                answer += sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:  # the server closed the connection
+                break
+    return answer
+
+
+def test_a_body_that_trickles_in_is_cut_off_with_408_and_leaves_nothing(tmp_path: Path) -> None:
+    site = ServiceSite(tmp_path, settings="body_timeout = 1\nbody_min_rate = 1000")
+    token = site.token("acme")
+    server = Server(site)
+    try:
+        part = b'--b\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n\r\n'
+        body = part + b'{"id": 1, "x": 1.0}\n' * 100 + b"\r\n--b--\r\n"
+        for path, kind, sent in (
+            ("/v1/files", "multipart/form-data; boundary=b", body),
+            ("/v1/jobs", "application/json", b'{"model": "double", "name": "' + b"x" * 2000),
+        ):
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: {kind}\r\nContent-Length: {len(sent)}\r\n\r\n"
+            ).encode()
+            started = time.monotonic()
+            answer = trickle(server, head, sent, every=0.1, within=8)
+            assert answer.startswith(b"HTTP/1.1 408"), (path, answer)
+            assert time.monotonic() - started < 6
+        uploads = site.data / "uploads"
+        assert not uploads.exists() or list(uploads.iterdir()) == []
+        with server.client(token) as client:
+            assert client.get("/v1/jobs").json()["data"] == []
+    finally:
+        server.stop()

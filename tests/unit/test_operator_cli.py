@@ -44,6 +44,16 @@ def test_tokens_are_listed_by_fingerprint_and_a_revoked_one_is_refused(tmp_path:
     assert run("--store", store, "token", "revoke", "abc")[0] == 2  # too short to be sure
 
 
+def never_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `thresher serve` fail instead of serving, should it get that far."""
+    from thresher.service import app
+
+    def started(*args: object) -> None:
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(app, "serve", started)
+
+
 @pytest.mark.parametrize(
     ("section", "named"),
     [
@@ -55,12 +65,7 @@ def test_tokens_are_listed_by_fingerprint_and_a_revoked_one_is_refused(tmp_path:
 def test_serve_refuses_a_model_it_cannot_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str, named: str
 ) -> None:
-    from thresher.service import app
-
-    def started(*args: object) -> None:
-        raise AssertionError("the server started")
-
-    monkeypatch.setattr(app, "serve", started)
+    never_serve(monkeypatch)
     config = tmp_path / "server.toml"
     config.write_text(f'data_dir = "data"\n[models.churn]\n{section}\n')
     code, said = run("serve", "--config", str(config), "--store", f"sqlite:///{tmp_path / 's.db'}")
@@ -68,7 +73,10 @@ def test_serve_refuses_a_model_it_cannot_load(
     assert named in said
 
 
-def test_a_trust_that_is_not_true_is_a_config_error(tmp_path: Path) -> None:
+def test_a_trust_that_is_not_true_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never_serve(monkeypatch)
     config = tmp_path / "server.toml"
     config.write_text('[models.m]\nkind = "sklearn"\nuri = "m.skops"\ntrust = "yes"\n')
     code, said = run("serve", "--config", str(config))

@@ -5,6 +5,7 @@ counts goes through `Cursor.changed` (ADBC reports no row counts)."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -101,7 +102,10 @@ class Cursor:
 
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # The store holds specs, tenants and token digests: a new one is the user's alone
+    # (SQLite gives its -wal and -shm files the same mode).
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     # isolation_level=None + explicit BEGIN would also do; the default deferred
     # transactions plus WAL let `thresher status` read while a job writes.
     conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
