@@ -3,7 +3,7 @@
 Names, messages and errors come from job specs and tenants' requests, so they are shown
 as plain text: never read as rich markup (`[red]`, `[link=…]`), and with every control
 and format character (an ANSI escape, a carriage return, a bidi override) written out as
-its escape (`\x1b`), so nothing a tenant names can move the cursor, clear the screen or
+its escape (`\\x1b`), so nothing a tenant names can move the cursor, clear the screen or
 disguise a line.
 """
 
