@@ -4,6 +4,7 @@ and nothing of the server's private paths, files or other tenants leaks out."""
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,10 +17,13 @@ from httpx import Response
 
 from thresher.service.app import create_app
 from thresher.service.config import ServerConfig, prepare
+from thresher.service.downloads import stream_errors
 from thresher.service.policies.auth import create_token
+from thresher.service.policies.disclosure import private_roots
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
 from thresher.store import JobState, open_store
+from thresher.store.requests import RequestTable
 
 MODEL = """
 class Double:
@@ -184,6 +188,34 @@ def test_a_job_message_shows_files_by_name_never_server_paths(api: Api) -> None:
     assert root not in shown, shown
     assert upload.name in shown and "batch-1.jsonl" in shown and "part-00000.jsonl" in shown
     assert "double.py" in shown and "bad line" in shown
+
+
+def test_a_buffered_records_error_and_an_error_rows_message_hide_server_paths(
+    api: Api, tmp_path: Path
+) -> None:
+    batch_file = api.state.buffer_dir / "batch-1.jsonl"
+    posted = api.client.post(
+        "/v1/requests",
+        json={"custom_id": "c1", "model": "double", "input": {"x": 1}},
+        headers=api.auth(),
+    )
+    assert posted.status_code == 202, posted.text
+    table = RequestTable(api.state.store.db)
+    assert table.claim_batch("acme", "double", "batch-1", 10) == 1
+    error = {"stage": "job", "error": "job failed", "message": f"cannot read {batch_file}: x"}
+    table.settle("batch-1", None, {}, error)
+    answer = api.client.get("/v1/requests/c1", headers=api.auth()).json()
+    assert answer["error"]["message"] == "cannot read batch-1.jsonl: x"
+
+    part = tmp_path / "part-00000.jsonl"
+    row = {"source": str(batch_file), "line": 3, "message": f"{batch_file} line 3: bad"}
+    part.write_text(json.dumps(row) + "\n")
+    (shown,) = [
+        json.loads(line)
+        for chunk in stream_errors([part], "jsonl", private_roots(api.state))
+        for line in chunk.decode().splitlines()
+    ]
+    assert shown == {"source": "batch-1.jsonl", "line": 3, "message": "batch-1.jsonl line 3: bad"}
 
 
 def running_job(api: Api, tenant: str) -> str:
