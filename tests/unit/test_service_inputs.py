@@ -64,7 +64,7 @@ def test_a_glob_does_not_reach_a_hidden_link_out_of_the_root(site: ServiceState)
     shared = Path(site.config.allowed_roots[0])
     (shared / "a.jsonl").write_text(rows(3))
     (shared / ".x.jsonl").symlink_to(shared.parent / "outside" / "secret.jsonl")
-    with pytest.raises(Forbidden, match="outside the folders this job may read"):
+    with pytest.raises(Forbidden, match="outside the paths this job may read"):
         build_spec(site, "acme", body(shared / "*.jsonl", id_column="id"), "job-1")
 
 
@@ -76,7 +76,7 @@ def test_a_link_planted_after_the_submission_is_refused_when_the_job_plans(
     (nightly / "a.jsonl").write_text(rows(3))
     spec = build_spec(site, "acme", body(nightly, id_column="id"), "job-1")
     (nightly / "b.jsonl").symlink_to(tmp_path / "outside" / "secret.jsonl")  # after the 201
-    with pytest.raises(SourceError, match="lies outside the folders this job may read"):
+    with pytest.raises(SourceError, match="is outside the paths this job may read"):
         run_job(spec, site.store)
     written = [p.read_text() for p in site.data_dir.rglob("*") if p.is_file()]
     assert not any("hunter2" in text for text in written)

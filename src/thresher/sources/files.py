@@ -67,7 +67,7 @@ def confine(urls: list[str], roots: Sequence[str]) -> list[str]:
             inside = ".." not in url.split("://", 1)[1].split("/")
             inside = inside and any(url.startswith(r) for r in url_roots)
         if not inside:
-            raise SourceError(f"source.uri: {url} lies outside the folders this job may read")
+            raise SourceError(f"source.uri: {url} is outside the paths this job may read")
         confined.append(real)
     return confined
 
