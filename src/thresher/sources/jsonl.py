@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.json as pajson
 
+from thresher.sources.nesting import check_depth
+
 # A line whose first non-blank byte is not `{` (searched from a newline: memchr speed).
 _NOT_AN_OBJECT = re.compile(rb"\n[ \t\r]*[^{ \t\r\n]")
 _BOM = b"\xef\xbb\xbf"
@@ -28,14 +30,14 @@ class JsonlFormat:
         return None
 
     def infer(self, sample: bytes, names: list[str] | None) -> pa.Schema:
-        _check_objects(sample)
+        _check_lines(sample)
         table = pajson.read_json(
             io.BytesIO(sample), read_options=pajson.ReadOptions(block_size=len(sample) + 1)
         )
         return table.schema
 
     def parse(self, data: bytes, schema: pa.Schema) -> pa.Table:
-        _check_objects(data)
+        _check_lines(data)
         table = pajson.read_json(
             io.BytesIO(data),
             read_options=pajson.ReadOptions(
@@ -49,6 +51,12 @@ class JsonlFormat:
         # validation (well under a millisecond per MiB) makes such a line a bad record.
         table.validate(full=True)
         return table
+
+
+def _check_lines(data: bytes) -> None:
+    """What Arrow must never be given: lines that are not objects, or nest too deep."""
+    _check_objects(data)
+    check_depth(data)
 
 
 def _check_objects(data: bytes) -> None:
