@@ -139,8 +139,9 @@ def _input_names(estimator: Any, features: Sequence[str]) -> list[str] | None:
             )
         return None
     names = [str(name) for name in fitted]
-    missing = [name for name in names if name not in features]
-    unused = [name for name in features if name not in names]
+    given, fitted_names = set(features), set(names)  # sets: linear for wide models
+    missing = [name for name in names if name not in given]
+    unused = [name for name in features if name not in fitted_names]
     if features and (missing or unused):
         raise ModelLoadError(
             f"source.columns: the model was fitted on columns {names}; the job's features"
