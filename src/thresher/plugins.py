@@ -141,9 +141,9 @@ def _builtin(
 
 S, K, M, E = Kind.SOURCE, Kind.SINK, Kind.MODEL, Kind.EXECUTOR
 BUILTINS: tuple[Plugin, ...] = (
-    _builtin(S, "parquet", "sources.parquet:parquet_source", "plugins:NoOptions"),
-    _builtin(S, "csv", "sources.text_sources:csv_source", "plugins:NoOptions"),
-    _builtin(S, "jsonl", "sources.text_sources:jsonl_source", "plugins:NoOptions"),
+    _builtin(S, "parquet", "sources.parquet:parquet_source", "sources.base:InputOptions"),
+    _builtin(S, "csv", "sources.text_sources:csv_source", "sources.base:InputOptions"),
+    _builtin(S, "jsonl", "sources.text_sources:jsonl_source", "sources.base:InputOptions"),
     _builtin(S, "postgresql", "sources.sql:postgres_source", "plugins:NoOptions", extra="postgres"),
     _builtin(K, "parquet", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "csv", "sinks.files:file_sink", "plugins:NoOptions"),

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from thresher.errors import SourceError
 from thresher.records import RAW_LIMIT, BadRecord
-from thresher.sources import Source, open_source, text
+from thresher.sources import Source, lines, open_source, text
 from thresher.sources.base import Chunk, Plan, Shard, ShardReader
 from thresher.sources.csv import CsvFormat
 from thresher.sources.jsonl import JsonlFormat
@@ -417,7 +417,7 @@ def check_text_shards(plan: Plan, file: TextFile, shard_bytes: int, header: bool
     data=st.data(),
     shard_bytes=st.integers(1, 300),
     rows_per_chunk=st.integers(1, 12),
-    read_block=st.one_of(st.integers(1, 100), st.just(text.READ_BLOCK)),
+    read_block=st.one_of(st.integers(1, 100), st.just(lines.READ_BLOCK)),
 )
 def test_text_byte_ranges_read_every_record_once(
     fmt: str, data: st.DataObject, shard_bytes: int, rows_per_chunk: int, read_block: int
@@ -426,7 +426,7 @@ def test_text_byte_ranges_read_every_record_once(
     READ_BLOCK makes shards span many blocks and lines span blocks)."""
     file = data.draw(text_files(fmt))
     text_format = CsvFormat() if fmt == "csv" else JsonlFormat()
-    with tempfile.TemporaryDirectory() as folder, patch.object(text, "READ_BLOCK", read_block):
+    with tempfile.TemporaryDirectory() as folder, patch.object(lines, "READ_BLOCK", read_block):
         path = Path(folder) / f"data.{fmt}"
         path.write_bytes(file.data)
         src = TextSource(

@@ -14,10 +14,33 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
 
+from thresher.errors import SourceError
+from thresher.plugins import Options
 from thresher.records import BadRecord
 
 MIN_SPLIT_ROWS = 4_096  # rows cut off for a worker of their own, at least
+# Columns one input may have unless its spec says more: planning and reading cost grows
+# with the width (Arrow's CSV reader alone spends a good part of a millisecond on each
+# column of each block), and a file of a million one-byte columns is more likely an
+# attack or a mistake than a table.
+MAX_COLUMNS = 10_000
+
+
+class InputOptions(Options):
+    """`source.options` of the file sources (`csv`, `jsonl`, `parquet`)."""
+
+    max_columns: int = Field(default=MAX_COLUMNS, ge=1)
+
+
+def check_width(url: str, columns: int, limit: int) -> None:
+    """Refuse an input wider than `limit` columns, naming the file and the count."""
+    if columns > limit:
+        raise SourceError(
+            f"{url}: {columns:,} columns, more than the {limit:,} an input may have;"
+            " raise source.options.max_columns to read it"
+        )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thresher.errors import SourceError
-from thresher.sources.base import MIN_SPLIT_ROWS, Chunk, Plan, Shard
+from thresher.sources.base import (
+    MAX_COLUMNS,
+    MIN_SPLIT_ROWS,
+    Chunk,
+    InputOptions,
+    Plan,
+    Shard,
+    check_width,
+)
 from thresher.sources.files import filesystem, is_local, list_files
 from thresher.spec import SourceSection
 
@@ -31,6 +39,7 @@ class ParquetSource:
     shard_bytes: int
     min_shards: int = 1  # the workers the run will have: cut by rows to give each a shard
     roots: tuple[str, ...] = ()  # where every file read must really lie (none: anywhere)
+    max_columns: int = MAX_COLUMNS
 
     def plan(self) -> Plan:
         shards: list[Shard] = []
@@ -39,6 +48,7 @@ class ParquetSource:
         for url in list_files(self.uri, SUFFIXES, self.roots):
             with _open(url) as parquet:
                 meta = parquet.metadata
+                check_width(url, meta.num_columns, self.max_columns)
                 schema = schema or parquet.schema_arrow
                 group_starts[url] = _group_starts(meta)
                 shards.extend(_split_row_groups(url, meta, self.shard_bytes, len(shards)))
@@ -59,7 +69,8 @@ class ParquetReader:
     def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
         next_row = shard.first_row
         with _open(shard.path) as parquet:
-            missing = [c for c in self.columns if c not in parquet.schema_arrow.names]
+            have = set(parquet.schema_arrow.names)
+            missing = [c for c in self.columns if c not in have]
             if missing:
                 raise SourceError(f"{shard.path}: missing column(s) {', '.join(missing)}")
             # One row group at a time: Arrow pre-buffers (coalesces the reads of) every
@@ -193,6 +204,11 @@ def parquet_source(
     section: SourceSection, keep_columns: Sequence[str], min_shards: int
 ) -> ParquetSource:
     """The `parquet` source plug-in."""
+    max_columns = InputOptions.model_validate(section.options).max_columns
     return ParquetSource(
-        section.uri, section.shard_bytes, min_shards, roots=tuple(section.allowed_roots)
+        section.uri,
+        section.shard_bytes,
+        min_shards,
+        roots=tuple(section.allowed_roots),
+        max_columns=max_columns,
     )

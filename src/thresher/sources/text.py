@@ -9,25 +9,25 @@ re-parses and never the rest of its block.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import pairwise
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 
 from thresher.errors import SourceError
 from thresher.records import BadRecord
-from thresher.sources.base import Chunk, Plan, Shard, shard_size
+from thresher.sources import lines
+from thresher.sources.base import MAX_COLUMNS, Chunk, Plan, Shard, check_width, shard_size
 from thresher.sources.files import file_size, list_files
+from thresher.sources.text_types import most_common_types, typed_schema
 
 SAMPLE_BYTES = 1 << 20
-READ_BLOCK = 4 << 20
 INFER_LINES = 10_000
 T = TypeVar("T")
-COMPRESSED = (".gz", ".bz2", ".zst", ".xz")
 MIN_SPLIT_BYTES = 1 << 20  # a byte range smaller than this is not worth a worker of its own
 
 
@@ -45,8 +45,14 @@ class TextFormat(Protocol):
         JSON values carry their own."""
         ...
 
-    def header(self, first_line: bytes) -> list[str] | None:
-        """Column names if the format has a header line (CSV), else None."""
+    @property
+    def has_header(self) -> bool:
+        """Whether a file's first line names the columns (CSV)."""
+        ...
+
+    def header(self, first_line: bytes) -> list[str]:
+        """The column names a header line (without its line end) holds; ValueError if
+        it cannot be read."""
         ...
 
     def infer(self, sample: bytes, names: list[str] | None) -> pa.Schema:
@@ -71,41 +77,67 @@ class TextSource:
     not_features: frozenset[str] = frozenset()
     min_shards: int = 1  # the workers the run will have: smaller shards to give each one
     roots: tuple[str, ...] = ()  # where every file read must really lie (none: anywhere)
+    id_column: str | None = None  # never read as a float (see text_types)
+    max_columns: int = MAX_COLUMNS
 
     def plan(self) -> Plan:
         urls = list_files(self.uri, self.format.suffixes, self.roots)
-        names, sample = self._sniff(urls[0])
+        url, names, sample = self._sniff(urls)
         inferred = self._infer(sample, names)
-        inputs = self.features or [n for n in inferred.names if n not in self.not_features]
-        # Text columns are judged on their values: parse the sample once for both checks
-        # (inputs that may be numbers; in a CSV, other columns that may be integers).
-        texts = [f.name for f in inferred if _is_text_type(f.type)]
-        judged = self.format.untyped or any(n in inputs for n in texts)
-        parsed = self._parse_sample(sample, inferred) if texts and judged else None
-        schema = _retyped(
-            inferred, _numeric(inferred, inputs, parsed), self._integers(texts, inputs, parsed)
-        )
-        sizes = {u: file_size(u) for u in urls if not u.lower().endswith(COMPRESSED)}
+        check_width(url, len(inferred), self.max_columns)
+        skip = self.not_features
+        inputs = self.features or [n for n in inferred.names if n not in skip]
+        parse_sample = partial(self._parse_sample, sample)
+        schema = typed_schema(inferred, inputs, self.id_column, self.format.untyped, parse_sample)
+        sizes = {u: file_size(u) for u in urls if not u.lower().endswith(lines.COMPRESSED)}
         size = shard_size(sum(sizes.values()), self.shard_bytes, self.min_shards, MIN_SPLIT_BYTES)
         shards: list[Shard] = []
-        for url in urls:
-            shards.extend(self._split(url, names, sizes.get(url), size, len(shards)))
+        for file_url in urls:
+            shards.extend(self._split(file_url, names, sizes.get(file_url), size, len(shards)))
         return Plan(shards=shards, schema=schema)
 
     def reader(self, schema: pa.Schema, columns: list[str]) -> TextReader:
         return TextReader(format=self.format, schema=schema, columns=tuple(columns))
 
-    def _sniff(self, url: str) -> tuple[list[str] | None, bytes]:
-        with _open_text(url) as f:
-            sample = f.read(SAMPLE_BYTES)
-        first, _, rest = sample.partition(b"\n")
-        names = self.format.header(first)
-        body = rest if names is not None else sample
-        if len(sample) >= SAMPLE_BYTES and b"\n" in body:
-            body = body[: body.rindex(b"\n") + 1]  # only complete lines
-        if not body.strip():
-            raise SourceError(f"{url}: no records to infer the columns from")
-        return names, body
+    def _sniff(self, urls: list[str]) -> tuple[str, list[str] | None, bytes]:
+        """The header and a sample of complete lines of the first file holding a record
+        (an empty file, or a CSV of a header alone, holds none)."""
+        for url in urls:
+            names, sample = self._sample(url)
+            if sample.strip():
+                return url, names, sample
+        where = urls[0] if len(urls) == 1 else f"none of the {len(urls)} files of {self.uri}"
+        raise SourceError(f"{where}: no records to infer the columns from")
+
+    def _sample(self, url: str) -> tuple[list[str] | None, bytes]:
+        """`url`'s header and about SAMPLE_BYTES of its first complete lines, however
+        long the first record is (one longer than MAX_RECORD_BYTES is left out)."""
+        with lines.open_text(url) as f:
+            found = lines.lines_of(f, SAMPLE_BYTES)
+            names = self._header(url, _first(url, found)) if self.format.has_header else None
+            sample: list[bytes] = []
+            size = 0
+            for line in found:
+                if isinstance(line, bytes):
+                    sample.append(line)
+                    size += len(line)
+                if size >= SAMPLE_BYTES:
+                    break
+        return names, b"".join(sample)
+
+    def _header(self, url: str, line: bytes) -> list[str]:
+        """The column names of `url`'s header line: distinct, and not too many."""
+        try:
+            names = self.format.header(line.rstrip(b"\r\n"))
+        except ValueError as exc:
+            raise SourceError(f"{url} line 1: cannot read the header: {exc}") from exc
+        check_width(url, len(names), self.max_columns)
+        twice = sorted(name for name, count in Counter(names).items() if count > 1)
+        if twice:
+            listed = ", ".join(repr(name) for name in twice[:20])
+            more = f" and {len(twice) - 20:,} more" if len(twice) > 20 else ""
+            raise SourceError(f"{url} line 1: duplicate column names {listed}{more}")
+        return names
 
     def _infer(self, sample: bytes, names: list[str] | None) -> pa.Schema:
         """The sample's schema; bad lines in the sample are left out rather than fatal."""
@@ -121,19 +153,7 @@ class TextSource:
             return self.format.infer(b"\n".join(good) + b"\n", names)
         except (pa.ArrowException, ValueError):
             # Lines that parse alone can still disagree (JSON `1` here, `"high"` there).
-            return _most_common_types(schemas)
-
-    def _integers(
-        self, texts: Sequence[str], inputs: Sequence[str], parsed: pa.Table | None
-    ) -> frozenset[str]:
-        """Text columns of a CSV, other than model inputs, whose sample values are whole
-        numbers but for a stray one in a hundred (an id column with one `id-10`): read as
-        int64, so the stray lines are bad records, as in JSONL, rather than every id of the
-        file turning to text."""
-        if parsed is None or not self.format.untyped:
-            return frozenset()
-        others = [n for n in texts if n not in inputs]
-        return frozenset(n for n in others if _share_parsed(parsed.column(n), int) >= 0.99)
+            return most_common_types(schemas)
 
     def _parse_sample(self, sample: bytes, schema: pa.Schema) -> pa.Table:
         """The sample as a table of `schema`, bad lines left out."""
@@ -152,12 +172,15 @@ class TextSource:
         shard_bytes: int,
         first_index: int,
     ) -> list[Shard]:
-        """Byte ranges of `url` (`size` bytes; None: compressed, one shard)."""
+        """Byte ranges of `url` (`size` bytes; None: compressed, one shard); none for an
+        empty file."""
         start = 0
-        with _open_text(url) as f:
+        with lines.open_text(url) as f:
             if names is not None:
-                header = f.readline()
-                if self.format.header(header.rstrip(b"\r\n")) != names:
+                header = _first(url, lines.lines_of(f, 64 * 1024))
+                if not header:
+                    return []  # an empty file
+                if self._header(url, header) != names:
                     raise SourceError(f"{url} line 1: header differs from the first file's")
                 start = len(header)
             if size is None:
@@ -165,7 +188,7 @@ class TextSource:
             bounds = [start]
             while bounds[-1] + shard_bytes < size:
                 f.seek(bounds[-1] + shard_bytes)
-                f.readline()  # finish the line we landed in
+                lines.finish_line(f)  # finish the line we landed in
                 if f.tell() >= size:
                     break
                 bounds.append(f.tell())
@@ -174,7 +197,7 @@ class TextSource:
             Shard(first_index + i, url, lo, hi)
             for i, (lo, hi) in enumerate(pairwise(bounds))
             if hi > lo
-        ] or [Shard(first_index, url, start, size)]
+        ]
 
 
 @dataclass
@@ -186,15 +209,22 @@ class TextReader:
 
     def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
         line_offset = 0
-        for block in _blocks(shard):
-            table, positions, bad = self._parse_block(shard, block, line_offset)
-            line_offset += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-            for lo in range(0, max(table.num_rows, 1), rows_per_chunk):
-                yield Chunk(
-                    table=table.slice(lo, rows_per_chunk),
-                    positions=positions[lo : lo + rows_per_chunk],
-                    bad=bad if lo == 0 else [],
-                )
+        with lines.open_text(shard.path) as f:
+            f.seek(shard.start)
+            size = shard.stop - shard.start if shard.stop >= 0 else -1
+            for block in lines.blocks(f, size):
+                if isinstance(block, lines.TooLong):
+                    yield self._too_long(shard, line_offset, block)
+                    line_offset += 1
+                    continue
+                table, positions, bad = self._parse_block(shard, block, line_offset)
+                line_offset += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+                for lo in range(0, max(table.num_rows, 1), rows_per_chunk):
+                    yield Chunk(
+                        table=table.slice(lo, rows_per_chunk),
+                        positions=positions[lo : lo + rows_per_chunk],
+                        bad=bad if lo == 0 else [],
+                    )
 
     def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
         return "line", self._first_line(shard) + position
@@ -204,9 +234,9 @@ class TextReader:
     ) -> tuple[pa.Table, np.ndarray, list[BadRecord]]:
         try:
             table = self.format.parse(block, self.schema)
-            lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-            if table.num_rows == lines:
-                positions = np.arange(line_offset, line_offset + lines, dtype=np.int64)
+            count = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+            if table.num_rows == count:
+                positions = np.arange(line_offset, line_offset + count, dtype=np.int64)
                 return table.select(list(self.columns)), positions, []
         except (pa.ArrowException, ValueError):
             pass
@@ -216,9 +246,9 @@ class TextReader:
         self, shard: Shard, block: bytes, line_offset: int
     ) -> tuple[pa.Table, np.ndarray, list[BadRecord]]:
         """The slow path: parse halves of the block until each bad line stands alone."""
-        lines = block.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
+        split = block.split(b"\n")
+        if split and split[-1] == b"":
+            split.pop()
         tables: list[pa.Table] = []
         good: list[int] = []
         bad: list[BadRecord] = []
@@ -226,7 +256,7 @@ class TextReader:
         # Halves on a stack, first half on top, so tables come out in line order. (Not a
         # recursive closure: that is a reference cycle, and held the parsed tables until
         # Python's next full collection.)
-        pending = [[(i, ln) for i, ln in enumerate(lines) if ln.strip()]]  # no blank lines
+        pending = [[(i, ln) for i, ln in enumerate(split) if ln.strip()]]  # no blank lines
         while pending:
             part = pending.pop()
             if not part:
@@ -264,124 +294,44 @@ class TextReader:
             line=self._first_line(shard) + position,
         )
 
+    def _too_long(self, shard: Shard, position: int, line: lines.TooLong) -> Chunk:
+        """A chunk of no rows and one bad record: a line too long to hold."""
+        bad = BadRecord(
+            source=shard.path,
+            stage="decode",
+            error="RecordTooLong",
+            message=line.message,
+            raw=line.head.decode("utf-8", errors="backslashreplace"),
+            line=self._first_line(shard) + position,
+        )
+        empty = self.schema.empty_table().select(list(self.columns))
+        return Chunk(table=empty, positions=np.empty(0, dtype=np.int64), bad=[bad])
+
     def _first_line(self, shard: Shard) -> int:
         """1-based line number of the shard's first line, counted only when first needed."""
         key = (shard.path, shard.start)
         if key not in self._line_cache:
-            newlines = 0
-            with _open_text(shard.path) as f:
-                remaining = shard.start
-                while remaining > 0:
-                    data = f.read(min(READ_BLOCK, remaining))
-                    if not data:
-                        break
-                    newlines += data.count(b"\n")
-                    remaining -= len(data)
-            self._line_cache[key] = newlines + 1
+            self._line_cache[key] = lines.count_newlines(shard.path, shard.start) + 1
         return self._line_cache[key]
 
 
-def _blocks(shard: Shard) -> Iterator[bytes]:
-    """The shard's bytes in blocks of whole lines, about READ_BLOCK each."""
-    with _open_text(shard.path) as f:
-        f.seek(shard.start)
-        remaining = shard.stop - shard.start if shard.stop >= 0 else -1
-        carry = b""
-        while remaining != 0:
-            want = READ_BLOCK if remaining < 0 else min(READ_BLOCK, remaining)
-            data = f.read(want)
-            if not data:
-                break
-            if remaining > 0:
-                remaining -= len(data)
-            data = carry + data
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                carry = data
-                continue
-            carry = data[cut:]
-            yield data[:cut]
-        if carry:
-            yield carry
-
-
-def _open_text(url: str) -> Any:
-    """A binary file, decompressed on the fly when its name says it is compressed."""
-    compression = "infer" if url.lower().endswith(COMPRESSED) else None
-    return fsspec.open(url, "rb", compression=compression)
-
-
-def _most_common_types(schemas: list[pa.Schema]) -> pa.Schema:
-    """Each column's most frequent type over per-line schemas (null only if always null);
-    the lines of the other types then become bad records."""
-    votes: dict[str, Counter[pa.DataType]] = {}
-    for schema in schemas:
-        for column in schema:
-            counts = votes.setdefault(column.name, Counter())
-            counts[column.type] += 0 if pa.types.is_null(column.type) else 1
-    return pa.schema([(name, counts.most_common(1)[0][0]) for name, counts in votes.items()])
+def _first(url: str, found: Iterator[bytes | lines.TooLong]) -> bytes:
+    """The first of a file's lines, with its line end; b"" for an empty file."""
+    line = next(found, b"")
+    if isinstance(line, lines.TooLong):
+        raise SourceError(f"{url} line 1: a header longer than {lines.MAX_RECORD_BYTES:,} bytes")
+    return line
 
 
 def _line_by_line(sample: bytes, attempt: Callable[[bytes], T]) -> list[tuple[bytes, T]]:
     """`attempt` on each of the sample's first lines alone (with its newline); the lines
     it succeeds on, with what it returned. The slow path when a whole sample will not do."""
     done = []
-    for line in sample.splitlines()[:INFER_LINES]:
+    for line in sample.split(b"\n")[:INFER_LINES]:
+        if not line.strip():
+            continue
         try:
             done.append((line, attempt(line + b"\n")))
         except (pa.ArrowException, ValueError):
             continue
     return done
-
-
-def _is_number_type(kind: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind))
-
-
-def _is_text_type(kind: pa.DataType) -> bool:
-    # Arrow infers bytes for a CSV column holding invalid UTF-8: text, with a bad line in it.
-    return bool(pa.types.is_string(kind) or pa.types.is_binary(kind))
-
-
-def _numeric(schema: pa.Schema, inputs: Sequence[str], parsed: pa.Table | None) -> frozenset[str]:
-    """Model inputs to read as float64: those the sample shows as numbers, and text
-    ones whose sample values are mostly numbers (a stray "n/a" must not turn a
-    numeric column into text). Real text columns (for text models) stay text."""
-    numeric = {n for n in inputs if n in schema.names and _is_number_type(schema.field(n).type)}
-    texts = [n for n in inputs if n in schema.names and _is_text_type(schema.field(n).type)]
-    if parsed is not None:
-        numeric |= {n for n in texts if _share_parsed(parsed.column(n), float) >= 0.5}
-    return frozenset(numeric)
-
-
-def _share_parsed(column: pa.ChunkedArray, parse: Callable[[str], Any]) -> float:
-    """The share of a text column's non-empty values that `parse` (float, int) accepts;
-    0 for a column with none."""
-    values = [v for v in column.to_pylist() if v not in (None, "")]
-    parsed = 0
-    for value in values:
-        try:
-            parse(value)
-            parsed += 1
-        except ValueError:
-            continue
-    return parsed / len(values) if values else 0.0
-
-
-def _retyped(
-    schema: pa.Schema, float_columns: frozenset[str], int_columns: frozenset[str]
-) -> pa.Schema:
-    """Model inputs as float64, whole-number columns as int64; bytes as text (Arrow
-    infers bytes only from invalid UTF-8, which must then be a bad record, not a column
-    type)."""
-    fields = []
-    for column in schema:
-        if column.name in float_columns:
-            fields.append(column.with_type(pa.float64()))
-        elif column.name in int_columns:
-            fields.append(column.with_type(pa.int64()))
-        elif pa.types.is_binary(column.type) or pa.types.is_null(column.type):
-            fields.append(column.with_type(pa.string()))
-        else:
-            fields.append(column)
-    return pa.schema(fields)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from thresher.sources.base import InputOptions
 from thresher.sources.csv import CsvFormat
 from thresher.sources.jsonl import JsonlFormat
 from thresher.sources.text import TextSource
@@ -38,4 +39,6 @@ def text_source(
         not_features=frozenset(c for c in not_inputs if c),
         min_shards=min_shards,
         roots=tuple(section.allowed_roots),
+        id_column=section.id_column,
+        max_columns=InputOptions.model_validate(section.options).max_columns,
     )

@@ -1,0 +1,112 @@
+"""A text file's lines, read in bounded pieces however long a line is.
+
+Memory never follows the input: reads are READ_BLOCK at a time, and a line longer than
+MAX_RECORD_BYTES (one JSON record of 64 MiB, or a file with no newline at all) is not
+held whole but stands for one bad record, `TooLong`, which keeps the line's first bytes
+for the error file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from thresher.records import RAW_LIMIT
+
+READ_BLOCK = 4 << 20
+# Past this, a line is a bad record, not a block to parse: far above any real record
+# (an embedding request of 8,000 tokens is about 50 KiB), and small enough that one
+# line held whole, and parsed by Arrow, stays a small part of a worker's memory.
+MAX_RECORD_BYTES = 64 << 20
+COMPRESSED = (".gz", ".bz2", ".zst", ".xz")
+
+
+@dataclass(frozen=True)
+class TooLong:
+    """A line longer than MAX_RECORD_BYTES: its first bytes, and no more."""
+
+    head: bytes
+
+    @property
+    def message(self) -> str:
+        return f"a record longer than {MAX_RECORD_BYTES:,} bytes"
+
+
+def open_text(url: str) -> Any:
+    """A binary file, decompressed on the fly when its name says it is compressed."""
+    compression = "infer" if url.lower().endswith(COMPRESSED) else None
+    return fsspec.open(url, "rb", compression=compression)
+
+
+def lines_of(f: Any, read: int) -> Iterator[bytes | TooLong]:
+    """`f`'s lines from where it stands, `read` bytes at a time, each with its newline
+    (the last may have none).
+
+        >>> import io
+        >>> list(lines_of(io.BytesIO(b"a\\r\\n\\nb"), read=2))
+        [b'a\\r\\n', b'\\n', b'b']
+    """
+    for block in blocks(f, -1, read):
+        if isinstance(block, TooLong):
+            yield block
+            continue
+        *complete, last = block.split(b"\n")
+        yield from (line + b"\n" for line in complete)
+        if last:
+            yield last
+
+
+def blocks(f: Any, size: int, read: int | None = None) -> Iterator[bytes | TooLong]:
+    """The next `size` bytes of `f` (-1: all the rest) in blocks of whole lines, about
+    `read` bytes each (READ_BLOCK); a line too long to hold comes as TooLong instead."""
+    remaining, carry, head = size, b"", None  # head: of a line too long, being skipped
+    read = read or READ_BLOCK
+    while remaining != 0:
+        data = f.read(read if remaining < 0 else min(read, remaining))
+        if not data:
+            break
+        remaining -= len(data) if remaining > 0 else 0
+        if head is not None:  # skip to the end of the long line
+            end = data.find(b"\n")
+            if end < 0:
+                continue
+            yield TooLong(head)
+            head, data = None, data[end + 1 :]
+        data = carry + data
+        cut = data.rfind(b"\n") + 1
+        carry = data[cut:]
+        if cut:
+            yield data[:cut]
+        if len(carry) > MAX_RECORD_BYTES:
+            head, carry = carry[:RAW_LIMIT], b""
+    if head is not None:
+        yield TooLong(head)
+    elif carry:
+        yield carry
+
+
+def finish_line(f: Any) -> None:
+    """Move `f` past the next newline (or to its end), reading a block at a time, where
+    `readline` would hold a line of any length whole."""
+    while data := f.read(64 * 1024):
+        end = data.find(b"\n")
+        if end >= 0:
+            f.seek(f.tell() - len(data) + end + 1)
+            return
+
+
+def count_newlines(url: str, stop: int) -> int:
+    """How many newlines the first `stop` bytes of `url` hold."""
+    newlines = 0
+    with open_text(url) as f:
+        remaining = stop
+        while remaining > 0:
+            data = f.read(min(READ_BLOCK, remaining))
+            if not data:
+                break
+            newlines += data.count(b"\n")
+            remaining -= len(data)
+    return newlines
