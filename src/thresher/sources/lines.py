@@ -61,7 +61,8 @@ def lines_of(f: Any, read: int) -> Iterator[bytes | TooLong]:
 
 def blocks(f: Any, size: int, read: int | None = None) -> Iterator[bytes | TooLong]:
     """The next `size` bytes of `f` (-1: all the rest) in blocks of whole lines, about
-    `read` bytes each (READ_BLOCK); a line too long to hold comes as TooLong instead."""
+    `read` bytes each (READ_BLOCK); a line longer than MAX_RECORD_BYTES comes as TooLong
+    in its place, whatever the blocks' alignment."""
     remaining, carry, head = size, b"", None  # head: of a line too long, being skipped
     read = read or READ_BLOCK
     while remaining != 0:
@@ -79,13 +80,33 @@ def blocks(f: Any, size: int, read: int | None = None) -> Iterator[bytes | TooLo
         cut = data.rfind(b"\n") + 1
         carry = data[cut:]
         if cut:
-            yield data[:cut]
+            yield from _within_limit(data[:cut])
         if len(carry) > MAX_RECORD_BYTES:
             head, carry = carry[:RAW_LIMIT], b""
     if head is not None:
         yield TooLong(head)
     elif carry:
-        yield carry
+        yield from _within_limit(carry)
+
+
+def _within_limit(block: bytes) -> Iterator[bytes | TooLong]:
+    """`block`, with any line longer than MAX_RECORD_BYTES (before its newline) cut out
+    as TooLong: only a block longer than that can hold one, so the search is rare."""
+    if len(block) <= MAX_RECORD_BYTES:
+        yield block
+        return
+    *complete, last = block.split(b"\n")  # last: b"" when the block ends with a newline
+    run: list[bytes] = []  # short lines, yielded together
+    for line in [piece + b"\n" for piece in complete] + ([last] if last else []):
+        if len(line.removesuffix(b"\n")) <= MAX_RECORD_BYTES:
+            run.append(line)
+            continue
+        if run:
+            yield b"".join(run)
+            run = []
+        yield TooLong(line.removesuffix(b"\n")[:RAW_LIMIT])
+    if run:
+        yield b"".join(run)
 
 
 def finish_line(f: Any) -> None:
