@@ -80,6 +80,16 @@ def test_brackets_inside_strings_are_not_nesting(tmp_path: Path) -> None:
     assert result.ids == list(range(5)) and result.bad == []
 
 
+def test_a_json_key_of_invalid_utf8_is_one_bad_record(tmp_path: Path) -> None:
+    """Found by scripts/fuzz_readers.py: Arrow inferred a column named with the bytes, and
+    listing the schema's names raised UnicodeDecodeError out of planning."""
+    lines_ = [json.dumps({"id": i, "a": 1.0}).encode() for i in range(4)]
+    lines_.insert(2, b'{"id": 9, "a": 1.0, "k\x97": 1}')
+    result = read_all(source(write_bytes(tmp_path / "k.jsonl", b"\n".join(lines_) + b"\n")))
+    assert result.ids == [0, 1, 2, 3] and result.plan.schema.names == ["id", "a"]
+    assert [(b.line, b.error) for b in result.bad] == [(3, "UnicodeDecodeError")]
+
+
 # --- ids stay exact integers ---------------------------------------------------------------
 
 EXACT = 2**53 + 1  # the first integer a float64 cannot hold

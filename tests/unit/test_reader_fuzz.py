@@ -106,6 +106,7 @@ def jsonl_bad(draw: st.DrawFn, row_id: int) -> Line:
         "nested too deep": (good[:-1] + b', "d": ' + b"[" * levels + b"]" * levels + b"}", ALWAYS),
         "truncated": (good[: draw(st.integers(1, len(good) - 1))], ALWAYS),
         "invalid UTF-8": (good[:-2] + b'\xff"}', ALWAYS),
+        "invalid UTF-8 key": (good[:-1] + b', "k\x97": 1}', ALWAYS),
         "not an object": (draw(st.sampled_from([b"[1, 2]", b"42", b"null", b'"s"'])), ALWAYS),
         "too long": (good[:-2] + b"x" * (LONG + 1) + b'"}', ALWAYS),
         "float id": (json.dumps({"id": row_id + 0.5, "a": a}).encode(), IF_ID_INT),
