@@ -63,8 +63,9 @@ def blocks(f: Any, size: int, read: int | None = None) -> Iterator[bytes | TooLo
     """The next `size` bytes of `f` (-1: all the rest) in blocks of whole lines, about
     `read` bytes each (READ_BLOCK); a line longer than MAX_RECORD_BYTES comes as TooLong
     in its place, whatever the blocks' alignment."""
-    remaining, carry, head = size, b"", None  # head: of a line too long, being skipped
-    read = read or READ_BLOCK
+    remaining, read = size, read or READ_BLOCK
+    carry = bytearray()  # the start of a line not ended yet (grown in place, not copied)
+    head: bytes | None = None  # of a line too long to hold, being skipped
     while remaining != 0:
         data = f.read(read if remaining < 0 else min(read, remaining))
         if not data:
@@ -76,17 +77,18 @@ def blocks(f: Any, size: int, read: int | None = None) -> Iterator[bytes | TooLo
                 continue
             yield TooLong(head)
             head, data = None, data[end + 1 :]
-        data = carry + data
         cut = data.rfind(b"\n") + 1
-        carry = data[cut:]
         if cut:
-            yield from _within_limit(data[:cut])
+            yield from _within_limit(bytes(carry) + data[:cut])
+            carry = bytearray(data[cut:])
+        else:
+            carry += data
         if len(carry) > MAX_RECORD_BYTES:
-            head, carry = carry[:RAW_LIMIT], b""
+            head, carry = bytes(carry[:RAW_LIMIT]), bytearray()
     if head is not None:
         yield TooLong(head)
     elif carry:
-        yield from _within_limit(carry)
+        yield from _within_limit(bytes(carry))
 
 
 def _within_limit(block: bytes) -> Iterator[bytes | TooLong]:

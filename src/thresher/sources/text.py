@@ -85,8 +85,7 @@ class TextSource:
         url, names, sample = self._sniff(urls)
         inferred = self._infer(sample, names)
         check_width(url, len(inferred), self.max_columns)
-        skip = self.not_features
-        inputs = self.features or [n for n in inferred.names if n not in skip]
+        inputs = self.features or [n for n in inferred.names if n not in self.not_features]
         parse_sample = partial(self._parse_sample, sample)
         schema = typed_schema(inferred, inputs, self.id_column, self.format.untyped, parse_sample)
         sizes = {u: file_size(u) for u in urls if not u.lower().endswith(lines.COMPRESSED)}
