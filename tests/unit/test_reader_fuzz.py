@@ -10,7 +10,7 @@ every time: each input line is in exactly one place, the output rows or the erro
 records, at its own line number; blank lines are in neither; a good line comes back with
 its values; a line that is bad whatever the schema is an error record with its raw text.
 
-CI runs a few dozen examples per test. For a longer run on demand, set the number:
+CI runs 50 examples per test. For a longer run on demand, set the number:
 
     THRESHER_FUZZ_EXAMPLES=5000 pytest tests/unit/test_reader_fuzz.py
 """
@@ -34,7 +34,7 @@ from thresher.sources import lines
 from thresher.sources.nesting import MAX_DEPTH
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("THRESHER_FUZZ_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("THRESHER_FUZZ_EXAMPLES", "50")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
