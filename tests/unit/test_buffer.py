@@ -337,3 +337,20 @@ def test_a_record_that_fails_decoding_keeps_its_reason(service: Service) -> None
     assert [service.get(c).json()["output"] for c in "acd"] == [
         {"prediction": 2.0}, {"prediction": 6.0}, {"prediction": 8.0},
     ]  # fmt: skip
+
+
+def test_one_record_over_a_mebibyte_is_answered_alone(service: Service) -> None:
+    """A batch file's first record over 1 MiB once failed the reader, and so every record
+    of its batch; now it is read like any other (the limit is 64 MiB a line)."""
+    xs = {"big": 1.0, "a": 1.0, "b": 2.0, "c": 3.0}
+    notes = {"big": "n" * (2 << 20)}  # every record has the same columns, one is huge
+    requests = [
+        {"custom_id": c, "input": {"x": x, "note": notes.get(c, "short")}} for c, x in xs.items()
+    ]
+    body = {"model": "double", "requests": requests}
+    assert service.post(body).status_code == 202
+    assert service.flusher.flush_due() == 1
+    for custom_id, x in xs.items():
+        got = service.get(custom_id).json()
+        assert got["status"] == "done", (got.get("error"), custom_id)
+        assert got["output"]["prediction"] == 2 * x
