@@ -196,6 +196,7 @@ PUBLIC: dict[str, list[str]] = {
         "feature_columns",
         "open_source",
     ],
+    "thresher.schedules": ["Catchup", "Cron", "CronError", "TickFate", "due_ticks"],
     "thresher.store": [
         "IdempotencyConflict",
         "JobRecord",

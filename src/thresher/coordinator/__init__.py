@@ -1,4 +1,4 @@
-"""The coordinator: one per job, in the CLI process or a service thread.
+"""The coordinator: one per job, in the CLI process or a service job process.
 
 It alone touches the job store and the sink's commit side: it plans (through `plan/`),
 hands shards to an executor, commits each finished shard through `commit.py`, and

@@ -69,6 +69,13 @@ MIGRATIONS: list[list[str]] = [
     # 3: the sha256 of the request a service job was submitted with, so an Idempotency-Key
     # sent again with another request is told apart from a retry of the same one.
     ["ALTER TABLE thresher_jobs ADD COLUMN request_sha256 TEXT"],
+    # 4: the schedules' tick ledger: one row per (schedule, nominal UTC time), ever.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_ticks (
+            schedule TEXT NOT NULL, nominal TEXT NOT NULL, outcome TEXT NOT NULL,
+            job_id TEXT, message TEXT, claimed_by TEXT NOT NULL, claimed_at TEXT NOT NULL,
+            settled_at TEXT, PRIMARY KEY (schedule, nominal))""",
+    ],
 ]
 
 

@@ -1,0 +1,103 @@
+"""The schedules' tick ledger (`thresher_ticks`): one row per schedule and nominal time.
+
+A scheduler claims a tick by inserting its row; the primary key lets one claim win, in
+one transaction, however many schedulers (threads, servers on one PostgreSQL store) try.
+Only the winner starts the tick's job, then settles the row with its outcome. A claim
+left unsettled (the scheduler died in between) is found by `unsettled` and finished by
+the next scheduler; the tick's job is queued under an idempotency key made from the tick
+(`tick_key`), so finishing it twice still makes one job.
+
+Times are stored as UTC ISO 8601 text, which sorts as time does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from thresher.store.db import Database, now
+
+__all__ = ["Tick", "TickLedger", "TickOutcome", "tick_key"]
+
+
+class TickOutcome(StrEnum):
+    CLAIMED = "claimed"  # won by a scheduler that has not said what came of it yet
+    STARTED = "started"  # its job was queued (job_id)
+    SKIPPED = "skipped"  # the previous run was still going (overlap = skip)
+    MISSED = "missed"  # too late to run (downtime, catch-up policy, starting deadline)
+    FAILED = "failed"  # its job could not be made (message says why)
+
+
+@dataclass(frozen=True)
+class Tick:
+    schedule: str
+    nominal: datetime
+    outcome: TickOutcome
+    job_id: str | None
+    message: str | None
+
+
+def tick_key(schedule: str, nominal: datetime) -> str:
+    """The idempotency key of a tick's job: the same tick always names the same job."""
+    return f"tick:{schedule}:{nominal.isoformat()}"
+
+
+@dataclass(frozen=True)
+class TickLedger:
+    db: Database
+
+    def claim(self, schedule: str, nominal: datetime, owner: str) -> bool:
+        """Claim the tick for `owner`; False if it was claimed before (by anyone)."""
+        with self.db.transaction() as cur:
+            won = cur.changed(
+                "INSERT INTO thresher_ticks (schedule, nominal, outcome, claimed_by, claimed_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (schedule, nominal.isoformat(), TickOutcome.CLAIMED.value, owner, now()),
+            )
+        return won > 0
+
+    def settle(
+        self,
+        schedule: str,
+        nominal: datetime,
+        outcome: TickOutcome,
+        job_id: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Record what came of a claimed tick (once: a settled tick stays as it is)."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_ticks SET outcome = ?, job_id = ?, message = ?, settled_at = ?"
+                " WHERE schedule = ? AND nominal = ? AND outcome = ?",
+                (outcome.value, job_id, message, now(), schedule, nominal.isoformat(),
+                 TickOutcome.CLAIMED.value),
+            )  # fmt: skip
+
+    def unsettled(self, schedule: str) -> list[datetime]:
+        """Ticks claimed but never settled (their scheduler died), oldest first."""
+        rows = self.db.query(
+            "SELECT nominal FROM thresher_ticks WHERE schedule = ? AND outcome = ?"
+            " ORDER BY nominal",
+            (schedule, TickOutcome.CLAIMED.value),
+        )
+        return [datetime.fromisoformat(str(r[0])) for r in rows]
+
+    def last(self, schedule: str) -> datetime | None:
+        """The newest nominal time decided for `schedule` (any outcome), or None."""
+        rows = self.db.query(
+            "SELECT MAX(nominal) FROM thresher_ticks WHERE schedule = ?", (schedule,)
+        )
+        return datetime.fromisoformat(str(rows[0][0])) if rows and rows[0][0] else None
+
+    def recent(self, schedule: str, limit: int = 20) -> list[Tick]:
+        """The schedule's newest ticks, newest first."""
+        rows = self.db.query(
+            "SELECT nominal, outcome, job_id, message FROM thresher_ticks WHERE schedule = ?"
+            " ORDER BY nominal DESC LIMIT ?",
+            (schedule, limit),
+        )
+        return [
+            Tick(schedule, datetime.fromisoformat(str(r[0])), TickOutcome(r[1]), r[2], r[3])
+            for r in rows
+        ]
