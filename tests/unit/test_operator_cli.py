@@ -104,3 +104,31 @@ def test_status_prints_job_names_and_messages_as_plain_text(tmp_path: Path) -> N
         assert "\x1b" not in text and "\r" not in text and "\x07" not in text
         assert "\u202e" not in text and "\\x1b[2J" in text and "\\u202e" in text
     assert "bad [bold]x[/bold]\\x07\\x1b]0;title\\x07" in text
+
+
+def test_schedules_preview_their_next_five_fire_times_and_refuse_a_bad_cron(
+    tmp_path: Path,
+) -> None:
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    (tmp_path / "m.py").write_text("class M:\n    def predict(self, b):\n        return b\n")
+    config = tmp_path / "server.toml"
+    config.write_text(
+        f"""data_dir = "{tmp_path / "data"}"
+[models.m]
+kind = "python"
+uri = "{tmp_path / "m.py"}:M"
+[schedules.nightly]
+cron = "30 2 * * *"
+timezone = "Europe/Berlin"
+tenant = "acme"
+job = {{ model = "m", source = {{ uri = "/srv/in.jsonl" }} }}
+"""
+    )
+    code, listing = run("--store", store, "schedules", "--config", str(config))
+    assert code == 0, listing
+    assert listing.startswith("nightly: 30 2 * * * (Europe/Berlin), active, tenant acme")
+    nexts = [line for line in listing.splitlines() if line.strip().startswith("next:")]
+    assert len(nexts) == 5 and all("T02:30+0" in line and "+00:00)" in line for line in nexts)
+    config.write_text(config.read_text().replace('"30 2 * * *"', '"30 26 * * *"'))
+    code, said = run("--store", store, "schedules", "--config", str(config))
+    assert code == 2 and "schedules.nightly.cron" in said, said

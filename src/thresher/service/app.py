@@ -18,11 +18,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from thresher.service import submission
 from thresher.service.background.buffer import router as buffer_router
 from thresher.service.background.buffer import start_flusher
 from thresher.service.background.scheduler import Scheduler
+from thresher.service.background.ticker import start_ticker
 from thresher.service.background.webhooks import start_webhooks
-from thresher.service.config import check_models, load_config
+from thresher.service.config import check_models, check_schedules, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.routers import files, jobs, metrics
@@ -78,12 +80,18 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
 
 
 def start_background(state: ServiceState) -> list[Callable[[], None]]:
-    """Start the webhook sender, the request buffer and the scheduler (in that order, so
-    every `on_job_finished` hook is in place before a job can end); returns their stops."""
+    """Start the webhook sender, the request buffer, the scheduler and the ticker (in that
+    order, so every `on_job_finished` hook is in place before a job can end); returns
+    their stops."""
     stops = [start_webhooks(state), start_flusher(state)]
     scheduler = Scheduler(state)
     scheduler.start()
     stops.append(scheduler.stop)
+
+    def submit(tenant: str, body: dict[str, object], key: str | None) -> str:
+        return submission.submit_job(state, tenant, body, key)
+
+    stops.append(start_ticker(state, submit))
     return stops
 
 
@@ -97,6 +105,7 @@ def build_state(store_url: str | None, config_file: Path | None) -> ServiceState
     store opened."""
     config = load_config(config_file)
     check_models(config)
+    check_schedules(config)
     return ServiceState(store=open_store(store_url), config=config, data_dir=config.data_dir)
 
 

@@ -1,0 +1,134 @@
+"""The ticker over a real store and the real submission path, with a fake clock: each
+nominal time makes at most one job, through catch-up, overlap, two tickers on one store
+and a ticker that died between queueing a tick's job and recording it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thresher.service import submission
+from thresher.service.background.ticker import Ticker
+from thresher.service.config import ConfigError, ServerConfig, check_schedules, prepare
+from thresher.service.state import ServiceState
+from thresher.spec import ModelSection
+from thresher.store import JobState, open_store
+from thresher.store.ticks import TickLedger, TickOutcome, tick_key
+
+MODEL = "class M:\n    def predict(self, batch):\n        return {'prediction': batch['x']}\n"
+
+
+def site(tmp_path: Path, **schedule: Any) -> ServiceState:
+    (tmp_path / "m.py").write_text(MODEL)
+    shared = tmp_path / "shared"
+    shared.mkdir(exist_ok=True)
+    (shared / "in.jsonl").write_text('{"id": 1, "x": 1.0}\n')
+    job = {"model": "m", "source": {"uri": str(shared / "in.jsonl")}, "id_column": "id"}
+    config = prepare(
+        ServerConfig(
+            data_dir=tmp_path / "data",
+            models={"m": ModelSection(kind="python", uri=f"{tmp_path / 'm.py'}:M")},
+            allowed_roots=[str(shared)],
+            schedules={"hourly": {"cron": "0 * * * *", "tenant": "acme", "job": job, **schedule}},
+        )
+    )
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    return ServiceState(store=store, config=config, data_dir=config.data_dir)
+
+
+def ticker(state: ServiceState) -> Ticker:
+    return Ticker(state, lambda tenant, body, key: submission.submit_job(state, tenant, body, key))
+
+
+def outcomes(state: ServiceState) -> list[tuple[int, str]]:
+    ticks = TickLedger(state.store.db).recent("hourly", limit=100)
+    return sorted((t.nominal.hour, t.outcome.value) for t in ticks)
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 12, 1, hour, minute, 10, tzinfo=UTC)
+
+
+def test_a_tick_on_time_starts_one_job_however_often_it_is_looked_at(tmp_path: Path) -> None:
+    state = site(tmp_path)
+    for _ in range(3):
+        ticker(state).look(at(2))
+    assert outcomes(state) == [(2, "started")]
+    (job,) = state.store.jobs()
+    assert job.name == "hourly@2026-12-01T02:00:00+00:00" and job.tenant == "acme"
+
+
+@pytest.mark.parametrize(
+    ("catchup", "expected"),
+    [
+        ("latest", [(2, "started"), (3, "missed"), (4, "missed"), (5, "started")]),
+        ("all", [(2, "started"), (3, "started"), (4, "started"), (5, "started")]),
+        ("none", [(2, "started"), (3, "missed"), (4, "missed"), (5, "missed")]),
+    ],
+)
+def test_three_hours_down_are_caught_up_by_the_policy(
+    tmp_path: Path, catchup: str, expected: list[tuple[int, str]]
+) -> None:
+    state = site(tmp_path, catchup=catchup, overlap="queue")
+    ticker(state).look(at(2))
+    ticker(state).look(at(5, 30))  # back 3.5 hours later: 03:00, 04:00, 05:00 overdue
+    assert outcomes(state) == expected
+
+
+def test_a_tick_while_the_last_run_goes_on_is_skipped(tmp_path: Path) -> None:
+    state = site(tmp_path)  # overlap = "skip"; nothing runs the queued jobs here
+    ticker(state).look(at(2))
+    ticker(state).look(at(3))
+    assert outcomes(state) == [(2, "started"), (3, "skipped")]
+    (job,) = state.store.jobs()
+    state.store.finish(job.id, JobState.SUCCEEDED, None, None)
+    ticker(state).look(at(4))
+    assert outcomes(state)[-1] == (4, "started")
+
+
+def test_replace_cancels_the_running_job_for_the_new_one(tmp_path: Path) -> None:
+    state = site(tmp_path, overlap="replace")
+    ticker(state).look(at(2))
+    ticker(state).look(at(3))
+    states = sorted((j.name[-14:-9], j.state) for j in state.store.jobs())
+    assert states == [("02:00", JobState.CANCELLED), ("03:00", JobState.QUEUED)]
+
+
+def test_two_tickers_on_one_store_make_one_job_per_tick(tmp_path: Path) -> None:
+    state = site(tmp_path)
+    other = ServiceState(
+        store=open_store(state.store.url), config=state.config, data_dir=state.data_dir
+    )
+    ticker(state).look(at(2))
+    ticker(other).look(at(2))
+    assert len(state.store.jobs()) == 1 and outcomes(state) == [(2, "started")]
+
+
+def test_a_ticker_that_died_before_recording_its_job_is_finished_with_that_job(
+    tmp_path: Path,
+) -> None:
+    state = site(tmp_path)
+    ledger, nominal = TickLedger(state.store.db), at(2).replace(second=0)
+    assert ledger.claim("hourly", nominal, "gone:1")
+    body = {**state.config.schedules["hourly"].job, "name": f"hourly@{nominal.isoformat()}"}
+    first = submission.submit_job(state, "acme", body, tick_key("hourly", nominal))
+    # ... and it died here, its tick claimed and its job queued but not recorded.
+    ticker(state).look(at(2, 1))
+    (tick,) = ledger.recent("hourly")
+    assert (tick.outcome, tick.job_id) == (TickOutcome.STARTED, first)
+    assert len(state.store.jobs()) == 1
+
+
+def test_a_schedule_that_would_not_make_a_job_is_refused_naming_the_field(
+    tmp_path: Path,
+) -> None:
+    state = site(tmp_path)
+    bad = state.config.schedules["hourly"].model_copy(update={"job": {"model": "nope"}})
+    config = state.config.model_copy(update={"schedules": {"hourly": bad}})
+    with pytest.raises(ConfigError, match=r"schedules\.hourly\.job"):
+        check_schedules(config)
+    with pytest.raises(ValueError, match="cron: '0 25 \\* \\* \\*'"):
+        ServerConfig(schedules={"x": {"cron": "0 25 * * *", "tenant": "a", "job": {}}})
