@@ -80,13 +80,13 @@ def test_three_hours_down_are_caught_up_by_the_policy(
 
 def test_a_tick_while_the_last_run_goes_on_is_skipped(tmp_path: Path) -> None:
     state = site(tmp_path)  # overlap = "skip"; nothing runs the queued jobs here
-    ticker(state).look(at(2))
-    ticker(state).look(at(3))
-    assert outcomes(state) == [(2, "started"), (3, "skipped")]
+    for hour in range(2, 10):  # more skipped ticks than a short look back would see
+        ticker(state).look(at(hour))
+    assert outcomes(state) == [(2, "started")] + [(h, "skipped") for h in range(3, 10)]
     (job,) = state.store.jobs()
     state.store.finish(job.id, JobState.SUCCEEDED, None, None)
-    ticker(state).look(at(4))
-    assert outcomes(state)[-1] == (4, "started")
+    ticker(state).look(at(10))
+    assert outcomes(state)[-1] == (10, "started")
 
 
 def test_replace_cancels_the_running_job_for_the_new_one(tmp_path: Path) -> None:

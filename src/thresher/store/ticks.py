@@ -90,6 +90,16 @@ class TickLedger:
         )
         return datetime.fromisoformat(str(rows[0][0])) if rows and rows[0][0] else None
 
+    def last_job(self, schedule: str) -> str | None:
+        """The job of the schedule's newest started tick, however many ticks were skipped
+        or missed since, or None."""
+        rows = self.db.query(
+            "SELECT job_id FROM thresher_ticks WHERE schedule = ? AND outcome = ?"
+            " ORDER BY nominal DESC LIMIT 1",
+            (schedule, TickOutcome.STARTED.value),
+        )
+        return str(rows[0][0]) if rows and rows[0][0] else None
+
     def recent(self, schedule: str, limit: int = 20) -> list[Tick]:
         """The schedule's newest ticks, newest first."""
         rows = self.db.query(

@@ -100,14 +100,14 @@ class Ticker:
 
     def _running_job(self, name: str) -> str | None:
         """The schedule's last started job, if it has not ended."""
-        for tick in self.ledger.recent(name, limit=5):
-            if tick.outcome == TickOutcome.STARTED and tick.job_id:
-                try:
-                    state = self.state.store.job(tick.job_id).state
-                except StoreError:
-                    return None
-                return tick.job_id if not state.finished else None
-        return None
+        job_id = self.ledger.last_job(name)
+        if job_id is None:
+            return None
+        try:
+            finished = self.state.store.job(job_id).state.finished
+        except StoreError:
+            return None
+        return None if finished else job_id
 
 
 def start_ticker(state: ServiceState, submit: Submit) -> Callable[[], None]:
