@@ -192,31 +192,24 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         source["allowed_roots"] = [upload.path]
     else:
         assert request.source is not None
-        source = {"uri": _readable(state, tenant, request.source.uri)}
-        source["format"] = request.source.format
-        source["allowed_roots"] = _roots_for(state, source["uri"])
+        uri, roots = _readable(state, tenant, request.source.uri)
+        source = {"uri": uri, "format": request.source.format, "allowed_roots": roots}
     source["id_column"] = request.id_column
     source["columns"] = request.columns
     return source
 
 
-def _readable(state: ServiceState, tenant: str, uri: str) -> str:
-    """A server-side input the tenant may read: under `allowed_roots`, or one of the
-    tenant's own request-buffer batch files (which the buffer submits as jobs)."""
+def _readable(state: ServiceState, tenant: str, uri: str) -> tuple[str, list[str]]:
+    """A server-side input the tenant may read — under `allowed_roots`, or one of the
+    tenant's own request-buffer batch files (which the buffer submits as jobs) — and the
+    roots the job's planner confines its files to: the configured ones, or the batch
+    file alone."""
     owner = buffered_batch_owner(state, uri)
     if owner is None:
-        return check_source_uri(uri, state.config.allowed_roots)
+        return check_source_uri(uri, state.config.allowed_roots), list(state.config.allowed_roots)
     if owner != tenant:
         raise NotFound(f"source.uri: no such input {uri!r}")
-    return uri
-
-
-def _roots_for(state: ServiceState, uri: str) -> list[str]:
-    """Where the planner may find the files of a checked server-side input: a buffer
-    batch file is its own root; anything else, the configured roots."""
-    if buffered_batch_owner(state, uri) is not None:
-        return [uri]
-    return list(state.config.allowed_roots)
+    return uri, [uri]
 
 
 def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:
