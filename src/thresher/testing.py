@@ -15,6 +15,7 @@ and `MemorySink` keeps a job's output in memory (`sink.format =
 
 from __future__ import annotations
 
+import json
 import pickle
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -40,7 +41,7 @@ from thresher.models.base import Model
 from thresher.plan.placement import Placement
 from thresher.sinks.base import Sink
 from thresher.sinks.files import FilePartTarget
-from thresher.sinks.parts import PartLayout, StagedPart
+from thresher.sinks.parts import PartLayout, StagedPart, open_for_write
 from thresher.sources.base import Plan, Source
 from thresher.spec import RunSection, SinkSection
 
@@ -102,7 +103,8 @@ def check_sink(make_sink: Callable[[], Sink], shards: int = 3) -> None:
     redone after a crash), the second job failing before finish, then resumed. Checks
     that a published output holds each row once (in any order: a table has none); that
     the second job's rows are nowhere to be read until it finishes (the first job's still
-    are); and that its finish replaces them."""
+    are); that its finish replaces them; and that each shard's one bad record is read
+    back once through `read_errors`, by shard and in all."""
     first = _job(make_sink(), "20260101-000000-000001", shards, tag=1)
     _expect(_rows(make_sink(), "20260101-000000-000001", shards) == first, "output != input")
     second_id = "20260102-000000-000002"
@@ -117,6 +119,12 @@ def check_sink(make_sink: Callable[[], Sink], shards: int = 3) -> None:
     resumed.start(second_id, shards, resume=True)
     resumed.finish({"job_id": second_id})
     _expect(_rows(make_sink(), second_id, shards) == second, "finish did not publish the job")
+    reader = make_sink()
+    reader.start(second_id, shards, resume=True)
+    everything = [r["row"] for r in reader.read_errors()]
+    _expect(everything == list(range(shards)), f"bad records read back as {everything}")
+    last = [r["row"] for r in reader.read_errors(shards - 1)]
+    _expect(last == [shards - 1], f"shard {shards - 1}'s bad records read back as {last}")
 
 
 def _job(
@@ -126,17 +134,25 @@ def _job(
     written = []
     for shard in range(shards):
         ids = [shard * 10 + i for i in range(shard + 1)]
-        writer = sink.part_target().open(shard, f"a{tag}")
+        target = sink.part_target()
+        writer = target.open(shard, f"a{tag}")
         writer.write(pa.table({"id": ids, "tag": [tag] * len(ids)}))
         part = writer.close()
-        errors = StagedPart(shard, f"a{tag}", None, 0)
+        errors = _stage_bad_record(target.error_staging(shard, f"a{tag}"), shard, tag)
         for _ in range(2):
-            sink.commit_part(part)
-            sink.commit_errors(errors)
+            sink.commit(part, errors)
         written += [(i, tag) for i in ids]
     if finish:
         sink.finish({"job_id": job_id})
     return written
+
+
+def _stage_bad_record(path: str, shard: int, tag: int) -> StagedPart:
+    """One bad record for `shard`, staged where the sink asked, as a worker writes it."""
+    record = {"stage": "decode", "row": shard, "tag": tag, "message": "made by check_sink"}
+    with open_for_write(path) as f:
+        f.write((json.dumps(record) + "\n").encode("utf-8"))
+    return StagedPart(shard, f"a{tag}", path, 1)
 
 
 def _rows(sink: Sink, job_id: str, shards: int) -> list[tuple[int, int]]:
@@ -257,27 +273,32 @@ class MemorySink:
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="thresher-memory-")))
     width: int = 5
 
-    def start(self, job_id: str, shard_count: int, resume: bool) -> None:
+    def start(
+        self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
+    ) -> str:
+        if retry_round is not None:
+            raise SinkError("sink.format: the memory sink keeps no error files to retry from")
         self.job_id = job_id
         if not resume:
             self.pending[(self.uri, job_id)] = {}
+        return f"memory:{self.uri}/_errors"
 
     def part_target(self) -> FilePartTarget:
-        return FilePartTarget(self._layout(), self.error_layout, "parquet")
+        return FilePartTarget(self._layout(), self._errors(), "parquet")
 
-    def commit_part(self, staged: StagedPart) -> None:
+    def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
         import pyarrow.parquet as pq
 
-        parts = self.pending.setdefault((self.uri, self.job_id), {})
-        if staged.path is None:
-            parts.pop(staged.shard, None)
-        elif Path(staged.path).exists():
-            parts[staged.shard] = pq.read_table(staged.path)
-            Path(staged.path).unlink()
-
-    def commit_errors(self, staged: StagedPart) -> None:
-        lines = [] if staged.path is None else Path(staged.path).read_text().splitlines()
-        self.errors.setdefault(self.uri, {})[staged.shard] = lines
+        if output is not None:
+            parts = self.pending.setdefault((self.uri, self.job_id), {})
+            if output.path is None:
+                parts.pop(output.shard, None)
+            elif Path(output.path).exists():
+                parts[output.shard] = pq.read_table(output.path)
+                Path(output.path).unlink()
+        if errors is not None:
+            lines = [] if errors.path is None else Path(errors.path).read_text().splitlines()
+            self.errors.setdefault(self.uri, {})[errors.shard] = lines
 
     def finish(self, manifest: dict[str, Any]) -> None:
         parts = self.pending.pop((self.uri, self.job_id), None)
@@ -287,14 +308,17 @@ class MemorySink:
     def abort(self) -> None:
         """Committed parts wait in `pending` for a resume."""
 
-    def for_retry(self, round_number: int) -> MemorySink:
-        raise SinkError("sink.format: the memory sink keeps no error files to retry from")
-
     def read_output(self) -> Iterator[pa.Table]:
         yield from self.published.get(self.uri, [])
 
-    @property
-    def error_layout(self) -> PartLayout:
+    def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
+        """The committed bad records: one shard's, or all, in shard order."""
+        kept = self.errors.get(self.uri, {})
+        for index in sorted(kept) if shard is None else [shard]:
+            for line in kept.get(index, []):
+                yield json.loads(line)
+
+    def _errors(self) -> PartLayout:
         return PartLayout(str(self.folder / "_errors"), "part-", ".jsonl", self.width)
 
     def _layout(self) -> PartLayout:

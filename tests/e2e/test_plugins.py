@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from thresher.errors import SinkError
 from thresher.plugins import Options, Plugin
-from thresher.sinks.parts import PartLayout, StagedPart, read_error_records
+from thresher.sinks.parts import StagedPart, read_error_records
 from thresher.sinks.publish import PendingOutput, recover, remove_staging
 from thresher.sources.base import Chunk, Plan, Shard
 
@@ -115,23 +115,26 @@ class ArrowDirSink:
     root: str
     job_id: str = ""
 
-    def start(self, job_id, shard_count, resume):
+    def start(self, job_id, shard_count, resume, retry_round=None):
+        if retry_round is not None:
+            raise SinkError("sink.format: arrowdir keeps no retry rounds")
         self.job_id = job_id
         Path(self.root).mkdir(parents=True, exist_ok=True)
         recover(self.root, skip=job_id)
         remove_staging(fsspec.filesystem("file"), self.root)
         if not resume:
             PendingOutput(self.root, job_id).create()
+        return f"{self.root}/_errors"
 
     def part_target(self):
         return ArrowTarget(self.root)
 
-    def commit_part(self, staged):
-        PendingOutput(self.root, self.job_id).commit(staged, f"part-{staged.shard:05d}.arrow")
-
-    def commit_errors(self, staged):
-        name = f"_errors/part-{staged.shard:05d}.jsonl"
-        PendingOutput(self.root, self.job_id).commit(staged, name)
+    def commit(self, output, errors):
+        pending = PendingOutput(self.root, self.job_id)
+        if output is not None:
+            pending.commit(output, f"part-{output.shard:05d}.arrow")
+        if errors is not None:
+            pending.commit(errors, f"_errors/part-{errors.shard:05d}.jsonl")
 
     def finish(self, manifest):
         pending = PendingOutput(self.root, self.job_id)
@@ -141,9 +144,6 @@ class ArrowDirSink:
     def abort(self):
         pass
 
-    def for_retry(self, round_number):
-        raise SinkError("sink.format: arrowdir keeps no retry rounds")
-
     def read_output(self):
         for path in sorted(Path(self.root).glob("part-*.arrow")):
             yield pa.ipc.open_file(str(path)).read_all()
@@ -152,10 +152,6 @@ class ArrowDirSink:
         pattern = "part-*.jsonl" if shard is None else f"part-{shard:05d}.jsonl"
         for path in sorted((Path(self.root) / "_errors").glob(pattern)):
             yield from read_error_records(str(path))
-
-    @property
-    def error_layout(self):
-        return PartLayout(f"{self.root}/_errors", "part-", ".jsonl", 5)
 
 
 def arrow_sink(section):

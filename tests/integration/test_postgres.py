@@ -231,7 +231,7 @@ def test_committing_a_shard_twice_writes_it_once(pg: Pg, tmp_path: Path) -> None
         writer.write(rows)
         staged.append(writer.close())
     for part in (staged[0], staged[0], staged[1]):
-        sink.commit_part(part)
+        sink.commit(part, None)
     sink.finish({"job_id": "job-1"})  # the table takes the job's rows only now
     assert pg.read("SELECT id FROM scores ORDER BY id").column("id").to_pylist() == [1, 2, 3]
     assert not list((tmp_path / "side").rglob("*.parquet")), "staging files are cleaned up"

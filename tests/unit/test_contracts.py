@@ -69,8 +69,8 @@ def test_a_sink_that_publishes_at_start_fails_the_check(tmp_path: Path) -> None:
     """The check can fail: a sink whose commits are visible before finish is caught."""
 
     class Eager(MemorySink):
-        def commit_part(self, staged: object) -> None:
-            super().commit_part(staged)  # type: ignore[arg-type]
+        def commit(self, output: object, errors: object) -> None:
+            super().commit(output, errors)  # type: ignore[arg-type]
             parts = self.pending[(self.uri, self.job_id)]
             self.published[self.uri] = [parts[i] for i in sorted(parts)]
 

@@ -38,6 +38,7 @@ from hypothesis.stateful import (
 )
 
 import thresher.coordinator.commit as commit_module
+import thresher.sinks.files as file_sink_module
 from thresher.coordinator.commit import commit_shard
 from thresher.executors.tasks import ShardResult
 from thresher.sinks.files import FileSink
@@ -238,7 +239,7 @@ class ShardLifecycle(RuleBasedStateMachine):
         for shard in range(4):
             writer = sink.part_target().open(shard, "a1-0")
             writer.write(pa.table({"shard": [100 + shard], "row": [0], "attempt": ["old"]}))
-            sink.commit_part(writer.close())
+            sink.commit(writer.close(), None)
         sink.finish({"job_id": PREVIOUS})
 
     # Invariants, after every step.
@@ -300,15 +301,19 @@ TestShardLifecycle = ShardLifecycle.TestCase
 
 @contextlib.contextmanager
 def _crash_at(point: str | None) -> Iterator[None]:
-    """Make commit_shard's crash point `point` raise Crashed (None: no point does)."""
-    saved = commit_module.crash_point
+    """Make the commit's crash point `point` raise Crashed (None: no point does): the
+    protocol's own points and the file sink's, between its two parts."""
+    modules = (commit_module, file_sink_module)
+    saved = [module.crash_point for module in modules]
 
     def crash_point(name: str, shard: int | None = None) -> None:
         if name == point:
             raise Crashed(name)
 
-    commit_module.crash_point = crash_point
+    for module in modules:
+        module.crash_point = crash_point  # type: ignore[assignment]
     try:
         yield
     finally:
-        commit_module.crash_point = saved
+        for module, original in zip(modules, saved, strict=True):
+            module.crash_point = original  # type: ignore[assignment]

@@ -5,12 +5,12 @@ buffer (all through the shard loop) and `retry-errors`.
 
 A shard attempt, finished by a worker (`commit_shard`):
 
-1. the sink commits the staged output part (a rename into the job's pending folder, or
-   one ledger-checked transaction);
-2. the sink commits the error part the same way;
-3. the store marks the shard done, with the attempt and its counts.
+1. the sink commits the staged output part and the error part (`Sink.commit`: for the
+   built-in sinks a rename into the job's pending folder, or one ledger-checked
+   transaction, then the error part's rename; crash point `mid_commit` between them);
+2. the store marks the shard done, with the attempt and its counts.
 
-A crash after 1 or 2 leaves the shard not done in the store; resume redoes it, and the
+A crash during or after 1 leaves the shard not done in the store; resume redoes it, and the
 redo lands under the same names (or is skipped by the SQL sink's ledger): once. Marking
 the shard done first would let a crash leave it done and unwritten.
 
@@ -37,9 +37,7 @@ __all__ = ["commit_retry_shard", "commit_shard"]
 def commit_shard(sink: Sink, store: Store, job_id: str, result: ShardResult) -> None:
     """Commit one finished shard attempt, exactly once (see the module docstring)."""
     crash_point("before_commit", result.shard)
-    sink.commit_part(result.part)
-    crash_point("mid_commit", result.shard)
-    sink.commit_errors(result.errors)
+    sink.commit(result.part, result.errors)
     crash_point("after_commit", result.shard)
     counts = (result.rows_in, result.rows_out, result.rows_error)
     store.shard_done(job_id, result.shard, result.attempt, counts, result.seconds)
@@ -58,9 +56,9 @@ def commit_retry_shard(
     job_id, round_number = retry
     if fixed is not None:
         part, passed, failed = fixed
-        sink.commit_part(part)
+        sink.commit(part, None)
         store.retries.output_committed(job_id, round_number, part.shard, (passed, failed))
     crash_point("retry_after_output", still_failing.shard)
-    sink.commit_errors(still_failing)
+    sink.commit(None, still_failing)
     crash_point("retry_after_errors", still_failing.shard)
     store.retries.shard_done(job_id, round_number, still_failing.shard)

@@ -85,11 +85,11 @@ def run_job(
         store.create_job(job.id, spec.job.name, spec, plan.to_json())
     try:
         sink = open_sink(spec.sink)
-        sink.start(job.id, len(plan.shards), resume=False)
+        errors = sink.start(job.id, len(plan.shards), resume=False)
     except Exception as exc:  # the job is recorded: it must not stay `running` forever
         store.finish(job.id, JobState.FAILED, None, str(exc) or type(exc).__name__)
         raise
-    return _drive(job, sink, plan.shards, reporter or QuietReporter())
+    return _drive(job, (sink, errors), plan.shards, reporter or QuietReporter())
 
 
 def resume_job(
@@ -107,12 +107,15 @@ def resume_job(
     sink = open_sink(spec.sink)
     # With nothing recorded as committed, the first run may have died before the sink
     # was even prepared: start it afresh (anything it did commit is redone anyway).
-    sink.start(job_id, len(plan.shards), resume=bool(done))
+    errors = sink.start(job_id, len(plan.shards), resume=bool(done))
     remaining = [s for s in plan.shards if s.index not in done]
-    return _drive(job, sink, remaining, reporter or QuietReporter())
+    return _drive(job, (sink, errors), remaining, reporter or QuietReporter())
 
 
-def _drive(job: Job, sink: Sink, shards: list[Any], reporter: Reporter) -> JobResult:
+def _drive(job: Job, output: tuple[Sink, str], shards: list[Any], reporter: Reporter) -> JobResult:
+    """Run `shards` through the job's executor into `output` (the started sink and where
+    it publishes bad records), then finish the job."""
+    sink = output[0]
     started, clock = datetime.now(UTC), time.perf_counter()
     placement = plan_placement(job.spec.run, len(shards))
     reporter.planned(job.id, len(shards), _known_rows(shards), placement.describe())
@@ -136,13 +139,13 @@ def _drive(job: Job, sink: Sink, shards: list[Any], reporter: Reporter) -> JobRe
         outcome.rows_seen,
         sizes[0][0] if sizes else None,
     )
-    return _finish(job, sink, outcome, facts)
+    return _finish(job, output, outcome, facts)
 
 
-def _finish(job: Job, sink: Sink, outcome: LoopOutcome, facts: RunFacts) -> JobResult:
+def _finish(job: Job, output: tuple[Sink, str], outcome: LoopOutcome, facts: RunFacts) -> JobResult:
+    sink, errors_uri = output
     totals = job.store.totals(job.id)
     manifest = build_manifest(job.spec, job.id, totals, facts)
-    errors_uri = sink.error_layout.root
     if outcome.cancelled:
         sink.abort()
         return JobResult(

@@ -59,10 +59,10 @@ def retry_errors(
     spec, plan = _spec(record.spec, overrides), Plan.from_json(record.plan)
     job = Job(job_id, spec, plan, check_features(spec, plan), store)
     sink = open_sink(job.spec.sink)
-    sink.start(job_id, len(job.plan.shards), resume=True)
     number = store.retries.begin(job_id, model_fingerprint(job.spec.model).get("sha256"))
-    retry = RetryLedger(job, sink.for_retry(number), number, store.retries.shards(job_id, number))
-    shards = retry.plan(sink)
+    errors = sink.start(job_id, len(job.plan.shards), resume=True, retry_round=number)
+    retry = RetryLedger(job, sink, number, store.retries.shards(job_id, number))
+    shards = retry.plan()
     reporter.note(f"job {job_id}: retry round {number}, {len(shards)} shard(s) with rejected rows")
     placement = plan_placement(job.spec.run, len(shards))
     executor = make_executor(job.spec.run, placement)
@@ -79,7 +79,7 @@ def retry_errors(
             + "; run `thresher retry-errors` again to finish it"
         )
     store.retries.finish(job_id, number)
-    return _conclude(job, retry.sink, record.manifest or {})
+    return _conclude(job, sink, errors, record.manifest or {})
 
 
 @dataclass
@@ -88,19 +88,19 @@ class RetryLedger:
     `commit_retry_shard`. Attempts are not recorded as the job's: its shards stay done."""
 
     job: Job
-    sink: Sink  # the round's: parts under names of their own
+    sink: Sink  # started for the round: parts under names of their own
     number: int
     progress: dict[int, RetryShard]
     work: dict[int, tuple[frozenset[int], tuple[str, ...]]] = field(default_factory=dict)
 
-    def plan(self, sink: Sink) -> list[Shard]:
+    def plan(self) -> list[Shard]:
         """The job's shards with rejected rows this round has not finished, from the
         published error parts."""
         for shard in self.job.plan.shards:
             progress = self.progress.get(shard.index)
             if progress is not None and progress.state == RetryShardState.DONE:
                 continue
-            records = list(sink.read_errors(shard.index))
+            records = list(self.sink.read_errors(shard.index))
             rows = frozenset(_where(rec) for rec in records if rec["stage"] == "predict")
             if rows:
                 kept = tuple(
@@ -148,7 +148,7 @@ def _spec(spec: JobSpec, overrides: Sequence[str]) -> JobSpec:
     return parse_spec(raw)
 
 
-def _conclude(job: Job, sink: Sink, manifest: dict[str, Any]) -> JobResult:
+def _conclude(job: Job, sink: Sink, errors: str, manifest: dict[str, Any]) -> JobResult:
     """New counts and the retry rounds into the manifest; the job succeeds if its error
     rate now allows it."""
     from thresher.coordinator.manifest import error_rate_problem
@@ -168,4 +168,4 @@ def _conclude(job: Job, sink: Sink, manifest: dict[str, Any]) -> JobResult:
     else:
         sink.finish(manifest)
     job.store.finish(job.id, state, manifest, "; ".join(problems) or None)
-    return JobResult(job.id, state, manifest, job.spec.sink.uri, sink.error_layout.root, problems)
+    return JobResult(job.id, state, manifest, job.spec.sink.uri, errors, problems)

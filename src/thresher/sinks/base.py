@@ -5,7 +5,7 @@ Lifecycle, all in the coordinating process except the `PartTarget`'s half:
     start(job_id, shard_count, resume)
       -> [workers: part_target().open(shard, attempt).write(...).close(),
                    bad records to part_target().error_staging(shard, attempt)]
-      -> commit_part(staged), commit_errors(staged) per shard
+      -> commit(staged output, staged errors) per shard
       -> finish(manifest) | abort()
     read_output(), read_errors(): what is published, for downloads, retries, answers
 
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from thresher.sinks.parts import PartLayout, StagedPart
+from thresher.sinks.parts import StagedPart
 
 
 class PartWriter(Protocol):
@@ -47,19 +47,23 @@ class PartTarget(Protocol):
 class Sink(Protocol):
     """The coordinator's half of a sink."""
 
-    def start(self, job_id: str, shard_count: int, resume: bool) -> None:
+    def start(
+        self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
+    ) -> str:
         """Prepare for a job: check the output may be written, finish any publish a crash
-        cut short. On resume, remove stale staging files; never remove output."""
+        cut short. On resume, remove stale staging files; never remove output. For retry
+        round `retry_round` of a finished job, parts are committed under names (or ledger
+        keys) of the round's own, straight into the published output: they add to a
+        shard's output, never replace it, and an error part replaces the shard's.
+        Returns where the job's bad records are published, for the user to read."""
         ...
 
     def part_target(self) -> PartTarget: ...
 
-    def commit_part(self, staged: StagedPart) -> None:
-        """Commit one shard's staged output part, exactly once."""
-        ...
-
-    def commit_errors(self, staged: StagedPart) -> None:
-        """Commit one shard's staged error part, exactly once."""
+    def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
+        """Commit a shard's staged output part and its error part (either may be None:
+        not committed now), exactly once: a commit redone after a crash leaves the
+        shard's rows there once."""
         ...
 
     def finish(self, manifest: dict[str, Any]) -> None:
@@ -72,11 +76,6 @@ class Sink(Protocol):
         parts wait for `thresher resume`."""
         ...
 
-    def for_retry(self, round_number: int) -> Sink:
-        """The same output, but parts committed under names (or ledger keys) of their own
-        for retry round `round_number`, so they add to a shard's output, never replace it."""
-        ...
-
     def read_output(self) -> Iterator[pa.Table]:
         """The published output, as tables (part by part, in input order, where the
         output has an order)."""
@@ -84,9 +83,4 @@ class Sink(Protocol):
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (once started for the job), or all."""
-        ...
-
-    @property
-    def error_layout(self) -> PartLayout:
-        """Where this job's published `_errors/` parts are (set by `start`)."""
         ...

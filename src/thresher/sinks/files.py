@@ -6,14 +6,14 @@ Parts are committed into the job's pending folder and published at finish
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from thresher.errors import SinkError
+from thresher.faults import crash_point
 from thresher.sinks.parts import (
     FilePartWriter,
     PartLayout,
@@ -71,11 +71,14 @@ class FileSink:
     def root(self) -> str:
         return self.uri.rstrip("/")
 
-    def start(self, job_id: str, shard_count: int, resume: bool) -> None:
+    def start(
+        self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
+    ) -> str:
         """Check the directory may be written and finish any publish a crash cut short;
-        nothing of the previous output is touched until `finish`."""
+        nothing of the previous output is touched until `finish`. A retry round's parts
+        are `part-00003.r1.parquet`: they sort right after the shard's own part."""
         fs, root = filesystem(self.root)
-        if resume:
+        if resume or retry_round is not None:
             self._check_still_ours(job_id)
             remove_staging(fs, root)
         else:
@@ -85,11 +88,16 @@ class FileSink:
         recover(self.root, skip=job_id)
         prefix = "part-" if self.mode == "overwrite" else f"part-{job_id}-"
         width = max(5, len(str(max(shard_count - 1, 0))))
-        self.layout = PartLayout(self.root, prefix, SUFFIX[self.file_format], width)
+        suffix = SUFFIX[self.file_format]
+        if retry_round is not None:
+            suffix = f".r{retry_round}{suffix}"
+        self.layout = PartLayout(self.root, prefix, suffix, width)
         self.errors = PartLayout(f"{self.root}/{ERRORS}", prefix, ".jsonl", width)
         self.pending = PendingOutput(self.root, job_id)
-        if not resume:
+        self.retry_round = retry_round
+        if not resume and retry_round is None:
             self.pending.create()
+        return self.errors.root
 
     def _check_still_ours(self, job_id: str) -> None:
         """In overwrite mode a later job's published output replaced this job's world:
@@ -102,22 +110,24 @@ class FileSink:
             )
 
     def part_target(self) -> FilePartTarget:
-        return FilePartTarget(self._layout(), self.error_layout, self.file_format)
+        return FilePartTarget(self._layout(), self._errors(), self.file_format)
 
-    def commit_part(self, part: StagedPart) -> None:
-        """A shard's output part into the pending folder (a retry round's straight into
-        the published output: it adds to a finished job's)."""
-        if self.retry_round is not None:
-            commit_file(part, self._layout())
-        else:
-            self._pending().commit(part, self._name(self._layout().final(part.shard)))
+    def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
+        """A shard's parts into the pending folder: the output part first, then the
+        error part (a retry round's straight into the published output: it adds to a
+        finished job's, and its error part replaces the shard's)."""
+        if output is not None:
+            self._commit(output, self._layout())
+        if output is not None and errors is not None:
+            crash_point("mid_commit", output.shard)
+        if errors is not None:
+            self._commit(errors, self._errors())
 
-    def commit_errors(self, errors: StagedPart) -> None:
-        """A shard's error part, where its output part went."""
+    def _commit(self, part: StagedPart, layout: PartLayout) -> None:
         if self.retry_round is not None:
-            commit_file(errors, self.error_layout)
+            commit_file(part, layout)
         else:
-            self._pending().commit(errors, self._name(self.error_layout.final(errors.shard)))
+            self._pending().commit(part, self._name(layout.final(part.shard)))
 
     def finish(self, manifest: dict[str, Any]) -> None:
         fs, root = filesystem(self.root)
@@ -134,14 +144,6 @@ class FileSink:
         """Staging goes; committed parts wait, unpublished, for `thresher resume`."""
         fs, root = filesystem(self.root)
         remove_staging(fs, root)
-
-    def for_retry(self, round_number: int) -> FileSink:
-        """`part-00003.r1.parquet`: sorts right after the shard's own part."""
-        layout = self._layout()
-        retry = copy.copy(self)
-        retry.layout = replace(layout, suffix=f".r{round_number}{layout.suffix}")
-        retry.retry_round = round_number
-        return retry
 
     def read_output(self) -> Iterator[pa.Table]:
         """The published output, part by part, in name (= input) order."""
@@ -160,11 +162,10 @@ class FileSink:
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (after `start`), or all, in order."""
-        part = None if shard is None else self.error_layout.final(shard)
+        part = None if shard is None else self._errors().final(shard)
         return read_published_errors(self.root, part)
 
-    @property
-    def error_layout(self) -> PartLayout:
+    def _errors(self) -> PartLayout:
         if self.errors is None:
             raise SinkError("the sink was not started")
         return self.errors

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thresher.errors import SinkError
+from thresher.faults import crash_point
 from thresher.sinks.files import FilePartTarget
 from thresher.sinks.parts import PartLayout, StagedPart, commit_file
 from thresher.sinks.publish import (
@@ -86,19 +87,29 @@ class SqlSink:
     target: str = field(default="", init=False)  # the table parts are ingested into
     layout: PartLayout | None = field(default=None, init=False)
 
-    def start(self, job_id: str, shard_count: int, resume: bool) -> None:
+    def start(
+        self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
+    ) -> str:
+        """A retry round's rows go to the table itself under ledger key `<job>.r<round>`,
+        staged as `part-<job>-00003.r1.parquet`, so they add to a shard's rows, never
+        replace them."""
         self.job_id = self.ledger_key = job_id
         self.target = stage_table(job_id)
         width = max(5, len(str(max(shard_count - 1, 0))))
-        self.layout = PartLayout(self.side_dir, f"part-{job_id}-", ".parquet", width)
+        suffix = ".parquet"
+        if retry_round is not None:
+            self.ledger_key, self.target = f"{job_id}.r{retry_round}", self.table
+            suffix = f".r{retry_round}{suffix}"
+        self.layout = PartLayout(self.side_dir, f"part-{job_id}-", suffix, width)
         fs, side = filesystem(self.side_dir)
         fs.makedirs(side, exist_ok=True)
-        if resume:
+        if resume or retry_round is not None:
             remove_staging(fs, side)  # the ledger knows what was committed
         else:
             self._check_table()
             PendingOutput(self.side_dir, job_id).create()
         recover(self.side_dir, skip=job_id, first=self._swap)  # publishes cut short
+        return self._errors().root
 
     def _check_table(self) -> None:
         """Create the ledger; refuse a table thresher did not write."""
@@ -122,9 +133,18 @@ class SqlSink:
             conn.commit()
 
     def part_target(self) -> FilePartTarget:
-        return FilePartTarget(self._layout(), self.error_layout, "parquet")
+        return FilePartTarget(self._layout(), self._errors(), "parquet")
 
-    def commit_part(self, staged: StagedPart) -> None:
+    def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
+        """The output part's rows into the target table, then the error part."""
+        if output is not None:
+            self._ingest(output)
+        if output is not None and errors is not None:
+            crash_point("mid_commit", output.shard)
+        if errors is not None:
+            self._commit_errors(errors)
+
+    def _ingest(self, staged: StagedPart) -> None:
         """Ingest a staged part and record it in the ledger, in one transaction. Idempotent:
         a shard already in the ledger is not ingested again."""
         if staged.path is None:
@@ -148,12 +168,12 @@ class SqlSink:
         if fs.exists(path):
             fs.rm(path)
 
-    def commit_errors(self, errors: StagedPart) -> None:
+    def _commit_errors(self, errors: StagedPart) -> None:
         """The error part waits in the side folder's pending folder, published at finish
         (a retry round's replaces the published one)."""
-        final = self.error_layout.final(errors.shard)
+        final = self._errors().final(errors.shard)
         if self.target == self.table:
-            commit_file(errors, self.error_layout)
+            commit_file(errors, self._errors())
         else:
             PendingOutput(self.side_dir, self.job_id).commit(
                 errors, final.removeprefix(self.side_dir.rstrip("/") + "/")
@@ -211,16 +231,6 @@ class SqlSink:
         fs, side = filesystem(self.side_dir)
         remove_staging(fs, side)
 
-    def for_retry(self, round_number: int) -> SqlSink:
-        """Retried rows go to the same table under ledger key `<job>.r<round>`, staged as
-        `part-<job>-00003.r1.parquet`, so they add to a shard's rows, never replace them."""
-        layout = self._layout()
-        retry = replace(self)
-        retry.job_id, retry.ledger_key = self.job_id, f"{self.job_id}.r{round_number}"
-        retry.target = self.table
-        retry.layout = replace(layout, suffix=f".r{round_number}{layout.suffix}")
-        return retry
-
     def read_output(self) -> Iterator[pa.Table]:
         """The table's rows (a table has no order; sort by the id to join them back)."""
         with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
@@ -230,11 +240,10 @@ class SqlSink:
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (after `start`), or all, in order."""
-        part = None if shard is None else self.error_layout.final(shard)
+        part = None if shard is None else self._errors().final(shard)
         return read_published_errors(self.side_dir, part)
 
-    @property
-    def error_layout(self) -> PartLayout:
+    def _errors(self) -> PartLayout:
         layout = self._layout()
         return PartLayout(f"{self.side_dir}/{ERRORS}", layout.prefix, ".jsonl", layout.width)
 
