@@ -10,6 +10,7 @@ from typing import NoReturn
 import click
 
 from thresher.errors import SpecError, ThresherError
+from thresher.schedule_cli import schedules
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -221,36 +222,6 @@ def serve(
     run_server(state, host, port)
 
 
-@cli.command()
-@click.option(
-    "--config",
-    "config_file",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The server's TOML config, whose [schedules.NAME] sections to show.",
-)
-@click.option("--store", "own_store", metavar="URL", help="The job store (as `thresher --store`).")
-@click.pass_obj
-def schedules(store_url: str | None, config_file: Path, own_store: str | None) -> None:
-    """List the server's schedules: the next 5 fire times in each one's zone and in UTC,
-    and how its last tick ended."""
-    from datetime import UTC, datetime
-
-    from thresher.schedules.preview import describe_schedules
-    from thresher.service.config import ConfigError, check_schedules, load_config
-    from thresher.store import open_store
-    from thresher.store.ticks import TickLedger
-
-    try:
-        config = load_config(config_file)
-        check_schedules(config)
-    except ConfigError as exc:
-        _fail(str(exc), EXIT_USAGE)
-    ledger = TickLedger(open_store(own_store or store_url).db)
-    for line in describe_schedules(config.schedules, ledger, datetime.now(UTC)) or ["none"]:
-        click.echo(line)
-
-
 @cli.group()
 def token() -> None:
     """Bearer tokens for the HTTP service, one tenant each."""
@@ -324,6 +295,9 @@ def _report(result: object) -> None:
 def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"thresher: {message}", err=True)
     sys.exit(code)
+
+
+cli.add_command(schedules)
 
 
 def main() -> None:

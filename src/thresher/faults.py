@@ -12,7 +12,9 @@ Points: `worker_after_stage` (a worker staged its part, the coordinator has not 
 (committed, not yet recorded in the store), `mid_publish` (a finishing job removed the
 previous output, and has not moved all of its own in), `resume_start` (a resume claimed the job),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
-/ replaced its error part, and has not recorded it).
+/ replaced its error part, and has not recorded it), and a schedule's tick:
+`tick_claiming` (its ledger row written, not committed), `tick_claimed` (committed, no
+job yet), `tick_queued` (its job queued, the ledger not told).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ POINTS = frozenset(
         "resume_start",
         "retry_after_output",
         "retry_after_errors",
+        "tick_claiming",
+        "tick_claimed",
+        "tick_queued",
     }
 )
 

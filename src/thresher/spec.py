@@ -63,6 +63,9 @@ class JobSection(Section):
     name: str = "job"
     # the service runs higher priorities first; the store keeps it as a 64-bit integer
     priority: int = Field(default=0, ge=-MAX_INT64 - 1, le=MAX_INT64)
+    # A scheduled job's schedule and fire time (UTC, ISO 8601), which its manifest records.
+    schedule: str | None = None
+    nominal_time: str | None = None
 
 
 class SourceSection(Section):

@@ -114,6 +114,7 @@ def test_schedules_preview_their_next_five_fire_times_and_refuse_a_bad_cron(
     config = tmp_path / "server.toml"
     config.write_text(
         f"""data_dir = "{tmp_path / "data"}"
+allowed_roots = ["/srv"]
 [models.m]
 kind = "python"
 uri = "{tmp_path / "m.py"}:M"
@@ -129,6 +130,15 @@ job = {{ model = "m", source = {{ uri = "/srv/in.jsonl" }} }}
     assert listing.startswith("nightly: 30 2 * * * (Europe/Berlin), active, tenant acme")
     nexts = [line for line in listing.splitlines() if line.strip().startswith("next:")]
     assert len(nexts) == 5 and all("T02:30+0" in line and "+00:00)" in line for line in nexts)
+    for verb, said in (("pause", "paused"), ("resume", "resumed"), ("trigger", "claimed")):
+        code, told = run("--store", store, "schedules", "--config", str(config), verb, "nightly")
+        assert code == 0 and said in told, told
+    code, told = run("--store", store, "schedules", "--config", str(config), "pause", "nope")
+    assert code == 2 and "no schedule 'nope'" in told, told
     config.write_text(config.read_text().replace('"30 2 * * *"', '"30 26 * * *"'))
     code, said = run("--store", store, "schedules", "--config", str(config))
     assert code == 2 and "schedules.nightly.cron" in said, said
+    outside = config.read_text().replace('"30 26 * * *"', '"30 2 * * *"').replace("/srv/", "/etc/")
+    config.write_text(outside)
+    code, said = run("--store", store, "schedules", "--config", str(config))
+    assert code == 2 and "schedules.nightly.job.source.uri" in said, said

@@ -132,7 +132,7 @@ def test_a_tick_is_claimed_once_across_stores_and_settled_once(tmp_path: Path) -
     nominal = utc(2026, 12, 1, 2, 0)
     assert first.claim("nightly", nominal, "host:1") is True
     assert second.claim("nightly", nominal, "host:2") is False  # the other server lost
-    assert second.unsettled("nightly") == [nominal]  # until the winner says what came of it
+    assert second.unsettled("nightly") == [(nominal, "host:1")]  # until the winner settles
     first.settle("nightly", nominal, TickOutcome.STARTED, job_id="job-1")
     second.settle("nightly", nominal, TickOutcome.FAILED, message="too late")  # no effect
     (tick,) = second.recent("nightly")

@@ -4,6 +4,10 @@ and a ticker that died between queueing a tick's job and recording it."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,10 +16,12 @@ import pytest
 
 from thresher.service import submission
 from thresher.service.background.ticker import Ticker
-from thresher.service.config import ConfigError, ServerConfig, check_schedules, prepare
+from thresher.service.config import ConfigError, ServerConfig, prepare
+from thresher.service.schedules import check_schedules, set_paused, trigger
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
 from thresher.store import JobState, open_store
+from thresher.store.schedules import ScheduleTable
 from thresher.store.ticks import TickLedger, TickOutcome, tick_key
 
 MODEL = "class M:\n    def predict(self, batch):\n        return {'prediction': batch['x']}\n"
@@ -40,7 +46,17 @@ def site(tmp_path: Path, **schedule: Any) -> ServiceState:
 
 
 def ticker(state: ServiceState) -> Ticker:
-    return Ticker(state, lambda tenant, body, key: submission.submit_job(state, tenant, body, key))
+    return Ticker(
+        state,
+        lambda tenant, body, key, tick: submission.submit_job(state, tenant, body, key, tick),
+    )
+
+
+def dead_owner() -> str:
+    """A scheduler on this host whose process is gone."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return f"{socket.gethostname()}:{child.pid}"
 
 
 def outcomes(state: ServiceState) -> list[tuple[int, str]]:
@@ -112,7 +128,7 @@ def test_a_ticker_that_died_before_recording_its_job_is_finished_with_that_job(
 ) -> None:
     state = site(tmp_path)
     ledger, nominal = TickLedger(state.store.db), at(2).replace(second=0)
-    assert ledger.claim("hourly", nominal, "gone:1")
+    assert ledger.claim("hourly", nominal, dead_owner())
     body = {**state.config.schedules["hourly"].job, "name": f"hourly@{nominal.isoformat()}"}
     first = submission.submit_job(state, "acme", body, tick_key("hourly", nominal))
     # ... and it died here, its tick claimed and its job queued but not recorded.
@@ -132,3 +148,76 @@ def test_a_schedule_that_would_not_make_a_job_is_refused_naming_the_field(
         check_schedules(config)
     with pytest.raises(ValueError, match="cron: '0 25 \\* \\* \\*'"):
         ServerConfig(schedules={"x": {"cron": "0 25 * * *", "tenant": "a", "job": {}}})
+
+
+def test_a_claim_of_a_live_scheduler_is_left_to_it(tmp_path: Path) -> None:
+    state = site(tmp_path)
+    ledger, nominal = TickLedger(state.store.db), at(2).replace(second=0)
+    assert ledger.claim("hourly", nominal, this_owner_elsewhere())
+    ticker(state).look(at(2, 1))
+    assert [t.outcome for t in ledger.recent("hourly")] == [TickOutcome.CLAIMED]
+    assert state.store.jobs() == []
+
+
+def this_owner_elsewhere() -> str:
+    """A scheduler in another live process of this host (this test's parent)."""
+    return f"{socket.gethostname()}:{os.getppid()}"
+
+
+def test_a_scheduled_job_gets_its_fire_time_in_its_body_and_spec(tmp_path: Path) -> None:
+    state = site(tmp_path, timezone="Europe/Berlin")
+    shared = Path(state.config.allowed_roots[0])
+    (shared / "2026-12-02").mkdir()
+    (shared / "2026-12-02" / "in.jsonl").write_text('{"id": 1, "x": 1.0}\n')
+    job = {**state.config.schedules["hourly"].job, "name": "scores-{nominal_time}"}
+    job["source"] = {"uri": str(shared / "{date}" / "in.jsonl")}
+    hourly = state.config.schedules["hourly"].model_copy(update={"job": job})
+    state.config = state.config.model_copy(update={"schedules": {"hourly": hourly}})
+    ticker(state).look(datetime(2026, 12, 1, 23, 0, 10, tzinfo=UTC))  # 00:00 in Berlin
+    (record,) = state.store.jobs()
+    assert record.name == "scores-20261201T230000Z"
+    assert record.spec.source.uri.endswith("2026-12-02/in.jsonl")
+    assert (record.spec.job.schedule, record.spec.job.nominal_time) == (
+        "hourly",
+        "2026-12-01T23:00:00+00:00",
+    )
+
+
+def test_a_paused_schedule_skips_its_ticks_and_resumes_from_the_next(tmp_path: Path) -> None:
+    state = site(tmp_path, overlap="queue")
+    ticker(state).look(at(2))
+    set_paused(state.config, state.store, "hourly", True)
+    ticker(state).look(at(3))
+    ticker(state).look(at(4))
+    set_paused(state.config, state.store, "hourly", False)
+    ticker(state).look(at(5))
+    assert outcomes(state) == [(2, "started"), (3, "skipped"), (4, "skipped"), (5, "started")]
+    assert len(state.store.jobs()) == 2
+
+
+def test_a_manual_tick_runs_now_even_paused_and_leaves_the_cron_alone(tmp_path: Path) -> None:
+    state = site(tmp_path, overlap="queue", paused=True)
+    manual = trigger(state.config, state.store, "hourly", at(2, 30))
+    ticker(state).look(at(2, 30))
+    (record,) = state.store.jobs()
+    (tick,) = TickLedger(state.store.db).recent("hourly")
+    assert (tick.nominal, tick.manual, tick.job_id) == (manual, True, record.id)
+    set_paused(state.config, state.store, "hourly", False)
+    ticker(state).look(at(3))  # the cron's 03:00 tick is not hidden by the 02:30 manual one
+    assert [t.outcome.value for t in TickLedger(state.store.db).recent("hourly")] == [
+        "started",
+        "started",
+    ]
+
+
+def test_a_tenants_schedule_in_the_store_ticks_under_its_own_key(tmp_path: Path) -> None:
+    state = site(tmp_path)
+    config_one = state.config.schedules["hourly"]
+    mine = config_one.model_copy(update={"tenant": "globex", "cron": "30 * * * *"})
+    ScheduleTable(state.store.db).create("globex", "hourly", mine.model_dump_json())
+    ticker(state).look(at(2, 30))
+    keys = {j.spec.job.schedule: j.tenant for j in state.store.jobs()}
+    assert keys == {"globex/hourly": "globex"}
+    assert [t.outcome for t in TickLedger(state.store.db).recent("globex/hourly")] == [
+        TickOutcome.STARTED
+    ]

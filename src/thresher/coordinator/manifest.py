@@ -30,9 +30,11 @@ def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) ->
     """Counts come from the store, so a resumed job's manifest covers every run of it;
     the rate is this run's (rows it read over its wall time)."""
     spec_json = spec.model_dump_json()
+    scheduled = {"schedule": spec.job.schedule, "nominal_time": spec.job.nominal_time}
     return {
         "job_id": job_id,
         "name": spec.job.name,
+        **(scheduled if spec.job.schedule else {}),
         "rows_in": totals.rows_in,
         "rows_out": totals.rows_out,
         "rows_error": totals.rows_error,

@@ -3,7 +3,7 @@ UTC) before anything runs, and how its last tick ended."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from datetime import datetime
 
 from thresher.schedules.settings import ScheduleSettings
@@ -13,13 +13,17 @@ __all__ = ["describe_schedules"]
 
 
 def describe_schedules(
-    schedules: Mapping[str, ScheduleSettings], ledger: TickLedger, now: datetime, count: int = 5
+    schedules: Iterable[tuple[str, ScheduleSettings, bool]],
+    ledger: TickLedger,
+    now: datetime,
+    count: int = 5,
 ) -> list[str]:
-    """Lines of text: per schedule, its cron and zone, policies, last tick, next fires."""
+    """Lines of text: per schedule (its key, settings, whether it is paused), its cron and
+    zone, policies, last tick, next fires."""
     lines = []
-    for name, settings in schedules.items():
+    for name, settings, paused in schedules:
         cron = settings.schedule
-        state = "paused" if settings.paused else "active"
+        state = "paused" if paused else "active"
         lines.append(
             f"{name}: {settings.cron} ({settings.timezone}), {state}, tenant {settings.tenant},"
             f" catchup {settings.catchup.value}, overlap {settings.overlap}"

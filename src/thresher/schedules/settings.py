@@ -1,4 +1,6 @@
-"""A schedule as the server config declares it (`[schedules.NAME]`)."""
+"""A schedule's settings: as the server config declares it (`[schedules.NAME]`, with the
+tenant its jobs run for) and as a tenant sends it (`POST /v1/schedules`, with its name;
+the tenant is the caller's)."""
 
 from __future__ import annotations
 
@@ -10,18 +12,28 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from thresher.schedules.catchup import Catchup
 from thresher.schedules.ticks import Cron
 
-__all__ = ["ScheduleSettings"]
+__all__ = ["ScheduleFields", "ScheduleRequest", "ScheduleSettings", "valid_name"]
+
+NAME_CHARS = "-_."
 
 
-class ScheduleSettings(BaseModel):
+def valid_name(name: str) -> str:
+    """A schedule's name: letters, digits, '-', '_', '.' (so `tenant/name` is unambiguous)."""
+    if not name or len(name) > 200 or not all(c.isalnum() or c in NAME_CHARS for c in name):
+        raise ValueError(f"schedule names are letters, digits, '-', '_', '.'; not {name!r}")
+    return name
+
+
+class ScheduleFields(BaseModel):
     """When a schedule fires, what it does about missed and overlapping runs, and the
-    job it starts: the body of a `POST /v1/jobs`, submitted for `tenant`."""
+    job it starts: the body of a `POST /v1/jobs`, in which `{date}` (the fire time's
+    date in the schedule's zone, `2026-12-01`) and `{nominal_time}` (the fire time in
+    UTC, `20261201T020000Z`) are filled in in `name` and `source.uri`."""
 
     model_config = ConfigDict(extra="forbid")
 
     cron: str
     timezone: str = "UTC"
-    tenant: str = Field(min_length=1, max_length=200)
     job: dict[str, Any]
     catchup: Catchup = Catchup.LATEST
     max_catchup: int = Field(default=10, ge=0, le=1000)
@@ -30,7 +42,7 @@ class ScheduleSettings(BaseModel):
     paused: StrictBool = False
 
     @model_validator(mode="after")
-    def _valid_cron(self) -> ScheduleSettings:
+    def _valid_cron(self) -> ScheduleFields:
         Cron(self.cron, self.timezone)  # CronError (a ValueError) names cron or timezone
         return self
 
@@ -41,3 +53,24 @@ class ScheduleSettings(BaseModel):
     @property
     def deadline(self) -> timedelta | None:
         return None if self.starting_deadline is None else timedelta(seconds=self.starting_deadline)
+
+
+class ScheduleSettings(ScheduleFields):
+    """A schedule of the server config, whose jobs are submitted for `tenant`."""
+
+    tenant: str = Field(min_length=1, max_length=200)
+
+
+class ScheduleRequest(ScheduleFields):
+    """The body of `POST /v1/schedules`."""
+
+    name: str = Field(min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _valid_name(self) -> ScheduleRequest:
+        valid_name(self.name)
+        return self
+
+    def settings(self, tenant: str) -> ScheduleSettings:
+        fields = self.model_dump(exclude={"name"})
+        return ScheduleSettings.model_validate({**fields, "tenant": tenant})

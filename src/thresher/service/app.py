@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -24,10 +25,11 @@ from thresher.service.background.buffer import start_flusher
 from thresher.service.background.scheduler import Scheduler
 from thresher.service.background.ticker import start_ticker
 from thresher.service.background.webhooks import start_webhooks
-from thresher.service.config import check_models, check_schedules, load_config
+from thresher.service.config import check_models, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
-from thresher.service.routers import files, jobs, metrics
+from thresher.service.routers import files, jobs, metrics, schedules
+from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
 from thresher.store import open_store
 
@@ -74,7 +76,7 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         pace=Pace(config.body_timeout, config.body_min_rate),
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
-    for router in (files.router, jobs.router, buffer_router, metrics.router):
+    for router in (files.router, jobs.router, schedules.router, buffer_router, metrics.router):
         app.include_router(router)
     return app
 
@@ -88,8 +90,8 @@ def start_background(state: ServiceState) -> list[Callable[[], None]]:
     scheduler.start()
     stops.append(scheduler.stop)
 
-    def submit(tenant: str, body: dict[str, object], key: str | None) -> str:
-        return submission.submit_job(state, tenant, body, key)
+    def submit(tenant: str, body: dict[str, object], key: str, tick: tuple[str, datetime]) -> str:
+        return submission.submit_job(state, tenant, body, key, tick)
 
     stops.append(start_ticker(state, submit))
     return stops
@@ -105,7 +107,7 @@ def build_state(store_url: str | None, config_file: Path | None) -> ServiceState
     store opened."""
     config = load_config(config_file)
     check_models(config)
-    check_schedules(config)
+    check_schedules(config)  # after the models: a schedule names one
     return ServiceState(store=open_store(store_url), config=config, data_dir=config.data_dir)
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from thresher.errors import ThresherError, describe_errors
-from thresher.schedules.settings import ScheduleSettings
+from thresher.schedules.settings import ScheduleSettings, valid_name
 from thresher.spec import ModelSection, RunSection, resolve_uri
 
 SECRET_FILE = "webhook_secret"
@@ -93,6 +93,13 @@ class ServerConfig(BaseModel):
     run: RunSection = Field(default_factory=RunSection)
     schedules: dict[str, ScheduleSettings] = Field(default_factory=dict)
 
+    @field_validator("schedules")
+    @classmethod
+    def _schedule_names(cls, schedules: dict[str, ScheduleSettings]) -> dict[str, ScheduleSettings]:
+        for name in schedules:
+            valid_name(name)
+        return schedules
+
     @field_validator("models")
     @classmethod
     def _model_names(cls, models: dict[str, ModelSection]) -> dict[str, ModelSection]:
@@ -131,24 +138,6 @@ def check_models(config: ServerConfig) -> None:
         for name, model in config.models.items()
         for problem in check_model_section(model)
     ]
-    if problems:
-        raise ConfigError(problems)
-
-
-def check_schedules(config: ServerConfig) -> None:
-    """Refuse a config whose schedule would not make a job: its `job` is checked as a
-    `POST /v1/jobs` body (ConfigError names `schedules.<name>.job.<field>`)."""
-    from thresher.service.submission import JobRequest
-
-    problems = []
-    for name, schedule in config.schedules.items():
-        try:
-            request = JobRequest.model_validate(schedule.job)
-        except ValidationError as exc:
-            problems += [f"schedules.{name}.job.{p}" for p in describe_errors(exc)]
-            continue
-        if request.model not in config.models:
-            problems.append(f"schedules.{name}.job.model: no model named {request.model!r}")
     if problems:
         raise ConfigError(problems)
 

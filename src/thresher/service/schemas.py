@@ -3,6 +3,8 @@ the OpenAPI document (`/openapi.json`) and check that the routes answer what it 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 
@@ -64,3 +66,50 @@ class JobList(BaseModel):
     data: list[JobInfo]
     has_more: bool
     last_id: str | None = Field(description="Pass as `after` for the next page.")
+
+
+class FireTime(BaseModel):
+    """A fire time, on the schedule's wall clock and in UTC."""
+
+    local: str
+    utc: str
+
+
+class TickInfo(BaseModel):
+    """One tick of a schedule and what came of it."""
+
+    nominal_time: str = Field(description="The fire time, UTC (a manual tick: when asked).")
+    outcome: str = Field(description="claimed, started, skipped, missed or failed")
+    job_id: str | None
+    message: str | None = Field(description="Why it was skipped, missed or failed.")
+    manual: bool = Field(description="Triggered by hand, not by the cron.")
+
+
+class ScheduleInfo(BaseModel):
+    """A schedule: when it fires, its policies, the job it starts, its next fire times."""
+
+    object: str = "schedule"
+    name: str
+    declared: str = Field(description="api (the tenant's own) or config (the operator's)")
+    cron: str
+    timezone: str
+    paused: bool
+    catchup: str
+    max_catchup: int
+    starting_deadline: float | None
+    overlap: str
+    job: dict[str, Any] = Field(description="The POST /v1/jobs body it submits.")
+    next_fire_times: list[FireTime]
+    last_tick: TickInfo | None
+    created_at: str | None
+    updated_at: str | None
+
+
+class ScheduleList(BaseModel):
+    object: str = "list"
+    data: list[ScheduleInfo]
+
+
+class TickList(BaseModel):
+    object: str = "list"
+    data: list[TickInfo]

@@ -48,6 +48,8 @@ class ServiceState:
     on_job_finished: list[JobHook] = field(default_factory=list)
     # Set when a job is queued, so the scheduler starts it without waiting for its poll.
     jobs_waiting: threading.Event = field(default_factory=threading.Event)
+    # Set when a tick is triggered by hand, so the ticker starts it without waiting.
+    ticks_waiting: threading.Event = field(default_factory=threading.Event)
 
     def job_finished(self, record: JobRecord) -> None:
         """Call every `on_job_finished` hook with a job's final record."""

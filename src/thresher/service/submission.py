@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -95,14 +96,19 @@ def parse_request(body: dict[str, Any]) -> JobRequest:
 
 
 def submit_job(
-    state: ServiceState, tenant: str, body: dict[str, Any], idempotency_key: str | None = None
+    state: ServiceState,
+    tenant: str,
+    body: dict[str, Any],
+    idempotency_key: str | None = None,
+    tick: tuple[str, datetime] | None = None,
 ) -> str:
     """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id` or
     `source.uri`, `model` by registered name, optional `columns`, `id_column`,
     `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`), build the
     whole job spec on the server's side, and queue it. Returns the job id; with an
     `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
-    that job was submitted with a different body).
+    that job was submitted with a different body). `tick` is the (schedule, fire time) of
+    a scheduled job, recorded in its spec and manifest.
 
     Raises `Unprocessable` (422) for a body that does not make a job (naming each
     field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
@@ -113,6 +119,10 @@ def submit_job(
 
     job_id = new_job_id()
     spec = build_spec(state, tenant, body, job_id)
+    if tick is not None:
+        schedule, nominal = tick
+        origin = {"schedule": schedule, "nominal_time": nominal.isoformat()}
+        spec = spec.model_copy(update={"job": spec.job.model_copy(update=origin)})
     store = state.store
     try:
         queued = store.queue_job(job_id, spec, tenant, idempotency_key, request_digest(body))

@@ -186,7 +186,7 @@ class Store:
         job = self.job(job_id)
         if job.state == JobState.SUCCEEDED and not finished_ok:
             raise StoreError(f"job {job_id} already succeeded; nothing to resume")
-        if job.state == JobState.RUNNING and not force and _owner_alive(job.owner):
+        if job.state == JobState.RUNNING and not force and owner_alive(job.owner):
             raise StoreError(
                 f"job {job_id} is being run by {job.owner}; wait for it, cancel it, "
                 "or resume with --force if that process is gone"
@@ -338,7 +338,7 @@ def bounded(message: str | None) -> str | None:
     return f"{message[:MAX_MESSAGE]} … ({len(message) - MAX_MESSAGE:,} more characters)"
 
 
-def _owner_alive(owner: str | None) -> bool:
+def owner_alive(owner: str | None) -> bool:
     """True unless the owner is known dead: a process on this host that no longer exists.
     An owner on another host is assumed alive (resume there, or use --force)."""
     if not owner or ":" not in owner:

@@ -76,6 +76,14 @@ MIGRATIONS: list[list[str]] = [
             job_id TEXT, message TEXT, claimed_by TEXT NOT NULL, claimed_at TEXT NOT NULL,
             settled_at TEXT, PRIMARY KEY (schedule, nominal))""",
     ],
+    # 5: schedules tenants make over HTTP, and pause switches for the config's schedules
+    # (`settings` NULL); manual ticks (`thresher schedules trigger`) told apart from cron's.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_schedules (
+            key TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, settings TEXT,
+            paused INTEGER, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+        "ALTER TABLE thresher_ticks ADD COLUMN manual INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 
 

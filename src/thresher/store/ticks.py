@@ -3,9 +3,11 @@
 A scheduler claims a tick by inserting its row; the primary key lets one claim win, in
 one transaction, however many schedulers (threads, servers on one PostgreSQL store) try.
 Only the winner starts the tick's job, then settles the row with its outcome. A claim
-left unsettled (the scheduler died in between) is found by `unsettled` and finished by
-the next scheduler; the tick's job is queued under an idempotency key made from the tick
-(`tick_key`), so finishing it twice still makes one job.
+left unsettled by a scheduler that died is found by `unsettled`, taken over by one live
+scheduler (`take_over`, again one winner) and finished; the tick's job is queued under an
+idempotency key made from the tick (`tick_key`), so finishing it twice still makes one
+job. A manual tick (`thresher schedules trigger`) is a claim made by `MANUAL`, taken over
+and started the same way; it is not a fire time, so the cron's ticks ignore it.
 
 Times are stored as UTC ISO 8601 text, which sorts as time does.
 """
@@ -16,9 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from thresher.faults import crash_point
 from thresher.store.db import Database, now
 
-__all__ = ["Tick", "TickLedger", "TickOutcome", "tick_key"]
+__all__ = ["MANUAL", "Tick", "TickLedger", "TickOutcome", "tick_key"]
+
+MANUAL = "manual"  # the claimant of a manual tick, until a scheduler takes it over
 
 
 class TickOutcome(StrEnum):
@@ -36,6 +41,7 @@ class Tick:
     outcome: TickOutcome
     job_id: str | None
     message: str | None
+    manual: bool = False
 
 
 def tick_key(schedule: str, nominal: datetime) -> str:
@@ -47,13 +53,27 @@ def tick_key(schedule: str, nominal: datetime) -> str:
 class TickLedger:
     db: Database
 
-    def claim(self, schedule: str, nominal: datetime, owner: str) -> bool:
+    def claim(self, schedule: str, nominal: datetime, owner: str, manual: bool = False) -> bool:
         """Claim the tick for `owner`; False if it was claimed before (by anyone)."""
         with self.db.transaction() as cur:
             won = cur.changed(
-                "INSERT INTO thresher_ticks (schedule, nominal, outcome, claimed_by, claimed_at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (schedule, nominal.isoformat(), TickOutcome.CLAIMED.value, owner, now()),
+                "INSERT INTO thresher_ticks"
+                " (schedule, nominal, outcome, claimed_by, claimed_at, manual)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (schedule, nominal.isoformat(), TickOutcome.CLAIMED.value, owner, now(),
+                 int(manual)),
+            )  # fmt: skip
+            crash_point("tick_claiming")  # the claim written, not committed
+        return won > 0
+
+    def take_over(self, schedule: str, nominal: datetime, before: str, owner: str) -> bool:
+        """Make `owner` the claimant of a tick still claimed by `before` (a scheduler that
+        died, or MANUAL); False if another scheduler took it first or it was settled."""
+        with self.db.transaction() as cur:
+            won = cur.changed(
+                "UPDATE thresher_ticks SET claimed_by = ?"
+                " WHERE schedule = ? AND nominal = ? AND outcome = ? AND claimed_by = ?",
+                (owner, schedule, nominal.isoformat(), TickOutcome.CLAIMED.value, before),
             )
         return won > 0
 
@@ -74,19 +94,22 @@ class TickLedger:
                  TickOutcome.CLAIMED.value),
             )  # fmt: skip
 
-    def unsettled(self, schedule: str) -> list[datetime]:
-        """Ticks claimed but never settled (their scheduler died), oldest first."""
+    def unsettled(self, schedule: str) -> list[tuple[datetime, str]]:
+        """Ticks claimed and not settled yet, oldest first, with their claimant: a
+        scheduler at work, one that died, or MANUAL."""
         rows = self.db.query(
-            "SELECT nominal FROM thresher_ticks WHERE schedule = ? AND outcome = ?"
+            "SELECT nominal, claimed_by FROM thresher_ticks WHERE schedule = ? AND outcome = ?"
             " ORDER BY nominal",
             (schedule, TickOutcome.CLAIMED.value),
         )
-        return [datetime.fromisoformat(str(r[0])) for r in rows]
+        return [(datetime.fromisoformat(str(r[0])), str(r[1])) for r in rows]
 
     def last(self, schedule: str) -> datetime | None:
-        """The newest nominal time decided for `schedule` (any outcome), or None."""
+        """The newest fire time decided for `schedule` (any outcome; manual ticks are
+        not fire times), or None."""
         rows = self.db.query(
-            "SELECT MAX(nominal) FROM thresher_ticks WHERE schedule = ?", (schedule,)
+            "SELECT MAX(nominal) FROM thresher_ticks WHERE schedule = ? AND manual = 0",
+            (schedule,),
         )
         return datetime.fromisoformat(str(rows[0][0])) if rows and rows[0][0] else None
 
@@ -103,11 +126,14 @@ class TickLedger:
     def recent(self, schedule: str, limit: int = 20) -> list[Tick]:
         """The schedule's newest ticks, newest first."""
         rows = self.db.query(
-            "SELECT nominal, outcome, job_id, message FROM thresher_ticks WHERE schedule = ?"
-            " ORDER BY nominal DESC LIMIT ?",
+            "SELECT nominal, outcome, job_id, message, manual FROM thresher_ticks"
+            " WHERE schedule = ? ORDER BY nominal DESC LIMIT ?",
             (schedule, limit),
         )
         return [
-            Tick(schedule, datetime.fromisoformat(str(r[0])), TickOutcome(r[1]), r[2], r[3])
+            Tick(
+                schedule, datetime.fromisoformat(str(r[0])), TickOutcome(r[1]), r[2], r[3],
+                bool(r[4]),
+            )
             for r in rows
-        ]
+        ]  # fmt: skip

@@ -1,11 +1,15 @@
-"""The ticker: a background thread that starts the config's scheduled jobs on time.
+"""The ticker: a background thread that starts scheduled jobs on time.
 
 At each look (`look(now)`; the thread calls it every `POLL_SECONDS` with the real clock,
-tests with any clock they like) and for each schedule not paused:
+or at once when a tick is triggered by hand; tests call it with any clock they like) and
+for each schedule (the config's and the tenants', `service/schedules.py`):
 
-1. claims left unsettled by a scheduler that died are finished first;
-2. every fire time since the last one decided (on a schedule's first look: only one
-   that is due now) is decided by the catch-up policy (`schedules.due_ticks`);
+1. claims left unsettled — by a scheduler that died, or manual ticks
+   (`thresher schedules trigger`, `POST /v1/schedules/{name}/trigger`) — are taken over
+   (one scheduler wins each) and finished first, paused or not;
+2. unless the schedule is paused, every fire time since the last one decided (on a
+   schedule's first look: only one that is due now) is decided by the catch-up policy
+   (`schedules.due_ticks`);
 3. each is claimed in the store's tick ledger — one claim wins, across threads, restarts
    and servers on one store — and only the winner acts: records it missed, skips it
    (`overlap = "skip"` while the schedule's last job has not ended), cancels the last
@@ -13,7 +17,9 @@ tests with any clock they like) and for each schedule not paused:
 
 The job is queued under an idempotency key made from the tick, so a scheduler that dies
 between queueing and recording is finished by the next one with the same job: each
-nominal time makes at most one job, ever.
+nominal time makes at most one job, ever. Its body is the schedule's `job` with the
+fire time filled in (`schedules/templates.py`), and its spec names the schedule and the
+nominal time, which its manifest records.
 """
 
 from __future__ import annotations
@@ -24,12 +30,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from thresher.errors import ThresherError
-from thresher.schedules import TickFate, due_ticks
-from thresher.schedules.settings import ScheduleSettings
+from thresher.faults import crash_point
+from thresher.schedules import Cron, TickFate, due_ticks
+from thresher.schedules.catchup import MAX_LISTED
+from thresher.schedules.templates import fill_in
+from thresher.service.schedules import Scheduled, every_schedule
 from thresher.service.state import ServiceState
 from thresher.store import StoreError
-from thresher.store.jobs import this_owner
-from thresher.store.ticks import TickLedger, TickOutcome, tick_key
+from thresher.store.jobs import owner_alive, this_owner
+from thresher.store.ticks import MANUAL, TickLedger, TickOutcome, tick_key
 
 log = logging.getLogger("thresher.service.background.ticker")
 
@@ -37,12 +46,12 @@ POLL_SECONDS = 5.0
 # A first look counts a fire time this recent as due (the ticker was just started).
 FIRST_LOOK = timedelta(minutes=1)
 
-Submit = Callable[[str, dict[str, object], str | None], str]
+# (tenant, body, idempotency key, (schedule key, nominal time)) -> the queued job's id
+Submit = Callable[[str, dict[str, object], str, tuple[str, datetime]], str]
 
 
 class Ticker:
-    """Decides and starts the ticks of `state.config.schedules`; `submit` queues a job
-    (tenant, body, idempotency key) and returns its id."""
+    """Decides and starts every schedule's ticks; `submit` queues a job."""
 
     def __init__(self, state: ServiceState, submit: Submit) -> None:
         self.state, self.submit = state, submit
@@ -51,56 +60,86 @@ class Ticker:
 
     def look(self, now: datetime) -> None:
         """Decide every schedule's ticks up to `now`."""
-        for name, schedule in self.state.config.schedules.items():
-            if schedule.paused:
-                continue
+        try:
+            schedules = every_schedule(self.state.config, self.state.store)
+        except (ThresherError, ValueError):
+            log.exception("the schedules could not be read now")
+            return
+        for schedule in schedules:
             try:
-                self._look_at(name, schedule, now)
+                self._look_at(schedule, now)
             except (ThresherError, OSError):
-                log.exception("schedule %s: its ticks could not be decided now", name)
+                log.exception("schedule %s: its ticks could not be decided now", schedule.key)
 
-    def _look_at(self, name: str, schedule: ScheduleSettings, now: datetime) -> None:
-        for nominal in self.ledger.unsettled(name):
-            self._start(name, schedule, nominal)
-        since = self.ledger.last(name) or now - FIRST_LOOK
+    def _look_at(self, schedule: Scheduled, now: datetime) -> None:
+        for nominal, claimant in self.ledger.unsettled(schedule.key):
+            if self._ours(schedule.key, nominal, claimant):
+                self._start(schedule, nominal)
+        settings = schedule.settings
+        since = self.ledger.last(schedule.key) or now - FIRST_LOOK
+        if schedule.paused:
+            self._skip_paused(schedule.key, settings.schedule, (since, now))
+            return
         ticks = due_ticks(
-            schedule.schedule,
+            settings.schedule,
             since,
             now,
-            schedule.catchup,
-            max_catchup=schedule.max_catchup,
-            starting_deadline=schedule.deadline,
+            settings.catchup,
+            max_catchup=settings.max_catchup,
+            starting_deadline=settings.deadline,
         )
         for nominal, fate in ticks:
-            if not self.ledger.claim(name, nominal, self.owner):
+            if not self.ledger.claim(schedule.key, nominal, self.owner):
                 continue  # another scheduler has it
+            crash_point("tick_claimed")
             if fate == TickFate.MISSED:
-                self.ledger.settle(name, nominal, TickOutcome.MISSED, message="too late to run")
+                self.ledger.settle(
+                    schedule.key, nominal, TickOutcome.MISSED, message="too late to run"
+                )
             else:
-                self._start(name, schedule, nominal)
+                self._start(schedule, nominal)
 
-    def _start(self, name: str, schedule: ScheduleSettings, nominal: datetime) -> None:
+    def _skip_paused(self, key: str, cron: Cron, span: tuple[datetime, datetime]) -> None:
+        """A paused schedule's fire times are recorded as skipped, so resuming it goes on
+        from there: nothing that fell due while it was paused runs later."""
+        for nominal in cron.between(*span, limit=MAX_LISTED):
+            if self.ledger.claim(key, nominal, self.owner):
+                self.ledger.settle(key, nominal, TickOutcome.SKIPPED, message="paused")
+
+    def _ours(self, key: str, nominal: datetime, claimant: str) -> bool:
+        """Whether this ticker should finish an unsettled claim: its own (a look that
+        failed half-way), or one it takes over from MANUAL or a dead scheduler."""
+        if claimant == self.owner:
+            return True
+        if claimant != MANUAL and owner_alive(claimant):
+            return False  # another scheduler is at work on it
+        return self.ledger.take_over(key, nominal, claimant, self.owner)
+
+    def _start(self, schedule: Scheduled, nominal: datetime) -> None:
         """Start a claimed tick's job (or skip it for its overlap policy) and settle it."""
-        running = self._running_job(name)
-        if running is not None and schedule.overlap == "skip":
+        key, settings = schedule.key, schedule.settings
+        running = self._running_job(key)
+        if running is not None and settings.overlap == "skip":
             message = f"job {running} of this schedule is still running"
-            self.ledger.settle(name, nominal, TickOutcome.SKIPPED, message=message)
+            self.ledger.settle(key, nominal, TickOutcome.SKIPPED, message=message)
             return
-        if running is not None and schedule.overlap == "replace":
+        if running is not None and settings.overlap == "replace":
             self.state.store.request_cancel(running)
-        body = {**schedule.job, "name": f"{name}@{nominal.isoformat()}"}
+        body = fill_in(settings.job, nominal, settings.schedule.zone)
+        body = {**body, "name": body.get("name") or f"{key}@{nominal.isoformat()}"}
         try:
-            job_id = self.submit(schedule.tenant, body, tick_key(name, nominal))
+            job_id = self.submit(settings.tenant, body, tick_key(key, nominal), (key, nominal))
         except ThresherError as exc:
-            self.ledger.settle(name, nominal, TickOutcome.FAILED, message=str(exc))
-            log.warning("schedule %s: the %s tick could not start: %s", name, nominal, exc)
+            self.ledger.settle(key, nominal, TickOutcome.FAILED, message=str(exc))
+            log.warning("schedule %s: the %s tick could not start: %s", key, nominal, exc)
             return
-        self.ledger.settle(name, nominal, TickOutcome.STARTED, job_id=job_id)
-        log.info("schedule %s: the %s tick started job %s", name, nominal, job_id)
+        crash_point("tick_queued")
+        self.ledger.settle(key, nominal, TickOutcome.STARTED, job_id=job_id)
+        log.info("schedule %s: the %s tick started job %s", key, nominal, job_id)
 
-    def _running_job(self, name: str) -> str | None:
+    def _running_job(self, key: str) -> str | None:
         """The schedule's last started job, if it has not ended."""
-        job_id = self.ledger.last_job(name)
+        job_id = self.ledger.last_job(key)
         if job_id is None:
             return None
         try:
@@ -111,21 +150,22 @@ class Ticker:
 
 
 def start_ticker(state: ServiceState, submit: Submit) -> Callable[[], None]:
-    """Start the ticker's thread (if the config has schedules); returns its stop."""
-    if not state.config.schedules:
-        return lambda: None
+    """Start the ticker's thread; returns its stop. It looks every POLL_SECONDS, and at
+    once when `state.ticks_waiting` is set (a tick was triggered by hand)."""
     ticker, stopping = Ticker(state, submit), threading.Event()
 
     def loop() -> None:
         while not stopping.is_set():
+            state.ticks_waiting.clear()
             ticker.look(datetime.now(UTC))
-            stopping.wait(POLL_SECONDS)
+            state.ticks_waiting.wait(POLL_SECONDS)
 
     thread = threading.Thread(target=loop, name="thresher-ticker", daemon=True)
     thread.start()
 
     def stop() -> None:
         stopping.set()
+        state.ticks_waiting.set()
         thread.join()
 
     return stop

@@ -51,12 +51,28 @@ def _check_url(uri: str, roots: list[str]) -> str:
     return uri
 
 
-def _check_path(uri: str, roots: list[str]) -> str:
+def check_under_roots(uri: str, allowed_roots: list[str]) -> None:
+    """Raise as `check_source_uri` does when `uri` is not under an allowed root, without
+    looking for the files: a schedule's input (`/data/{date}/`) may not exist yet."""
+    if not allowed_roots:
+        check_source_uri(uri, allowed_roots)
+    uri = uri.removeprefix("file://")
+    if "://" in uri:
+        _check_url(uri, allowed_roots)
+    else:
+        _check_local(uri, [r for r in allowed_roots if "://" not in r or r.startswith("file://")])
+
+
+def _check_local(uri: str, roots: list[str]) -> None:
     if not os.path.isabs(uri):
         raise BadRequest(f"source.uri: {uri} is not an absolute path")
     real_roots = [os.path.realpath(r.removeprefix("file://")) for r in roots]
     if not _under(os.path.realpath(uri), real_roots):
         raise _outside(uri, roots)
+
+
+def _check_path(uri: str, roots: list[str]) -> str:
+    _check_local(uri, roots)
     try:  # the reader's own listing: exactly the files the job will open
         files = list_files(uri, ("",))
     except SourceError:

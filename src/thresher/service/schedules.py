@@ -1,0 +1,140 @@
+"""Every schedule the server runs: the config's (`[schedules.NAME]`, the operator's) and
+the tenants' own (`/v1/schedules`, kept in the store), under one view.
+
+A schedule is known to the tick ledger by its key: a config schedule's name, or
+`tenant/name` for a tenant's (`store/schedules.py`). Pausing works for both: a tenant's
+schedule keeps `paused` in its settings; a config schedule's switch is a store row that
+outlives restarts (the config's `paused` is what it starts as).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from thresher.errors import describe_errors
+from thresher.schedules.settings import ScheduleSettings
+from thresher.schedules.templates import fill_in
+from thresher.service.config import ConfigError, ServerConfig
+from thresher.service.errors import ServiceError
+from thresher.store import Store
+from thresher.store.schedules import ScheduleRow, ScheduleTable
+from thresher.store.ticks import MANUAL, TickLedger
+
+__all__ = [
+    "Scheduled",
+    "UnknownSchedule",
+    "check_job_template",
+    "check_schedules",
+    "every_schedule",
+    "find_schedule",
+    "set_paused",
+    "trigger",
+]
+
+
+class UnknownSchedule(LookupError):
+    """No schedule has that key (or the tenant has none of that name)."""
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One schedule as the ticker and the listings see it."""
+
+    key: str  # the tick ledger's name for it
+    name: str
+    settings: ScheduleSettings
+    declared: Literal["config", "api"]
+    paused: bool
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+def every_schedule(config: ServerConfig, store: Store) -> list[Scheduled]:
+    """The config's schedules, then the tenants', each with its pause switch applied."""
+    rows = ScheduleTable(store.db).every()
+    switches = {r.key: r.paused for r in rows if r.settings is None and r.paused is not None}
+    found = [
+        Scheduled(name, name, s, "config", switches.get(name, s.paused))
+        for name, s in config.schedules.items()
+    ]
+    return found + [_tenants(r) for r in rows if r.settings is not None]
+
+
+def find_schedule(config: ServerConfig, store: Store, key: str) -> Scheduled:
+    """The schedule `key`; UnknownSchedule if there is none."""
+    for schedule in every_schedule(config, store):
+        if schedule.key == key:
+            return schedule
+    raise UnknownSchedule(f"no schedule {key!r}")
+
+
+def set_paused(config: ServerConfig, store: Store, key: str, paused: bool) -> Scheduled:
+    """Pause (no tick fires; fire times passed while paused are not run on resume, as
+    after downtime the catch-up policy decides) or resume the schedule `key`."""
+    schedule = find_schedule(config, store, key)
+    table = ScheduleTable(store.db)
+    if schedule.declared == "config":
+        table.set_paused(key, schedule.settings.tenant, schedule.name, paused)
+    else:
+        settings = schedule.settings.model_copy(update={"paused": paused})
+        table.replace(schedule.settings.tenant, schedule.name, settings.model_dump_json())
+    return find_schedule(config, store, key)
+
+
+def trigger(config: ServerConfig, store: Store, key: str, now: datetime | None = None) -> datetime:
+    """Ask for a manual tick of schedule `key` now (even while it is paused): a claim in
+    the ledger that the ticker takes over and starts like any tick. Returns its time."""
+    find_schedule(config, store, key)
+    at = now or datetime.now(UTC)
+    if not TickLedger(store.db).claim(key, at, MANUAL, manual=True):
+        raise UnknownSchedule(f"schedule {key!r} already has a tick at {at.isoformat()}")
+    return at
+
+
+def check_job_template(config: ServerConfig, job: dict[str, Any]) -> list[str]:
+    """Why a schedule's `job` would not make a job, field by field (empty: it would): it
+    must validate as a `POST /v1/jobs` body with a registered model, a webhook the server
+    will call and a `source.uri` under `allowed_roots` (which need not exist yet)."""
+    from thresher.service.policies.roots import check_under_roots
+    from thresher.service.policies.webhook_urls import check_webhook_url
+    from thresher.service.submission import JobRequest
+
+    sample = fill_in(job, datetime.now(UTC), UTC)
+    try:
+        request = JobRequest.model_validate(sample)
+    except ValidationError as exc:
+        return describe_errors(exc)
+    if request.model not in config.models:
+        return [f"model: no model named {request.model!r}"]
+    try:
+        if request.notify is not None:
+            check_webhook_url(request.notify.webhook, config.webhook_allow_private)
+        if request.source is not None:
+            check_under_roots(request.source.uri, config.allowed_roots)
+    except (ServiceError, ValueError) as exc:
+        return [str(exc)]
+    return []
+
+
+def check_schedules(config: ServerConfig) -> None:
+    """Refuse a config whose schedule would not make a job: ConfigError names
+    `schedules.<name>.job.<field>` for each problem, so `thresher serve` exits 2."""
+    problems = [
+        f"schedules.{name}.job.{problem}"
+        for name, schedule in config.schedules.items()
+        for problem in check_job_template(config, schedule.job)
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _tenants(row: ScheduleRow) -> Scheduled:
+    assert row.settings is not None
+    settings = ScheduleSettings.model_validate_json(row.settings)
+    return Scheduled(
+        row.key, row.name, settings, "api", settings.paused, row.created_at, row.updated_at
+    )
