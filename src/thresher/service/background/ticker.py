@@ -27,12 +27,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from thresher.errors import ThresherError
 from thresher.faults import crash_point
 from thresher.schedules import Cron, TickFate, due_ticks
 from thresher.schedules.catchup import MAX_LISTED
+from thresher.schedules.clock import Clock
 from thresher.schedules.templates import fill_in
 from thresher.service.schedules import Scheduled, every_schedule
 from thresher.service.state import ServiceState
@@ -58,18 +59,21 @@ class Ticker:
         self.ledger = TickLedger(state.store.db)
         self.owner = this_owner()
 
-    def look(self, now: datetime) -> None:
-        """Decide every schedule's ticks up to `now`."""
+    def look(self, now: datetime) -> datetime | None:
+        """Decide every schedule's ticks up to `now`; returns the next fire time of any
+        schedule not paused (None: none), so the thread can wake for it."""
         try:
             schedules = every_schedule(self.state.config, self.state.store)
         except (ThresherError, ValueError):
             log.exception("the schedules could not be read now")
-            return
+            return None
         for schedule in schedules:
             try:
                 self._look_at(schedule, now)
             except (ThresherError, OSError):
                 log.exception("schedule %s: its ticks could not be decided now", schedule.key)
+        upcoming = [s.settings.schedule.after(now, 1) for s in schedules if not s.paused]
+        return min((times[0] for times in upcoming if times), default=None)
 
     def _look_at(self, schedule: Scheduled, now: datetime) -> None:
         for nominal, claimant in self.ledger.unsettled(schedule.key):
@@ -149,16 +153,26 @@ class Ticker:
         return None if finished else job_id
 
 
-def start_ticker(state: ServiceState, submit: Submit) -> Callable[[], None]:
-    """Start the ticker's thread; returns its stop. It looks every POLL_SECONDS, and at
-    once when `state.ticks_waiting` is set (a tick was triggered by hand)."""
+def start_ticker(
+    state: ServiceState, submit: Submit, clock: Clock | None = None
+) -> Callable[[], None]:
+    """Start the ticker's thread; returns its stop. It looks at the next fire time (so a
+    tick starts its job within moments of its time), at least every POLL_SECONDS (a
+    tenant may have made a schedule), and at once when `state.ticks_waiting` is set (a
+    tick was triggered by hand). `clock` defaults to `THRESHER_CLOCK`'s, else the real
+    one (`schedules/clock.py`)."""
+    clock = clock or Clock.from_environment()
     ticker, stopping = Ticker(state, submit), threading.Event()
 
     def loop() -> None:
         while not stopping.is_set():
             state.ticks_waiting.clear()
-            ticker.look(datetime.now(UTC))
-            state.ticks_waiting.wait(POLL_SECONDS)
+            now = clock.now()
+            upcoming = ticker.look(now)
+            wait = POLL_SECONDS
+            if upcoming is not None:
+                wait = min(wait, (upcoming - now).total_seconds() + 0.001)
+            state.ticks_waiting.wait(clock.real_seconds(max(wait, 0.0)))
 
     thread = threading.Thread(target=loop, name="thresher-ticker", daemon=True)
     thread.start()
