@@ -114,6 +114,7 @@ def test_the_configs_schedules_are_read_only_to_tenants(site: Site) -> None:
         ({"job": {"model": "m", "source": {"uri": "/etc/passwd"}}}, "job.source.uri"),
         ({"job": {"model": "m", "source": {"uri": "/tmp/x"}, "priority": "high"}}, "priority"),
         ({"tenant": "globex"}, "tenant"),
+        ({"notify": {"on_missed": "http://127.0.0.1:9/hook"}}, "notify.on_missed"),
     ],
 )
 def test_a_schedule_that_cannot_run_is_422_naming_the_field(

@@ -221,3 +221,16 @@ def test_a_tenants_schedule_in_the_store_ticks_under_its_own_key(tmp_path: Path)
     assert [t.outcome for t in TickLedger(state.store.db).recent("globex/hourly")] == [
         TickOutcome.STARTED
     ]
+
+
+def test_missed_and_failed_ticks_are_told_once(tmp_path: Path) -> None:
+    state = site(tmp_path, catchup="none", overlap="queue")
+    told: list[tuple[int, str, str | None]] = []
+    state.on_tick_missed.append(lambda n: told.append((n.nominal.hour, n.outcome, n.message)))
+    ticker(state).look(at(2))
+    ticker(state).look(at(4, 30))  # 03:00 and 04:00 overdue: missed under catchup = none
+    ticker(state).look(at(4, 30))
+    assert told == [(3, "missed", "too late to run"), (4, "missed", "too late to run")]
+    (Path(state.config.allowed_roots[0]) / "in.jsonl").unlink()  # the 05:00 job cannot start
+    ticker(state).look(at(5))
+    assert told[-1][:2] == (5, "failed") and "in.jsonl" in str(told[-1][2])

@@ -373,3 +373,39 @@ def test_a_job_without_a_webhook_sends_nothing(store: Store, receiver: Receiver)
     sender.job_finished(job)
     sender.close()
     assert deliveries(store.db, job.id) == [] and receiver.received == []
+
+
+def test_a_missed_tick_is_told_to_on_missed_once(store: Store, receiver: Receiver) -> None:
+    from datetime import UTC, datetime
+
+    from thresher.schedules.settings import ScheduleSettings
+    from thresher.service.schedules import Scheduled, TickNotice
+
+    settings = ScheduleSettings.model_validate(
+        {"cron": "0 2 * * *", "tenant": "acme", "job": {}, "notify": {"on_missed": receiver.url()}}
+    )
+    notice = TickNotice(
+        Scheduled("nightly", "nightly", settings, "config", False),
+        datetime(2026, 12, 1, 2, tzinfo=UTC),
+        "missed",
+        "too late to run",
+    )
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    try:
+        sender.tick_missed(notice)
+        sender.tick_missed(notice)
+        wait_state(store, "tick:nightly:2026-12-01T02:00:00+00:00", "delivered")
+        time.sleep(0.1)
+    finally:
+        sender.close()
+    (got,) = receiver.received
+    body = json.loads(got["body"])
+    assert body == {
+        "event": "schedule.tick_missed",
+        "schedule": "nightly",
+        "nominal_time": "2026-12-01T02:00:00+00:00",
+        "outcome": "missed",
+        "message": "too late to run",
+    }
+    assert verify_signature(SECRET, got["headers"]["X-Thresher-Timestamp"], got["body"],
+                            got["headers"]["X-Thresher-Signature"])  # fmt: skip

@@ -12,7 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from thresher.schedules.catchup import Catchup
 from thresher.schedules.ticks import Cron
 
-__all__ = ["ScheduleFields", "ScheduleRequest", "ScheduleSettings", "valid_name"]
+__all__ = [
+    "ScheduleFields",
+    "ScheduleNotify",
+    "ScheduleRequest",
+    "ScheduleSettings",
+    "valid_name",
+]
 
 NAME_CHARS = "-_."
 
@@ -22,6 +28,17 @@ def valid_name(name: str) -> str:
     if not name or len(name) > 200 or not all(c.isalnum() or c in NAME_CHARS for c in name):
         raise ValueError(f"schedule names are letters, digits, '-', '_', '.'; not {name!r}")
     return name
+
+
+class ScheduleNotify(BaseModel):
+    """Who hears of the schedule's own troubles (its jobs' ends are their `notify`'s)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    on_missed: str = Field(
+        max_length=2048,
+        description="A webhook URL: a signed POST for each tick recorded missed or failed.",
+    )
 
 
 class ScheduleFields(BaseModel):
@@ -40,6 +57,7 @@ class ScheduleFields(BaseModel):
     starting_deadline: float | None = Field(default=None, gt=0)  # seconds after its time
     overlap: Literal["skip", "queue", "replace"] = "skip"
     paused: StrictBool = False
+    notify: ScheduleNotify | None = None
 
     @model_validator(mode="after")
     def _valid_cron(self) -> ScheduleFields:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from thresher.errors import describe_errors
-from thresher.schedules.settings import ScheduleSettings
+from thresher.schedules.settings import ScheduleFields, ScheduleSettings
 from thresher.schedules.templates import fill_in
 from thresher.service.config import ConfigError, ServerConfig
 from thresher.service.errors import ServiceError
@@ -26,8 +26,10 @@ from thresher.store.ticks import MANUAL, TickLedger
 
 __all__ = [
     "Scheduled",
+    "TickNotice",
     "UnknownSchedule",
     "check_job_template",
+    "check_schedule",
     "check_schedules",
     "every_schedule",
     "find_schedule",
@@ -95,6 +97,30 @@ def trigger(config: ServerConfig, store: Store, key: str, now: datetime | None =
     return at
 
 
+@dataclass(frozen=True)
+class TickNotice:
+    """A tick that did not start its job (missed or failed), for `notify.on_missed`."""
+
+    schedule: Scheduled
+    nominal: datetime
+    outcome: str
+    message: str | None
+
+
+def check_schedule(config: ServerConfig, schedule: ScheduleFields) -> list[str]:
+    """Why a schedule would not run, each problem naming its field (`job.model`,
+    `notify.on_missed`, …); empty when it would."""
+    from thresher.service.policies.webhook_urls import check_webhook_url
+
+    problems = [f"job.{p}" for p in check_job_template(config, schedule.job)]
+    if schedule.notify is not None:
+        try:
+            check_webhook_url(schedule.notify.on_missed, config.webhook_allow_private)
+        except ValueError as exc:
+            problems.append(f"notify.on_missed: {exc}")
+    return problems
+
+
 def check_job_template(config: ServerConfig, job: dict[str, Any]) -> list[str]:
     """Why a schedule's `job` would not make a job, field by field (empty: it would): it
     must validate as a `POST /v1/jobs` body with a registered model, a webhook the server
@@ -124,9 +150,9 @@ def check_schedules(config: ServerConfig) -> None:
     """Refuse a config whose schedule would not make a job: ConfigError names
     `schedules.<name>.job.<field>` for each problem, so `thresher serve` exits 2."""
     problems = [
-        f"schedules.{name}.job.{problem}"
+        f"schedules.{name}.{problem}"
         for name, schedule in config.schedules.items()
-        for problem in check_job_template(config, schedule.job)
+        for problem in check_schedule(config, schedule)
     ]
     if problems:
         raise ConfigError(problems)

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends
 from starlette.requests import HTTPConnection
@@ -33,9 +33,13 @@ from starlette.requests import HTTPConnection
 from thresher.service.config import ServerConfig
 from thresher.store import JobRecord, Store
 
+if TYPE_CHECKING:
+    from thresher.service.schedules import TickNotice
+
 log = logging.getLogger("thresher.service")
 
 JobHook = Callable[[JobRecord], None]
+TickHook = Callable[["TickNotice"], None]
 
 
 @dataclass
@@ -46,6 +50,8 @@ class ServiceState:
     config: ServerConfig
     data_dir: Path
     on_job_finished: list[JobHook] = field(default_factory=list)
+    # Called with each tick the ticker records missed or failed (`notify.on_missed`).
+    on_tick_missed: list[TickHook] = field(default_factory=list)
     # Set when a job is queued, so the scheduler starts it without waiting for its poll.
     jobs_waiting: threading.Event = field(default_factory=threading.Event)
     # Set when a tick is triggered by hand, so the ticker starts it without waiting.
@@ -58,6 +64,14 @@ class ServiceState:
                 hook(record)
             except Exception:
                 log.exception("on_job_finished hook %r failed for job %s", hook, record.id)
+
+    def tick_missed(self, notice: TickNotice) -> None:
+        """Call every `on_tick_missed` hook with a tick that did not start its job."""
+        for hook in list(self.on_tick_missed):
+            try:
+                hook(notice)
+            except Exception:
+                log.exception("on_tick_missed hook %r failed for %s", hook, notice.schedule.key)
 
     @property
     def buffer_dir(self) -> Path:

@@ -35,7 +35,7 @@ from thresher.schedules import Cron, TickFate, due_ticks
 from thresher.schedules.catchup import MAX_LISTED
 from thresher.schedules.clock import Clock
 from thresher.schedules.templates import fill_in
-from thresher.service.schedules import Scheduled, every_schedule
+from thresher.service.schedules import Scheduled, TickNotice, every_schedule
 from thresher.service.state import ServiceState
 from thresher.store import StoreError
 from thresher.store.jobs import owner_alive, this_owner
@@ -97,9 +97,7 @@ class Ticker:
                 continue  # another scheduler has it
             crash_point("tick_claimed")
             if fate == TickFate.MISSED:
-                self.ledger.settle(
-                    schedule.key, nominal, TickOutcome.MISSED, message="too late to run"
-                )
+                self._settle_missed(schedule, nominal, TickOutcome.MISSED, "too late to run")
             else:
                 self._start(schedule, nominal)
 
@@ -134,12 +132,20 @@ class Ticker:
         try:
             job_id = self.submit(settings.tenant, body, tick_key(key, nominal), (key, nominal))
         except ThresherError as exc:
-            self.ledger.settle(key, nominal, TickOutcome.FAILED, message=str(exc))
+            self._settle_missed(schedule, nominal, TickOutcome.FAILED, str(exc))
             log.warning("schedule %s: the %s tick could not start: %s", key, nominal, exc)
             return
         crash_point("tick_queued")
         self.ledger.settle(key, nominal, TickOutcome.STARTED, job_id=job_id)
         log.info("schedule %s: the %s tick started job %s", key, nominal, job_id)
+
+    def _settle_missed(
+        self, schedule: Scheduled, nominal: datetime, outcome: TickOutcome, message: str
+    ) -> None:
+        """Record a tick that will not run, and tell `on_tick_missed` (once: only the
+        scheduler that settles it tells)."""
+        self.ledger.settle(schedule.key, nominal, outcome, message=message)
+        self.state.tick_missed(TickNotice(schedule, nominal, outcome.value, message))
 
     def _running_job(self, key: str) -> str | None:
         """The schedule's last started job, if it has not ended."""

@@ -7,7 +7,14 @@ When a job reaches a terminal state the service POSTs one JSON event to the job'
      "created_at": "…", "finished_at": "…"}
 
 `event` is `job.completed`, `job.failed` or `job.cancelled`; `status` is the job's status
-as `GET /v1/jobs/{id}` shows it (`succeeded`, `failed`, `cancelled`).
+as `GET /v1/jobs/{id}` shows it (`succeeded`, `failed`, `cancelled`). A schedule's
+`notify.on_missed` gets one for each tick recorded missed or failed:
+
+    {"event": "schedule.tick_missed", "schedule": "nightly",
+     "nominal_time": "2026-12-01T02:00:00+00:00", "outcome": "missed",
+     "message": "too late to run"}
+
+(its delivery row's `job_id` is the tick's key, `tick:<schedule>:<nominal time>`).
 
 Every attempt is signed with the server's `webhook_secret`: `X-Thresher-Timestamp` is the
 attempt's Unix time and `X-Thresher-Signature` is `sha256=` + the hex HMAC-SHA256 of
@@ -50,8 +57,10 @@ from thresher.service.policies.webhook_urls import check_webhook_url, resolve_we
 from thresher.store import JobRecord, JobState, Store
 from thresher.store.db import Database
 from thresher.store.deliveries import DeliveryState, DeliveryTable
+from thresher.store.ticks import tick_key
 
 if TYPE_CHECKING:
+    from thresher.service.schedules import TickNotice
     from thresher.service.state import ServiceState
 
 __all__ = [
@@ -149,6 +158,25 @@ class WebhookSender:
         if added:
             self._dispatcher.submit(delivery)
 
+    def tick_missed(self, notice: TickNotice) -> None:
+        """Record and queue the `notify.on_missed` webhook of a tick that did not start
+        its job: `schedule.tick_missed` or `schedule.tick_failed`, once per tick."""
+        notify = notice.schedule.settings.notify
+        if notify is None:
+            return
+        event = f"schedule.tick_{notice.outcome}"
+        body = {
+            "event": event,
+            "schedule": notice.schedule.name,
+            "nominal_time": notice.nominal.isoformat(),
+            "outcome": notice.outcome,
+            "message": notice.message,
+        }
+        subject = tick_key(notice.schedule.key, notice.nominal)
+        delivery = Delivery(subject, event, notify.on_missed, json.dumps(body))
+        if self._deliveries.add(subject, event, notify.on_missed, delivery.payload):
+            self._dispatcher.submit(delivery)
+
     def resume_pending(self) -> int:
         """Queue the deliveries a stopped server left pending; returns how many."""
         rows = self._deliveries.pending()
@@ -233,5 +261,6 @@ def start_webhooks(
         settings = WebhookSettings(config.webhook_secret, config.webhook_allow_private)
     sender = WebhookSender(state.store, settings)
     state.on_job_finished.append(sender.job_finished)
+    state.on_tick_missed.append(sender.tick_missed)
     sender.resume_pending()
     return sender.close

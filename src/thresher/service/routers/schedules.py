@@ -18,7 +18,7 @@ from thresher.service.policies.auth import Tenant
 from thresher.service.schedules import (
     Scheduled,
     UnknownSchedule,
-    check_job_template,
+    check_schedule,
     every_schedule,
     set_paused,
     trigger,
@@ -91,9 +91,9 @@ def _tick(tick: Tick) -> TickInfo:
 
 
 def _checked(state: ServiceState, request: ScheduleRequest) -> None:
-    problems = check_job_template(state.config, request.job)
+    problems = check_schedule(state.config, request)
     if problems:
-        raise Unprocessable([f"job.{p}" for p in problems])
+        raise Unprocessable(problems)
 
 
 @router.post("", status_code=201, summary="Create a schedule")
