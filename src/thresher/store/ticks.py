@@ -137,3 +137,10 @@ class TickLedger:
             )
             for r in rows
         ]  # fmt: skip
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """How many ticks each schedule has had, by outcome: {(schedule, outcome): n}."""
+        rows = self.db.query(
+            "SELECT schedule, outcome, COUNT(*) FROM thresher_ticks GROUP BY schedule, outcome"
+        )
+        return {(str(r[0]), str(r[1])): int(r[2]) for r in rows}

@@ -1,7 +1,8 @@
 """`/metrics` in Prometheus' text format, and `/healthz`.
 
-`/metrics` shows jobs by state, rows read, written and rejected, and the rate of each
-running job (rows of its committed shards over the time since its first shard started).
+`/metrics` shows jobs by state, rows read, written and rejected, the rate of each
+running job (rows of its committed shards over the time since its first shard started),
+and each schedule's ticks by outcome.
 What it covers depends on who asks: a tenant's token shows that tenant's jobs alone (no
 other tenant's job ids or volumes); a token of a tenant in `metrics_operators` shows every
 job in the store, for the operator's Prometheus; and with `metrics_public = true` every
@@ -16,8 +17,10 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from thresher.service.policies.auth import Credentials, current_tenant
+from thresher.service.schedules import every_schedule
 from thresher.service.state import ServiceState, StateDep
 from thresher.store import JobState
+from thresher.store.ticks import TickLedger
 from thresher.store.views import done_row_totals, job_counts, running_job_progress
 
 router = APIRouter(tags=["operations"])
@@ -63,6 +66,7 @@ def render(state: ServiceState, tenant: str | None = None) -> str:
     _jobs_by_state(state, tenant, lines)
     _row_totals(state, tenant, lines)
     _running_rates(state, tenant, lines)
+    _ticks(state, tenant, lines)
     return "\n".join(lines) + "\n"
 
 
@@ -101,3 +105,24 @@ def _running_rates(state: ServiceState, tenant: str | None, lines: list[str]) ->
         seconds = (clock - datetime.fromisoformat(started)).total_seconds()
         rate = int(rows_in) / seconds if seconds > 0 else 0.0
         lines.append(f'thresher_job_rows_per_second{{job="{job_id}"}} {rate:.3f}')
+
+
+def _ticks(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
+    """Ticks by schedule and outcome: a tenant sees its own schedules' and the config's
+    run for it."""
+    counts = TickLedger(state.store.db).counts()
+    if tenant is not None:
+        mine = {
+            s.key for s in every_schedule(state.config, state.store) if s.settings.tenant == tenant
+        }
+        counts = {k: n for k, n in counts.items() if k[0] in mine or k[0].startswith(f"{tenant}/")}
+    _metric(lines, "thresher_ticks_total", "counter", "Schedule ticks, by schedule and outcome.")
+    for (schedule, outcome), count in sorted(counts.items()):
+        lines.append(
+            f'thresher_ticks_total{{schedule="{_label(schedule)}",outcome="{outcome}"}} {count}'
+        )
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
