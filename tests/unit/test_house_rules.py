@@ -185,6 +185,7 @@ PUBLIC: dict[str, list[str]] = {
     "thresher.service": [],
     "thresher.service.background": [],
     "thresher.service.policies": [],
+    "thresher.service.openai": [],
     "thresher.service.routers": [],
     "thresher.sinks": ["PartLayout", "PartTarget", "PartWriter", "Sink", "StagedPart", "open_sink"],
     "thresher.sources": [

@@ -35,6 +35,7 @@ class SentenceTransformerOptions(_TextOptions):
     output: str = "embedding"  # "embedding" or "columns"
     engine: str = "auto"  # "auto" or "sentence-transformers"
     normalize: bool = False
+    tokens: bool = False  # also a `tokens` column: each text's token count, as truncated
 
 
 class TransformersOptions(_TextOptions):

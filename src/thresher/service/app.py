@@ -8,18 +8,21 @@ start with the app and stop with it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from thresher.service import submission
+from thresher.service.background.batches import start_batches
 from thresher.service.background.buffer import router as buffer_router
 from thresher.service.background.buffer import start_flusher
 from thresher.service.background.scheduler import Scheduler
@@ -28,7 +31,8 @@ from thresher.service.background.webhooks import start_webhooks
 from thresher.service.config import check_models, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
-from thresher.service.routers import files, jobs, metrics, schedules
+from thresher.service.openai.envelope import envelope, is_openai_path, openai_status
+from thresher.service.routers import batches, files, jobs, metrics, schedules
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
 from thresher.store import open_store
@@ -68,7 +72,7 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
     )
     app.state.service = state
     app.add_exception_handler(ServiceError, _service_error)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(RequestValidationError, _invalid)
     config = state.config
     app.add_middleware(
         BodyLimits,
@@ -76,7 +80,8 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         pace=Pace(config.body_timeout, config.body_min_rate),
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
-    for router in (files.router, jobs.router, schedules.router, buffer_router, metrics.router):
+    routers = (files, jobs, batches, schedules)
+    for router in (*(r.router for r in routers), buffer_router, metrics.router):
         app.include_router(router)
     return app
 
@@ -85,7 +90,7 @@ def start_background(state: ServiceState) -> list[Callable[[], None]]:
     """Start the webhook sender, the request buffer, the scheduler and the ticker (in that
     order, so every `on_job_finished` hook is in place before a job can end); returns
     their stops."""
-    stops = [start_webhooks(state), start_flusher(state)]
+    stops = [start_webhooks(state), start_flusher(state), start_batches(state)]
     scheduler = Scheduler(state)
     scheduler.start()
     stops.append(scheduler.stop)
@@ -98,7 +103,32 @@ def start_background(state: ServiceState) -> list[Callable[[], None]]:
 
 
 async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-    return as_response(exc)
+    response = as_response(exc)
+    return _for_openai(request, response, exc.detail)
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    response = await invalid_request(request, exc)
+    return _for_openai(request, response, json.loads(bytes(response.body))["detail"])
+
+
+def _for_openai(request: Request, response: JSONResponse, detail: Any) -> JSONResponse:
+    """On the paths OpenAI's clients call, the answer in OpenAI's envelope too."""
+    path = request.url.path
+    if not is_openai_path(path):
+        return response
+    status = openai_status(path, response.status_code)
+    error, headers = envelope(detail, status)
+    return JSONResponse(
+        {"error": error, "detail": detail},
+        status_code=status,
+        headers={**_kept(response), **headers},
+    )
+
+
+def _kept(response: JSONResponse) -> dict[str, str]:
+    """The headers of a refusal worth keeping (Retry-After, Connection), not its length."""
+    return {k: v for k, v in response.headers.items() if k.lower() in ("retry-after", "connection")}
 
 
 def build_state(store_url: str | None, config_file: Path | None) -> ServiceState:

@@ -92,6 +92,10 @@ class ServerConfig(BaseModel):
     buffer: dict[str, BufferSettings] = Field(default_factory=dict)
     run: RunSection = Field(default_factory=RunSection)
     schedules: dict[str, ScheduleSettings] = Field(default_factory=dict)
+    # OpenAI-style batches: the most request lines one file may hold, and the
+    # `completion_window`s a batch may ask for (a batch not done by then expires).
+    batch_max_requests: int = Field(default=50_000, ge=1)
+    batch_completion_windows: list[str] = Field(default_factory=lambda: ["24h"])
 
     @field_validator("schedules")
     @classmethod

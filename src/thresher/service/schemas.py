@@ -9,15 +9,33 @@ from pydantic import BaseModel, Field
 
 
 class FileInfo(BaseModel):
-    """An uploaded file. The server-side path is never shown."""
+    """A file: OpenAI's file object, with thresher's format and sha256. The server-side
+    path is never shown."""
 
-    id: str = Field(description="Pass it as `input_file_id` to POST /v1/jobs.")
+    id: str = Field(description="Pass it as `input_file_id` to POST /v1/jobs or /v1/batches.")
     object: str = "file"
-    filename: str = Field(description="The name the client sent (metadata only).")
-    format: str = Field(description="jsonl, csv or parquet")
     bytes: int
+    created_at: int = Field(description="Unix seconds.")
+    filename: str = Field(description="The name the client sent (metadata only).")
+    purpose: str = Field(description="batch, batch_output, user_data, …")
+    status: str = "processed"
+    expires_at: int | None = None
+    format: str = Field(description="jsonl, csv or parquet")
     sha256: str
-    created_at: str
+
+
+class FileList(BaseModel):
+    object: str = "list"
+    data: list[FileInfo]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: str = "file"
+    deleted: bool = True
 
 
 class RequestCounts(BaseModel):

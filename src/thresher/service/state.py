@@ -56,6 +56,8 @@ class ServiceState:
     jobs_waiting: threading.Event = field(default_factory=threading.Event)
     # Set when a tick is triggered by hand, so the ticker starts it without waiting.
     ticks_waiting: threading.Event = field(default_factory=threading.Event)
+    # Set when a batch is created or cancelled, so the batch worker acts at once.
+    batches_waiting: threading.Event = field(default_factory=threading.Event)
 
     def job_finished(self, record: JobRecord) -> None:
         """Call every `on_job_finished` hook with a job's final record."""

@@ -101,6 +101,8 @@ def submit_job(
     body: dict[str, Any],
     idempotency_key: str | None = None,
     tick: tuple[str, datetime] | None = None,
+    *,
+    model_options: dict[str, Any] | None = None,
 ) -> str:
     """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id` or
     `source.uri`, `model` by registered name, optional `columns`, `id_column`,
@@ -108,7 +110,8 @@ def submit_job(
     whole job spec on the server's side, and queue it. Returns the job id; with an
     `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
     that job was submitted with a different body). `tick` is the (schedule, fire time) of
-    a scheduled job, recorded in its spec and manifest.
+    a scheduled job, recorded in its spec and manifest. `model_options` are added to the
+    registered model's options (the batch worker asks an encoder for token counts).
 
     Raises `Unprocessable` (422) for a body that does not make a job (naming each
     field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
@@ -119,6 +122,9 @@ def submit_job(
 
     job_id = new_job_id()
     spec = build_spec(state, tenant, body, job_id)
+    if model_options:
+        options = {**spec.model.options, **model_options}
+        spec = spec.model_copy(update={"model": spec.model.model_copy(update={"options": options})})
     if tick is not None:
         schedule, nominal = tick
         origin = {"schedule": schedule, "nominal_time": nominal.isoformat()}
@@ -214,7 +220,7 @@ def _readable(state: ServiceState, tenant: str, uri: str) -> tuple[str, list[str
     tenant's own request-buffer batch files (which the buffer submits as jobs) — and the
     roots the job's planner confines its files to: the configured ones, or the batch
     file alone."""
-    owner = buffered_batch_owner(state, uri)
+    owner = buffered_batch_owner(state, uri) or prepared_batch_owner(state, uri)
     if owner is None:
         return check_source_uri(uri, state.config.allowed_roots), list(state.config.allowed_roots)
     if owner != tenant:
@@ -229,3 +235,15 @@ def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:
     if os.path.realpath(path.parent) != os.path.realpath(state.buffer_dir):
         return None
     return RequestTable(state.store.db).batch_tenant(path.stem)
+
+
+def prepared_batch_owner(state: ServiceState, uri: str) -> str | None:
+    """The tenant whose OpenAI-style batch's prepared input `uri` is, or None when it is
+    not one (`data_dir/batches/<batch id>.jsonl`, written by the batch worker)."""
+    from thresher.store.batches import BatchTable
+
+    path = Path(uri.removeprefix("file://"))
+    if os.path.realpath(path.parent) != os.path.realpath(state.data_dir / "batches"):
+        return None
+    batch = BatchTable(state.store.db).find(path.stem)
+    return batch.tenant if batch is not None else None

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
 FILE_FIELD = "file"
+PURPOSE_FIELD = "purpose"  # OpenAI's clients send it before the file
+MAX_FIELD_BYTES = 256  # a small form field's value; past it, the field is refused
 # Multipart framing (boundaries, part headers, small fields) on top of the file itself.
 FRAMING_ALLOWANCE = 64 * 1024
 
@@ -70,11 +72,12 @@ def compression_of(filename: str, path: Path, fmt: str) -> str:
 
 @dataclass
 class Received:
-    """What came in the upload's file part."""
+    """What came in the upload's file part, and its `purpose` field (OpenAI's)."""
 
     filename: str
     bytes: int
     sha256: str
+    purpose: str | None = None
 
 
 async def receive_upload(
@@ -101,7 +104,8 @@ async def receive_upload(
     except BaseException:
         sink.discard()
         raise
-    return Received(sink.filename or "", sink.size, sink.hasher.hexdigest())
+    purpose = sink.fields.get(PURPOSE_FIELD)
+    return Received(sink.filename or "", sink.size, sink.hasher.hexdigest(), purpose)
 
 
 def _check_complete(sink: _PartSink) -> None:
@@ -127,6 +131,9 @@ class _PartSink:
         self._disposition = b""
         self._pending: list[bytes] = []
         self.ended = False  # the closing boundary came
+        self.fields: dict[str, str] = {}  # small form fields (`purpose`)
+        self._field: str | None = None
+        self._value = b""
 
     def callbacks(self) -> MultipartCallbacks:
         return {
@@ -142,6 +149,7 @@ class _PartSink:
 
     def _part_begin(self) -> None:
         self._header, self._disposition, self._in_file_part = b"", b"", False
+        self._field, self._value = None, b""
 
     def _header_field(self, data: bytes, start: int, end: int) -> None:
         self._header += data[start:end]
@@ -155,6 +163,9 @@ class _PartSink:
 
     def _headers_finished(self) -> None:
         _, options = parse_options_header(self._disposition)
+        if options.get(b"name") == PURPOSE_FIELD.encode() and b"filename" not in options:
+            self._field = PURPOSE_FIELD
+            return
         if options.get(b"name") != FILE_FIELD.encode() or b"filename" not in options:
             return  # another form field: ignored
         if self.filename is not None:
@@ -166,6 +177,11 @@ class _PartSink:
         )
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._field is not None:
+            self._value += data[start:end]
+            if len(self._value) > MAX_FIELD_BYTES:
+                raise BadRequest(f"{self._field}: longer than {MAX_FIELD_BYTES} bytes")
+            return
         if not self._in_file_part:
             return
         self.size += end - start
@@ -177,6 +193,9 @@ class _PartSink:
 
     def _part_end(self) -> None:
         self._in_file_part = False
+        if self._field is not None:
+            self.fields[self._field] = self._value.decode("utf-8", "replace")
+            self._field = None
 
     def _end(self) -> None:
         self.ended = True

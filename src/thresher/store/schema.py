@@ -84,6 +84,20 @@ MIGRATIONS: list[list[str]] = [
             paused INTEGER, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
         "ALTER TABLE thresher_ticks ADD COLUMN manual INTEGER NOT NULL DEFAULT 0",
     ],
+    # 6: OpenAI-style files (a purpose) and batches: a batch is a job over the request
+    # lines of a `purpose = "batch"` file, answered in two `batch_output` files.
+    [
+        "ALTER TABLE thresher_files ADD COLUMN purpose TEXT NOT NULL DEFAULT 'user_data'",
+        """CREATE TABLE IF NOT EXISTS thresher_batches (
+            id TEXT PRIMARY KEY, tenant TEXT NOT NULL, input_file_id TEXT NOT NULL,
+            endpoint TEXT NOT NULL, completion_window TEXT NOT NULL, metadata TEXT,
+            status TEXT NOT NULL, model TEXT, job_id TEXT, output_file_id TEXT,
+            error_file_id TEXT, errors TEXT, counts TEXT, usage TEXT,
+            created_at BIGINT NOT NULL, expires_at BIGINT, in_progress_at BIGINT,
+            finalizing_at BIGINT, completed_at BIGINT, failed_at BIGINT, expired_at BIGINT,
+            cancelling_at BIGINT, cancelled_at BIGINT)""",
+        "CREATE INDEX IF NOT EXISTS thresher_batches_tenant ON thresher_batches (tenant, id)",
+    ],
 ]
 
 

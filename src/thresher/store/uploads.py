@@ -6,6 +6,7 @@ The service's routers call these; no SQL against these tables lives outside `sto
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
+from datetime import datetime
 from typing import Any
 
 from thresher.store.db import Database, now
@@ -25,38 +26,74 @@ class FileRecord:
     sha256: str
     path: str
     created_at: str
+    purpose: str = "user_data"  # OpenAI's: `batch` inputs, `batch_output` results, …
 
     def public(self) -> dict[str, Any]:
-        """What the API shows of it (never the server-side path)."""
+        """What the API shows of it (never the server-side path): OpenAI's file object,
+        with thresher's format and sha256 beside it."""
         return {
             "id": self.id,
             "object": "file",
-            "filename": self.filename,
-            "format": self.format,
             "bytes": self.bytes,
+            "created_at": int(datetime.fromisoformat(self.created_at).timestamp()),
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+            "expires_at": None,
+            "format": self.format,
             "sha256": self.sha256,
-            "created_at": self.created_at,
         }
+
+
+FILE_COLUMNS = "id, tenant, filename, format, bytes, sha256, path, created_at, purpose"
 
 
 @dataclass(frozen=True)
 class FileTable:
     db: Database
 
+    def of_tenant(
+        self, tenant: str, purpose: str | None, newest_first: bool, limit: int, after: str | None
+    ) -> list[FileRecord]:
+        """A page of the tenant's files (of one purpose), by time, after file `after`."""
+        where, params = ["tenant = ?"], [tenant]
+        if purpose is not None:
+            where.append("purpose = ?")
+            params.append(purpose)
+        if after is not None:
+            mark = self.find(tenant, after)
+            if mark is not None:
+                op = "<" if newest_first else ">"
+                where.append(f"(created_at {op} ? OR (created_at = ? AND id {op} ?))")
+                params += [mark.created_at, mark.created_at, mark.id]
+        order = "DESC" if newest_first else "ASC"
+        rows = self.db.query(
+            f"SELECT {FILE_COLUMNS} FROM thresher_files WHERE {' AND '.join(where)}"
+            f" ORDER BY created_at {order}, id {order} LIMIT ?",
+            (*params, limit),
+        )
+        return [FileRecord(*r) for r in rows]
+
+    def remove(self, tenant: str, file_id: str) -> bool:
+        """Forget the tenant's file (the caller removes it from disk); False if none."""
+        with self.db.transaction() as cur:
+            gone = cur.changed(
+                "DELETE FROM thresher_files WHERE id = ? AND tenant = ?", (file_id, tenant)
+            )
+        return gone > 0
+
     def add(self, record: FileRecord) -> None:
         """Record an uploaded (or buffered) file, already complete on disk."""
         with self.db.transaction() as cur:
             cur.execute(
-                "INSERT INTO thresher_files (id, tenant, filename, format, bytes, sha256, path,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO thresher_files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 astuple(record),
             )
 
     def find(self, tenant: str, file_id: str) -> FileRecord | None:
         """The tenant's file `file_id`; None when there is none (or it is another's)."""
         rows = self.db.query(
-            "SELECT id, tenant, filename, format, bytes, sha256, path, created_at"
-            " FROM thresher_files WHERE id = ? AND tenant = ?",
+            f"SELECT {FILE_COLUMNS} FROM thresher_files WHERE id = ? AND tenant = ?",
             (file_id, tenant),
         )
         return FileRecord(*rows[0]) if rows else None

@@ -1,19 +1,28 @@
-"""`/v1/files`: upload an input file (JSONL, CSV or Parquet) and read its metadata."""
+"""`/v1/files`: upload an input file (JSONL, CSV or Parquet), list, read, download and
+delete a tenant's files. The file object is OpenAI's (`id`, `object`, `bytes`,
+`created_at` in Unix seconds, `filename`, `purpose`, `status`, `expires_at`) with
+thresher's `format` and `sha256` beside it, so the official `openai` client's
+`files.create/list/retrieve/content/delete` work unchanged. A `purpose = "batch"` upload
+is JSONL whatever its name (the client sends raw bytes as `upload`); a batch's results
+are files of purpose `batch_output`."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from thresher.service.errors import TooLarge, Unprocessable
+from thresher.service.errors import BadRequest, TooLarge, Unprocessable
 from thresher.service.limits import Pace, paced
 from thresher.service.policies.auth import Tenant
-from thresher.service.schemas import FileInfo
+from thresher.service.schemas import FileDeleted, FileInfo, FileList
 from thresher.service.state import StateDep
 from thresher.service.uploads import (
     FRAMING_ALLOWANCE,
+    Received,
     compression_of,
     find_file,
     new_file_id,
@@ -22,9 +31,12 @@ from thresher.service.uploads import (
 )
 from thresher.spec import FILE_FORMATS, infer_format
 from thresher.store.db import now
-from thresher.store.uploads import FileRecord
+from thresher.store.uploads import FileRecord, FileTable
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
+
+# What a tenant may upload as (OpenAI's purposes); `batch_output` files are the server's.
+PURPOSES = ("batch", "user_data", "fine-tune", "assistants", "vision", "evals")
 
 UPLOAD_BODY = {
     "requestBody": {
@@ -76,7 +88,36 @@ async def upload_file(
     received = await receive_upload(
         request.headers.get("content-type", ""), paced(request.stream(), pace), staging, limit
     )
-    fmt = file_format or infer_format(received.filename)
+    purpose, fmt = _kind_of(received, file_format, staging)
+    try:
+        compression = compression_of(received.filename, staging, fmt)
+    except ValueError as exc:
+        staging.unlink(missing_ok=True)
+        raise Unprocessable([f"file: {exc}"]) from None
+    path = staging.rename(state.uploads_dir / f"{file_id}.{fmt}{compression}")
+    record = FileRecord(
+        file_id,
+        tenant,
+        received.filename,
+        fmt,
+        received.bytes,
+        received.sha256,
+        str(path),
+        now(),
+        purpose,
+    )
+    await run_in_threadpool(record_file, state.store, record)
+    return FileInfo(**record.public())
+
+
+def _kind_of(received: Received, file_format: str | None, staging: Path) -> tuple[str, str]:
+    """The upload's purpose and format (a `batch` file is JSONL whatever its name);
+    the staged file is removed when either cannot be told."""
+    purpose = received.purpose or "user_data"
+    if purpose not in PURPOSES:
+        staging.unlink(missing_ok=True)
+        raise BadRequest(f"purpose: {purpose!r} is not one of {', '.join(PURPOSES)}")
+    fmt = file_format or ("jsonl" if purpose == "batch" else infer_format(received.filename))
     if fmt is None:
         staging.unlink(missing_ok=True)
         raise Unprocessable(
@@ -85,17 +126,7 @@ async def upload_file(
                 "*.csv or *.parquet, or pass ?format="
             ]
         )
-    try:
-        compression = compression_of(received.filename, staging, fmt)
-    except ValueError as exc:
-        staging.unlink(missing_ok=True)
-        raise Unprocessable([f"file: {exc}"]) from None
-    path = staging.rename(state.uploads_dir / f"{file_id}.{fmt}{compression}")
-    record = FileRecord(
-        file_id, tenant, received.filename, fmt, received.bytes, received.sha256, str(path), now()
-    )
-    await run_in_threadpool(record_file, state.store, record)
-    return FileInfo(**record.public())
+    return purpose, fmt
 
 
 @router.get("/{file_id}", summary="An uploaded file's metadata")
@@ -106,3 +137,41 @@ def get_file(
 ) -> FileInfo:
     """Name, format, size and sha256 of one of the tenant's files (404 for any other)."""
     return FileInfo(**find_file(state.store, tenant, file_id).public())
+
+
+@router.get("", summary="List files")
+def list_files(
+    state: StateDep,
+    tenant: Tenant,
+    *,
+    purpose: Annotated[str | None, Query(max_length=64)] = None,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+) -> FileList:
+    """The tenant's files, newest first (`order=asc`: oldest first), `limit` a page;
+    pass the page's `last_id` as `after` for the next."""
+    found = FileTable(state.store.db).of_tenant(tenant, purpose, order == "desc", limit + 1, after)
+    page = [FileInfo(**f.public()) for f in found[:limit]]
+    return FileList(
+        data=page,
+        first_id=page[0].id if page else None,
+        last_id=page[-1].id if page else None,
+        has_more=len(found) > limit,
+    )
+
+
+@router.get("/{file_id}/content", summary="A file's bytes")
+def file_content(file_id: str, state: StateDep, tenant: Tenant) -> FileResponse:
+    """The file as stored (an upload as it came; a batch's output or error JSONL)."""
+    record = find_file(state.store, tenant, file_id)
+    return FileResponse(record.path, media_type="application/octet-stream")
+
+
+@router.delete("/{file_id}", summary="Delete a file")
+def delete_file(file_id: str, state: StateDep, tenant: Tenant) -> FileDeleted:
+    """Forget the file and remove its bytes; a job already reading it may fail."""
+    record = find_file(state.store, tenant, file_id)
+    FileTable(state.store.db).remove(tenant, file_id)
+    Path(record.path).unlink(missing_ok=True)
+    return FileDeleted(id=file_id)

@@ -1,0 +1,218 @@
+"""The batch worker: a background thread that takes each OpenAI-style batch from
+`validating` to its end.
+
+- `validating`: the input file's request lines are checked (`openai/lines.py`); a file
+  with problems fails the batch (`errors.data`, each with its code and line), a good one
+  becomes the job's input rows and a job, queued under an idempotency key made from the
+  batch (so a worker that dies here and runs again makes the same job) → `in_progress`.
+- `in_progress`: the job runs like any other (queue, priorities, resume after a crash).
+  Past `expires_at` it is cancelled, and the batch ends `expired`.
+- `cancelling` (`POST /v1/batches/{id}/cancel`): the job is cancelled; the batch ends
+  `cancelled`.
+- when the job has ended, `finalizing`: what its committed shards hold is published and
+  written as OpenAI's output and error files (`openai/results.py`, every request line in
+  exactly one), recorded as `batch_output` files → `completed` (or `cancelled`,
+  `expired`, `failed`). Every step can run again after a crash and ends the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from thresher.errors import ThresherError
+from thresher.service import submission
+from thresher.service.downloads import output_of
+from thresher.service.openai.lines import prepare_lines
+from thresher.service.openai.results import Written, write_results
+from thresher.service.state import ServiceState
+from thresher.service.uploads import find_file
+from thresher.sinks import open_sink
+from thresher.store import JobRecord, JobState
+from thresher.store.batches import BatchRow, BatchStatus, BatchTable
+from thresher.store.db import now
+from thresher.store.uploads import FileRecord, FileTable
+
+log = logging.getLogger("thresher.service.background.batches")
+
+POLL_SECONDS = 1.0
+ENDS = {"batch_cancelled": BatchStatus.CANCELLED, "batch_expired": BatchStatus.EXPIRED}
+
+
+class BatchWorker:
+    def __init__(self, state: ServiceState) -> None:
+        self.state = state
+        self.table = BatchTable(state.store.db)
+
+    def step(self, clock: float | None = None) -> None:
+        """Move every unfinished batch on as far as it can go now."""
+        for batch in self.table.unfinished():
+            try:
+                self._advance(batch, time.time() if clock is None else clock)
+            except (ThresherError, OSError):
+                log.exception("batch %s could not be moved on now", batch.id)
+
+    def _advance(self, batch: BatchRow, clock: float) -> None:
+        if batch.status == BatchStatus.VALIDATING:
+            self._validate(batch)
+            return
+        assert batch.job_id is not None
+        job = self.state.store.job(batch.job_id)
+        expired = batch.expires_at is not None and clock > batch.expires_at
+        if not job.state.finished and (batch.status == BatchStatus.CANCELLING or expired):
+            self.state.store.request_cancel(job.id)
+        if job.state.finished:
+            unrun = (
+                "batch_cancelled"
+                if batch.cancelling_at
+                else "batch_expired"
+                if expired
+                else "batch_failed"
+            )
+            self._finalize(batch, job, unrun)
+
+    def _validate(self, batch: BatchRow) -> None:
+        config = self.state.config
+        source = find_file(self.state.store, batch.tenant, batch.input_file_id)
+        dest = prepared_input(self.state, batch.id)
+        dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = prepare_lines(
+            Path(source.path), dest, batch.endpoint, set(config.models), config.batch_max_requests
+        )
+        if found.problems:
+            data = [p.public() for p in found.problems]
+            errors = {"object": "list", "data": data, "more": found.more_problems}
+            self.table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.FAILED, errors=errors)
+            return
+        assert found.model is not None
+        job_id = self._submit(batch, found.model, dest)
+        counts = {"total": found.requests, "completed": 0, "failed": 0}
+        self.table.move(
+            batch.id,
+            BatchStatus.VALIDATING,
+            BatchStatus.IN_PROGRESS,
+            job_id=job_id,
+            model=found.model,
+            counts=counts,
+        )
+
+    def _submit(self, batch: BatchRow, model: str, rows: Path) -> str:
+        body: dict[str, object] = {
+            "source": {"uri": str(rows), "format": "jsonl"},
+            "model": model,
+            "id_column": "custom_id",
+            "columns": ["input"],
+            "keep_columns": ["line", "index", "encoding_format", "dimensions"],
+            "name": f"batch {batch.id}",
+        }
+        options = (
+            {"tokens": True}
+            if self.state.config.models[model].kind == "sentence-transformers"
+            else {}
+        )
+        key = f"batch:{batch.id}"
+        return submission.submit_job(self.state, batch.tenant, body, key, model_options=options)
+
+    def _finalize(self, batch: BatchRow, job: JobRecord, unrun: str) -> None:
+        if batch.status == BatchStatus.IN_PROGRESS:
+            self.table.move(batch.id, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING)
+            batch = self.table.find(batch.id) or batch
+        if job.state != JobState.SUCCEEDED:
+            _publish_committed(job)
+        written, ids = self._write(batch, job, unrun)
+        total = written.completed + written.failed
+        counts = {"total": total, "completed": written.completed, "failed": written.failed}
+        tokens = written.prompt_tokens
+        usage = {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens}
+        end, errors = ENDS.get(unrun, BatchStatus.COMPLETED), None
+        if job.state == JobState.FAILED and not batch.cancelling_at:
+            message = job.message or "the batch's job failed"
+            failure = {"code": "batch_failed", "message": message, "param": None, "line": None}
+            end, errors = BatchStatus.FAILED, {"object": "list", "data": [failure]}
+        self.table.move(
+            batch.id,
+            batch.status,
+            end,
+            counts=counts,
+            usage=usage,
+            errors=errors,
+            output_file_id=ids["output"] if written.completed else None,
+            error_file_id=ids["errors"] if written.failed else None,
+        )
+
+    def _write(self, batch: BatchRow, job: JobRecord, unrun: str) -> tuple[Written, dict[str, str]]:
+        """The output and error files, written and recorded; their file ids."""
+        uploads = self.state.uploads_dir
+        files = {kind: uploads / f"file-{batch.id}-{kind}.jsonl" for kind in ("output", "errors")}
+        uploads.mkdir(mode=0o700, parents=True, exist_ok=True)
+        written = write_results(
+            output_of(job.spec.sink),
+            prepared_input(self.state, batch.id),
+            (batch.id, batch.model or ""),
+            (files["output"], files["errors"]),
+            unrun,
+        )
+        return written, {kind: self._record(batch, path) for kind, path in files.items()}
+
+    def _record(self, batch: BatchRow, path: Path) -> str:
+        """The file at `path` as the tenant's `batch_output` file (once: its id is made
+        from the batch, so a finalize run again finds it)."""
+        import hashlib
+
+        file_id = path.name.removesuffix(".jsonl")
+        files = FileTable(self.state.store.db)
+        if files.find(batch.tenant, file_id) is None:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            files.add(
+                FileRecord(
+                    file_id,
+                    batch.tenant,
+                    f"{batch.id}_{file_id.rsplit('-', 1)[-1]}.jsonl",
+                    "jsonl",
+                    path.stat().st_size,
+                    digest,
+                    str(path),
+                    now(),
+                    "batch_output",
+                )
+            )
+        return file_id
+
+
+def prepared_input(state: ServiceState, batch_id: str) -> Path:
+    """Where a batch's job input rows are written."""
+    return state.data_dir / "batches" / f"{batch_id}.jsonl"
+
+
+def _publish_committed(job: JobRecord) -> None:
+    """Publish what a cancelled or failed batch job committed, so its finished requests
+    are answered: the job's output folder is its alone."""
+    sink = open_sink(job.spec.sink)
+    if not Path(job.spec.sink.uri).exists():
+        return  # it never started
+    sink.start(job.id, max(job.shard_count, 1), resume=True)
+    sink.finish({"job_id": job.id, "state": job.state.value, "partial": True})
+
+
+def start_batches(state: ServiceState) -> Callable[[], None]:
+    """Start the batch worker's thread; returns its stop."""
+    worker, stopping = BatchWorker(state), threading.Event()
+
+    def loop() -> None:
+        while not stopping.is_set():
+            state.batches_waiting.clear()
+            worker.step()
+            state.batches_waiting.wait(POLL_SECONDS)
+
+    thread = threading.Thread(target=loop, name="thresher-batches", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        stopping.set()
+        state.batches_waiting.set()
+        thread.join()
+
+    return stop

@@ -1,0 +1,170 @@
+"""A batch's job results, written as OpenAI's output and error files.
+
+The output file has one line per request answered, in input order:
+`{"id", "custom_id", "response": {"status_code": 200, "request_id", "body"}, "error":
+null}`, the body exactly an `/v1/embeddings` answer (`object: "list"`, `data[i]` with
+`index` and `embedding` — floats, or base64 of little-endian float32 for
+`encoding_format = "base64"` — `model`, `usage`). A request that failed on its own (the
+model rejected an input, a `dimensions` the model does not have) is a line of the error
+file with `response.status_code` 400 and `response.body.error`; a request the batch
+never ran (cancelled, expired) is one with `"response": null` and `error.code`
+`batch_cancelled` / `batch_expired`. Every request line is in exactly one of the files.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from thresher.sinks.files import FileSink
+
+__all__ = ["Written", "write_results"]
+
+
+@dataclass(frozen=True)
+class Written:
+    completed: int
+    failed: int
+    prompt_tokens: int
+
+
+def write_results(
+    sink: FileSink, prepared: Path, names: tuple[str, str], files: tuple[Path, Path], unrun: str
+) -> Written:
+    """From the job's published output (`sink`) and its input rows (`prepared`), write
+    the output and error files `files`; `names` = (batch id, model name); `unrun` is the
+    code of requests that were never run (`batch_cancelled`, `batch_expired`,
+    `batch_failed`)."""
+    batch_id, model = names
+    failed = {str(r.get("id")): str(r.get("message", "")) for r in sink.read_errors()}
+    answered: set[str] = set()
+    prompt_tokens = 0
+    with files[0].open("w", encoding="utf-8") as out:
+        for custom_id, rows in _requests(_output_rows(sink)):
+            if custom_id in failed:
+                continue
+            body, problem = _embedding_body(rows, model)
+            if problem is not None:
+                failed[custom_id] = problem
+                continue
+            answered.add(custom_id)
+            prompt_tokens += body["usage"]["prompt_tokens"]
+            response = {
+                "status_code": 200,
+                "request_id": _id("req", batch_id, custom_id),
+                "body": body,
+            }
+            out.write(_line(batch_id, custom_id, response, None))
+    with files[1].open("w", encoding="utf-8") as err:
+        errors = _error_lines(err, batch_id, _custom_ids(prepared), (answered, failed), unrun)
+    return Written(len(answered), errors, prompt_tokens)
+
+
+def _error_lines(
+    err: TextIO,
+    batch_id: str,
+    ids: Iterable[str],
+    outcome: tuple[set[str], dict[str, str]],
+    unrun: str,
+) -> int:
+    answered, failed = outcome
+    count = 0
+    for custom_id in ids:
+        if custom_id in answered:
+            continue
+        count += 1
+        if custom_id in failed:
+            error = {
+                "message": failed[custom_id],
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+            response = {
+                "status_code": 400,
+                "request_id": _id("req", batch_id, custom_id),
+                "body": {"error": error},
+            }
+            err.write(_line(batch_id, custom_id, response, None))
+        else:
+            message = f"this request was not run: {unrun.removeprefix('batch_')}"
+            err.write(_line(batch_id, custom_id, None, {"code": unrun, "message": message}))
+    return count
+
+
+def _embedding_body(rows: list[dict[str, Any]], model: str) -> tuple[dict[str, Any], str | None]:
+    """The `/v1/embeddings` answer for one request's rows, or why it cannot be given."""
+    rows = sorted(rows, key=lambda r: int(r["index"]))
+    wanted = rows[0].get("dimensions")
+    data = []
+    for row in rows:
+        vector = np.asarray(row["embedding"], dtype=np.float32)
+        if wanted is not None and wanted != len(vector):
+            return (
+                {},
+                f"dimensions: this model gives {len(vector)}-dimensional embeddings, not {wanted}",
+            )
+        embedding: Any = vector.tolist()
+        if row.get("encoding_format") == "base64":
+            embedding = base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+        data.append({"object": "embedding", "index": int(row["index"]), "embedding": embedding})
+    tokens = sum(int(row.get("tokens") or 0) for row in rows)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return {"object": "list", "data": data, "model": model, "usage": usage}, None
+
+
+def _output_rows(sink: FileSink) -> Iterator[dict[str, Any]]:
+    for url in sink.published_parts():
+        with open(url, encoding="utf-8") as part:
+            for line in part:
+                if line.strip():
+                    yield json.loads(line)
+
+
+def _requests(rows: Iterator[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Rows grouped by request: a request's rows are next to each other, in input order."""
+    current: str | None = None
+    group: list[dict[str, Any]] = []
+    for row in rows:
+        custom_id = str(row["custom_id"])
+        if custom_id != current and group:
+            yield str(current), group
+            group = []
+        current = custom_id
+        group.append(row)
+    if group:
+        yield str(current), group
+
+
+def _custom_ids(prepared: Path) -> Iterator[str]:
+    """Each request's custom_id, once, in input order."""
+    last = None
+    with prepared.open(encoding="utf-8") as rows:
+        for line in rows:
+            custom_id = json.loads(line)["custom_id"]
+            if custom_id != last:
+                yield custom_id
+            last = custom_id
+
+
+def _line(batch_id: str, custom_id: str, response: Any, error: Any) -> str:
+    line = {
+        "id": _id("batch_req", batch_id, custom_id),
+        "custom_id": custom_id,
+        "response": response,
+        "error": error,
+    }
+    return json.dumps(line, ensure_ascii=False) + "\n"
+
+
+def _id(prefix: str, batch_id: str, custom_id: str) -> str:
+    """A stable id for a request's answer: the same batch and custom_id, the same id."""
+    digest = hashlib.sha256(f"{batch_id}\0{custom_id}".encode()).hexdigest()[:24]
+    return f"{prefix}_{digest}"

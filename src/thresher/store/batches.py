@@ -1,0 +1,151 @@
+"""OpenAI-style batches (`thresher_batches`): one row per batch, with its status, its
+job, its output and error files and OpenAI's Unix timestamps of each status."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any
+
+from thresher.store.db import Database
+
+__all__ = ["BatchRow", "BatchStatus", "BatchTable"]
+
+
+class BatchStatus(StrEnum):
+    VALIDATING = "validating"
+    FAILED = "failed"
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"
+    COMPLETED = "completed"
+    EXPIRED = "expired"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (
+            BatchStatus.FAILED,
+            BatchStatus.COMPLETED,
+            BatchStatus.EXPIRED,
+            BatchStatus.CANCELLED,
+        )
+
+
+# The column each status's time is recorded in.
+STAMPS = {
+    BatchStatus.IN_PROGRESS: "in_progress_at",
+    BatchStatus.FINALIZING: "finalizing_at",
+    BatchStatus.COMPLETED: "completed_at",
+    BatchStatus.FAILED: "failed_at",
+    BatchStatus.EXPIRED: "expired_at",
+    BatchStatus.CANCELLING: "cancelling_at",
+    BatchStatus.CANCELLED: "cancelled_at",
+}
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    id: str
+    tenant: str
+    input_file_id: str
+    endpoint: str
+    completion_window: str
+    metadata: dict[str, str] | None
+    status: BatchStatus
+    model: str | None
+    job_id: str | None
+    output_file_id: str | None
+    error_file_id: str | None
+    errors: dict[str, Any] | None
+    counts: dict[str, int] | None
+    usage: dict[str, int] | None
+    created_at: int
+    expires_at: int | None
+    in_progress_at: int | None
+    finalizing_at: int | None
+    completed_at: int | None
+    failed_at: int | None
+    expired_at: int | None
+    cancelling_at: int | None
+    cancelled_at: int | None
+
+
+COLUMNS = [f.name for f in fields(BatchRow)]
+SELECTED = ", ".join(COLUMNS)
+JSON_COLUMNS = ("metadata", "errors", "counts", "usage")
+
+
+@dataclass(frozen=True)
+class BatchTable:
+    db: Database
+
+    def create(self, row: BatchRow) -> None:
+        values = [_stored(name, getattr(row, name)) for name in COLUMNS]
+        marks = ", ".join("?" for _ in COLUMNS)
+        with self.db.transaction() as cur:
+            cur.execute(
+                f"INSERT INTO thresher_batches ({', '.join(COLUMNS)}) VALUES ({marks})", values
+            )
+
+    def find(self, batch_id: str, tenant: str | None = None) -> BatchRow | None:
+        """The batch (the tenant's, when one is given); None if there is none."""
+        where, params = "id = ?", [batch_id]
+        if tenant is not None:
+            where, params = "id = ? AND tenant = ?", [batch_id, tenant]
+        rows = self.db.query(
+            f"SELECT {', '.join(COLUMNS)} FROM thresher_batches WHERE {where}", params
+        )
+        return _row(rows[0]) if rows else None
+
+    def of_tenant(self, tenant: str, limit: int, after: str | None) -> list[BatchRow]:
+        """A page of the tenant's batches, newest first (ids sort by time)."""
+        where, params = "tenant = ?", [tenant]
+        if after is not None:
+            where, params = "tenant = ? AND id < ?", [tenant, after]
+        rows = self.db.query(
+            f"SELECT {SELECTED} FROM thresher_batches WHERE {where} ORDER BY id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_row(r) for r in rows]
+
+    def unfinished(self) -> list[BatchRow]:
+        """Every batch still on its way, oldest first."""
+        done = [s.value for s in BatchStatus if s.finished]
+        marks = ", ".join("?" for _ in done)
+        rows = self.db.query(
+            f"SELECT {SELECTED} FROM thresher_batches WHERE status NOT IN ({marks}) ORDER BY id",
+            done,
+        )
+        return [_row(r) for r in rows]
+
+    def move(self, batch_id: str, before: BatchStatus, after: BatchStatus, **changes: Any) -> bool:
+        """Put the batch in status `after` (stamping its time) if it is in `before`, with
+        the column `changes`; False if it was not in `before` (another thread moved it)."""
+        values = {**changes, "status": after}
+        if after in STAMPS:
+            values[STAMPS[after]] = int(time.time())
+        sets = ", ".join(f"{name} = ?" for name in values)
+        params = [_stored(name, value) for name, value in values.items()]
+        with self.db.transaction() as cur:
+            moved = cur.changed(
+                f"UPDATE thresher_batches SET {sets} WHERE id = ? AND status = ?",
+                (*params, batch_id, before.value),
+            )
+        return moved > 0
+
+
+def _stored(name: str, value: Any) -> Any:
+    if name in JSON_COLUMNS:
+        return None if value is None else json.dumps(value)
+    return value.value if isinstance(value, StrEnum) else value
+
+
+def _row(values: tuple[Any, ...]) -> BatchRow:
+    data = dict(zip(COLUMNS, values, strict=True))
+    for name in JSON_COLUMNS:
+        data[name] = None if data[name] is None else json.loads(data[name])
+    data["status"] = BatchStatus(data["status"])
+    return BatchRow(**data)
