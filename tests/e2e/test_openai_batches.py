@@ -39,6 +39,8 @@ TEXTS = ["the cat sat on the mat", "batch inference, exactly once", "a third, lo
 def site_with_models(root: Path) -> ServiceSite:
     (root / "slow_embed.py").write_text(SLOW_EMBED)
     settings = f"""
+batch_completion_windows = ["24h", "4s"]
+
 [models.minilm]
 kind = "sentence-transformers"
 uri = {json.dumps(MINILM)}
@@ -48,7 +50,7 @@ kind = "python"
 uri = {json.dumps(f"{root / 'slow_embed.py'}:SlowEmbed")}
 batch_format = "numpy"
 """
-    return ServiceSite(root, settings=settings)
+    return ServiceSite(root, max_upload_bytes=1_000_000, settings=settings)
 
 
 def request(custom_id: str, body: dict[str, Any], url: str = "/v1/embeddings") -> str:
@@ -203,3 +205,51 @@ def test_a_cancelled_batch_answers_its_unrun_lines_as_cancelled(served: Any) -> 
     assert {e["error"]["code"] for e in errors} == {"batch_cancelled"}
     page = acme.batches.list(limit=1)
     assert len(page.data) == 1 and page.has_more is False and page.data[0].id == batch.id
+
+
+def test_a_batch_past_its_window_expires_with_its_unrun_lines_answered(served: Any) -> None:
+    _, clients = served
+    acme = clients["acme"]
+    lines = [request(f"r{i}", {"model": "slow-embed", "input": f"t{i}"}) for i in range(2)]
+    batch = acme.batches.create(
+        input_file_id=upload(acme, lines).id, endpoint="/v1/embeddings", completion_window="4s"
+    )
+    assert batch.expires_at is not None and batch.expires_at - batch.created_at == 4
+    done = wait_batch(acme, batch.id, timeout=90)
+    assert done.status == "expired" and done.expired_at is not None
+    errors = [json.loads(x) for x in acme.files.content(done.error_file_id).text.splitlines()]
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
+        ("r0", "batch_expired"),
+        ("r1", "batch_expired"),
+    ]
+
+
+def test_a_server_killed_mid_batch_answers_every_line_once_after_restart(tmp_path: Path) -> None:
+    site = site_with_models(tmp_path)
+    server = Server(site)
+    try:
+        token = site.token("acme")
+        acme = OpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0)
+        texts = [f"sentence number {i} about {'cats' if i % 2 else 'dogs'}" for i in range(300)]
+        lines = [request(f"r{i}", {"model": "minilm", "input": t}) for i, t in enumerate(texts)]
+        batch = acme.batches.create(
+            input_file_id=upload(acme, lines).id,
+            endpoint="/v1/embeddings",
+            completion_window="24h",
+        )
+        deadline = time.monotonic() + 60
+        while acme.batches.retrieve(batch.id).status == "validating":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        server.kill()
+    again = Server(site)
+    try:
+        acme = OpenAI(base_url=f"{again.url}/v1", api_key=token, max_retries=0)
+        done = wait_batch(acme, batch.id)
+        assert done.status == "completed", done
+        answers = acme.files.content(done.output_file_id).text.splitlines()
+        assert [json.loads(a)["custom_id"] for a in answers] == [f"r{i}" for i in range(300)]
+        assert done.error_file_id is None
+    finally:
+        again.stop()
