@@ -253,3 +253,29 @@ def test_a_server_killed_mid_batch_answers_every_line_once_after_restart(tmp_pat
         assert done.error_file_id is None
     finally:
         again.stop()
+
+
+def test_embeddings_create_answers_now_batched_with_concurrent_requests(served: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sentence_transformers import SentenceTransformer
+
+    _, clients = served
+    acme = clients["acme"]
+    expected = SentenceTransformer(MINILM, device="cpu").encode(TEXTS)
+    answer = acme.embeddings.create(model="minilm", input=TEXTS)  # base64 on the wire
+    assert answer.model == "minilm" and [d.index for d in answer.data] == [0, 1, 2]
+    assert np.allclose([d.embedding for d in answer.data], expected, atol=1e-4)
+    assert answer.usage.prompt_tokens > 0
+    with ThreadPoolExecutor(8) as pool:
+        singles = list(
+            pool.map(lambda t: acme.embeddings.create(model="minilm", input=t), TEXTS * 4)
+        )
+    for single, vector in zip(singles, list(expected) * 4, strict=True):
+        assert np.allclose(single.data[0].embedding, vector, atol=1e-4)
+    floats = acme.embeddings.create(model="minilm", input="x", encoding_format="float")
+    assert len(floats.data[0].embedding) == 384
+    with pytest.raises(openai.BadRequestError):
+        acme.embeddings.create(model="minilm", input="x", dimensions=7)
+    with pytest.raises(openai.BadRequestError):
+        acme.embeddings.create(model="nope", input="x")

@@ -32,7 +32,7 @@ from thresher.service.config import check_models, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.openai.envelope import envelope, is_openai_path, openai_status
-from thresher.service.routers import batches, files, jobs, metrics, schedules
+from thresher.service.routers import batches, embeddings, files, jobs, metrics, schedules
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
 from thresher.store import open_store
@@ -59,6 +59,9 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         finally:
             for stop in reversed(stops):
                 stop()
+            encoders = getattr(app.state, "encoders", None)
+            if encoders is not None:
+                encoders.close()
 
     app = FastAPI(
         title="thresher",
@@ -80,7 +83,7 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         pace=Pace(config.body_timeout, config.body_min_rate),
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
-    routers = (files, jobs, batches, schedules)
+    routers = (files, jobs, batches, embeddings, schedules)
     for router in (*(r.router for r in routers), buffer_router, metrics.router):
         app.include_router(router)
     return app

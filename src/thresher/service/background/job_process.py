@@ -49,8 +49,8 @@ PRELOAD = [
     "thresher.store",
 ]
 
-_context = mp.get_context("forkserver")
-_context.set_forkserver_preload(PRELOAD)
+children_context = mp.get_context("forkserver")
+children_context.set_forkserver_preload(PRELOAD)
 
 
 def start_fork_server() -> None:
@@ -63,7 +63,7 @@ def start_fork_server() -> None:
 def start_job_process(store_url: str, job_id: str, resume: bool) -> BaseProcess:
     """Start the process that coordinates job `job_id` (resume its stored plan if it has
     one and `resume` is set; otherwise plan and run it) to its end."""
-    process = _context.Process(
+    process = children_context.Process(
         target=coordinate, args=(store_url, job_id, resume), name=f"thresher-job-{job_id}"
     )
     process.start()
@@ -102,8 +102,8 @@ def input_columns(section: SourceSection, timeout: float = PROBE_SECONDS) -> lis
     """The column names of the input `section` names, read (planned) in a child process;
     None when it cannot tell within `timeout` seconds (the job's planner checks again).
     SourceError when the input cannot be read, or crashed the reader."""
-    receiver, sender = _context.Pipe(duplex=False)
-    process = _context.Process(target=_send_columns, args=(section, sender), daemon=True)
+    receiver, sender = children_context.Pipe(duplex=False)
+    process = children_context.Process(target=_send_columns, args=(section, sender), daemon=True)
     process.start()
     sender.close()
     try:

@@ -25,7 +25,7 @@ import numpy as np
 
 from thresher.sinks.files import FileSink
 
-__all__ = ["Written", "write_results"]
+__all__ = ["Written", "embedding_answer", "write_results"]
 
 
 @dataclass(frozen=True)
@@ -102,20 +102,32 @@ def _error_lines(
 def _embedding_body(rows: list[dict[str, Any]], model: str) -> tuple[dict[str, Any], str | None]:
     """The `/v1/embeddings` answer for one request's rows, or why it cannot be given."""
     rows = sorted(rows, key=lambda r: int(r["index"]))
-    wanted = rows[0].get("dimensions")
+    vectors = [np.asarray(row["embedding"], dtype=np.float32) for row in rows]
+    tokens = sum(int(row.get("tokens") or 0) for row in rows)
+    first = rows[0]
+    return embedding_answer(
+        vectors, tokens, model, first.get("encoding_format"), first.get("dimensions")
+    )
+
+
+def embedding_answer(
+    vectors: list[np.ndarray], tokens: int, model: str, encoding: str | None, dimensions: Any
+) -> tuple[dict[str, Any], str | None]:
+    """OpenAI's `/v1/embeddings` body for one request's vectors (floats, or base64 of
+    little-endian float32), or why it cannot be given (a `dimensions` the model does not
+    give)."""
     data = []
-    for row in rows:
-        vector = np.asarray(row["embedding"], dtype=np.float32)
-        if wanted is not None and wanted != len(vector):
+    for index, vector in enumerate(vectors):
+        if dimensions is not None and dimensions != len(vector):
+            size = len(vector)
             return (
                 {},
-                f"dimensions: this model gives {len(vector)}-dimensional embeddings, not {wanted}",
+                f"dimensions: this model gives {size}-dimensional embeddings, not {dimensions}",
             )
         embedding: Any = vector.tolist()
-        if row.get("encoding_format") == "base64":
+        if encoding == "base64":
             embedding = base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-        data.append({"object": "embedding", "index": int(row["index"]), "embedding": embedding})
-    tokens = sum(int(row.get("tokens") or 0) for row in rows)
+        data.append({"object": "embedding", "index": index, "embedding": embedding})
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
     return {"object": "list", "data": data, "model": model, "usage": usage}, None
 
