@@ -100,19 +100,24 @@ class BatchWorker:
         )
 
     def _submit(self, batch: BatchRow, model: str, rows: Path) -> str:
+        section = self.state.config.models[model]
         body: dict[str, object] = {
             "source": {"uri": str(rows), "format": "jsonl"},
             "model": model,
             "id_column": "custom_id",
-            "columns": ["input"],
-            "keep_columns": ["line", "index", "encoding_format", "dimensions"],
             "name": f"batch {batch.id}",
         }
-        options = (
-            {"tokens": True}
-            if self.state.config.models[model].kind == "sentence-transformers"
-            else {}
-        )
+        options: dict[str, object] = {}
+        if batch.endpoint == "/v1/embeddings":
+            body["columns"] = ["input"]
+            body["keep_columns"] = ["line", "index", "encoding_format", "dimensions"]
+            if section.kind == "sentence-transformers":
+                options["tokens"] = True
+        else:
+            text = "messages" if batch.endpoint == "/v1/chat/completions" else "prompt"
+            body["columns"] = [text, "params"]
+            body["keep_columns"] = ["line", "index"]
+            options = {f"{text}_column": text, "params_column": "params"}
         key = f"batch:{batch.id}"
         return submission.submit_job(self.state, batch.tenant, body, key, model_options=options)
 
@@ -126,7 +131,8 @@ class BatchWorker:
         total = written.completed + written.failed
         counts = {"total": total, "completed": written.completed, "failed": written.failed}
         tokens = written.prompt_tokens
-        usage = {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens}
+        made = written.completion_tokens
+        usage = {"input_tokens": tokens, "output_tokens": made, "total_tokens": tokens + made}
         end, errors = ENDS.get(unrun, BatchStatus.COMPLETED), None
         if job.state == JobState.FAILED and not batch.cancelling_at:
             message = job.message or "the batch's job failed"
@@ -151,7 +157,7 @@ class BatchWorker:
         written = write_results(
             output_of(job.spec.sink),
             prepared_input(self.state, batch.id),
-            (batch.id, batch.model or ""),
+            (batch.id, batch.model or "", batch.endpoint),
             (files["output"], files["errors"]),
             unrun,
         )

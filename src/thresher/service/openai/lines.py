@@ -9,9 +9,12 @@ without its input, `stream: true`, a model the server does not serve or two mode
 file, an empty file, more lines than the server takes. A file with any of them makes no
 job (OpenAI's behaviour: nothing is half run).
 
-A good file becomes a JSONL of one row per input (`custom_id`, `line`, `index` within the
-request, `input`, and the line's own `encoding_format` and `dimensions`): an embeddings
-request with a list of inputs is several rows, answered together. Python's `json` parses
+A good file becomes a JSONL of one row per input: for `/v1/embeddings`, `custom_id`,
+`line`, `index` within the request, `input`, and the line's own `encoding_format` and
+`dimensions` (a request with a list of inputs is several rows, answered together); for
+`/v1/chat/completions` and `/v1/completions`, one row with `messages` (as JSON text) or
+`prompt`, and `params`, the body's sampling parameters as JSON (a `kind = "llm"` model
+reads them row by row; one it does not support fails that request alone). Python's `json` parses
 the lines (no native code: a hostile line raises, it cannot crash the server).
 """
 
@@ -25,7 +28,9 @@ from typing import Any
 
 __all__ = ["ENDPOINTS", "LineProblem", "Prepared", "prepare_lines"]
 
-ENDPOINTS = ("/v1/embeddings",)
+ENDPOINTS = ("/v1/embeddings", "/v1/chat/completions", "/v1/completions")
+# The body's members that are the request itself, not its sampling parameters.
+NOT_PARAMS = ("model", "messages", "prompt", "stream", "user")
 MAX_PROBLEMS = 100  # reported per batch; the count says how many more there were
 
 
@@ -119,28 +124,53 @@ def _rows(
                 "body.model",
             )
         )
+    rows, problem = _inputs(endpoint, body, number)
+    if problem is not None:
+        problems.append(problem)
+    for found_problem in problems:
+        found.add(found_problem)
+    if problems:
+        return iter(())
+    custom_id = str(line["custom_id"])
+    return ({"custom_id": custom_id, "line": number, **row} for row in rows)
+
+
+def _inputs(
+    endpoint: str, body: dict[str, Any], number: int
+) -> tuple[list[dict[str, Any]], LineProblem | None]:
+    """The job rows of one request's body (without its custom_id and line)."""
+    params = json.dumps({k: v for k, v in body.items() if k not in NOT_PARAMS})
+    if endpoint == "/v1/chat/completions":
+        messages = body.get("messages")
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
+        ):
+            return [], LineProblem(
+                "invalid_input",
+                "body.messages must be a non-empty list of {role, content}",
+                number,
+                "body.messages",
+            )
+        return [{"index": 0, "messages": json.dumps(messages), "params": params}], None
+    if endpoint == "/v1/completions":
+        if not isinstance(body.get("prompt"), str):
+            return [], LineProblem(
+                "invalid_input", "body.prompt must be a string", number, "body.prompt"
+            )
+        return [{"index": 0, "prompt": body["prompt"], "params": params}], None
     inputs = body.get("input")
     texts = [inputs] if isinstance(inputs, str) else inputs
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-        problems.append(
-            LineProblem(
-                "invalid_input",
-                "body.input must be a string or a non-empty list of strings",
-                number,
-                "body.input",
-            )
+        return [], LineProblem(
+            "invalid_input",
+            "body.input must be a string or a non-empty list of strings",
+            number,
+            "body.input",
         )
-    for problem in problems:
-        found.add(problem)
-    if problems:
-        return iter(())
-    assert isinstance(texts, list)
-    custom_id = str(line["custom_id"])
     extra = {"encoding_format": body.get("encoding_format"), "dimensions": body.get("dimensions")}
-    return (
-        {"custom_id": custom_id, "line": number, "index": i, "input": text, **extra}
-        for i, text in enumerate(texts)
-    )
+    return [{"index": i, "input": text, **extra} for i, text in enumerate(texts)], None
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:

@@ -2,10 +2,12 @@
 
 The output file has one line per request answered, in input order:
 `{"id", "custom_id", "response": {"status_code": 200, "request_id", "body"}, "error":
-null}`, the body exactly an `/v1/embeddings` answer (`object: "list"`, `data[i]` with
-`index` and `embedding` — floats, or base64 of little-endian float32 for
-`encoding_format = "base64"` — `model`, `usage`). A request that failed on its own (the
-model rejected an input, a `dimensions` the model does not have) is a line of the error
+null}`, the body exactly OpenAI's: an `/v1/embeddings` answer (`object: "list"`,
+`data[i]` with `index` and `embedding` — floats, or base64 of little-endian float32 for
+`encoding_format = "base64"` — `model`, `usage`), or a `chat.completion` /
+`text_completion` (`choices` with `message` or `text` and `finish_reason`, `usage`). A
+request that failed on its own (the model rejected an input or a sampling parameter, a
+`dimensions` the model does not have) is a line of the error
 file with `response.status_code` 400 and `response.body.error`; a request the batch
 never ran (cancelled, expired) is one with `"response": null` and `error.code`
 `batch_cancelled` / `batch_expired`. Every request line is in exactly one of the files.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,7 @@ import numpy as np
 
 from thresher.sinks.files import FileSink
 
-__all__ = ["Written", "embedding_answer", "write_results"]
+__all__ = ["Written", "embedding_answer", "generation_body", "write_results"]
 
 
 @dataclass(frozen=True)
@@ -33,29 +36,41 @@ class Written:
     completed: int
     failed: int
     prompt_tokens: int
+    completion_tokens: int = 0
 
 
 def write_results(
-    sink: FileSink, prepared: Path, names: tuple[str, str], files: tuple[Path, Path], unrun: str
+    sink: FileSink,
+    prepared: Path,
+    names: tuple[str, str, str],
+    files: tuple[Path, Path],
+    unrun: str,
 ) -> Written:
     """From the job's published output (`sink`) and its input rows (`prepared`), write
-    the output and error files `files`; `names` = (batch id, model name); `unrun` is the
-    code of requests that were never run (`batch_cancelled`, `batch_expired`,
-    `batch_failed`)."""
-    batch_id, model = names
+    the output and error files `files`; `names` = (batch id, model name, endpoint);
+    `unrun` is the code of requests that were never run (`batch_cancelled`,
+    `batch_expired`, `batch_failed`)."""
+    batch_id, model, endpoint = names
     failed = {str(r.get("id")): str(r.get("message", "")) for r in sink.read_errors()}
     answered: set[str] = set()
-    prompt_tokens = 0
+    prompt_tokens = completion_tokens = 0
     with files[0].open("w", encoding="utf-8") as out:
         for custom_id, rows in _requests(_output_rows(sink)):
             if custom_id in failed:
                 continue
-            body, problem = _embedding_body(rows, model)
+            if endpoint == "/v1/embeddings":
+                body, problem = _embedding_body(rows, model)
+            else:
+                body, problem = (
+                    generation_body(rows[0], model, endpoint, _id("gen", batch_id, custom_id)),
+                    None,
+                )
             if problem is not None:
                 failed[custom_id] = problem
                 continue
             answered.add(custom_id)
             prompt_tokens += body["usage"]["prompt_tokens"]
+            completion_tokens += body["usage"].get("completion_tokens", 0)
             response = {
                 "status_code": 200,
                 "request_id": _id("req", batch_id, custom_id),
@@ -64,7 +79,7 @@ def write_results(
             out.write(_line(batch_id, custom_id, response, None))
     with files[1].open("w", encoding="utf-8") as err:
         errors = _error_lines(err, batch_id, _custom_ids(prepared), (answered, failed), unrun)
-    return Written(len(answered), errors, prompt_tokens)
+    return Written(len(answered), errors, prompt_tokens, completion_tokens)
 
 
 def _error_lines(
@@ -130,6 +145,36 @@ def embedding_answer(
         data.append({"object": "embedding", "index": index, "embedding": embedding})
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
     return {"object": "list", "data": data, "model": model, "usage": usage}, None
+
+
+def generation_body(row: dict[str, Any], model: str, endpoint: str, key: str) -> dict[str, Any]:
+    """OpenAI's `/v1/chat/completions` or `/v1/completions` body for one generated row
+    (a `kind = "llm"` model's `text`, `finish_reason` and token counts; lists for n > 1)."""
+    texts = row["text"] if isinstance(row["text"], list) else [row["text"]]
+    reasons = (
+        row["finish_reason"] if isinstance(row["finish_reason"], list) else [row["finish_reason"]]
+    )
+    chat = endpoint == "/v1/chat/completions"
+    choices = [
+        {"index": i, "message": {"role": "assistant", "content": text, "refusal": None}}
+        if chat
+        else {"index": i, "text": text}
+        for i, text in enumerate(texts)
+    ]
+    for choice, reason in zip(choices, reasons, strict=True):
+        choice.update({"logprobs": None, "finish_reason": reason})
+    usage = {
+        name: int(row[name]) for name in ("prompt_tokens", "completion_tokens", "total_tokens")
+    }
+    digest = key.split("_", 1)[1]
+    return {
+        "id": f"chatcmpl-{digest}" if chat else f"cmpl-{digest}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage,
+    }
 
 
 def _output_rows(sink: FileSink) -> Iterator[dict[str, Any]]:
