@@ -23,7 +23,7 @@ from thresher.service.background.job_process import input_columns
 from thresher.service.background.webhooks import check_webhook_url
 from thresher.service.errors import NotFound, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
-from thresher.service.policies.roots import check_source_uri
+from thresher.service.policies.roots import check_source_files, check_source_uri
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
 from thresher.store import IdempotencyConflict
@@ -33,17 +33,36 @@ if TYPE_CHECKING:
     from thresher.service.state import ServiceState
 
 
+# The files one submission may list (a trigger's set of new files is one job).
+MAX_FILES = 100_000
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class SourceRequest(_Strict):
-    """A server-side input: a file, directory or glob under one of `allowed_roots`."""
+    """A server-side input under one of `allowed_roots`: a file, directory or glob
+    (`uri`), or exactly the files listed (`files`, as a trigger's jobs are made)."""
 
-    uri: LongText = Field(description="An absolute path or URL under the server's allowed_roots.")
+    uri: LongText | None = Field(
+        None, description="An absolute path or URL under the server's allowed_roots."
+    )
+    files: list[LongText] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_FILES,
+        description="Exactly these files (absolute paths or URLs under allowed_roots), in order.",
+    )
     format: Literal["parquet", "csv", "jsonl"] | None = Field(
         None, description="Default: from the suffix."
     )
+
+    @model_validator(mode="after")
+    def _one_input(self) -> SourceRequest:
+        if (self.uri is None) == (self.files is None):
+            raise ValueError("uri: give exactly one of source.uri and source.files")
+        return self
 
 
 class NotifyRequest(_Strict):
@@ -206,13 +225,22 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         upload = find_file(state.store, tenant, request.input_file_id)
         source: dict[str, Any] = {"uri": upload.path, "format": upload.format}
         source["allowed_roots"] = [upload.path]
+    elif request.source is not None and request.source.files is not None:
+        files = check_source_files(request.source.files, state.config.allowed_roots)
+        source = {"uri": _folder(files), "files": files, "format": request.source.format}
+        source["allowed_roots"] = list(state.config.allowed_roots)
     else:
-        assert request.source is not None
+        assert request.source is not None and request.source.uri is not None
         uri, roots = _readable(state, tenant, request.source.uri)
         source = {"uri": uri, "format": request.source.format, "allowed_roots": roots}
     source["id_column"] = request.id_column
     source["columns"] = request.columns
     return source
+
+
+def _folder(files: list[str]) -> str:
+    """The folder (or URL prefix) of the first listed file, for the job's messages."""
+    return files[0].rsplit("/", 1)[0] + "/"
 
 
 def _readable(state: ServiceState, tenant: str, uri: str) -> tuple[str, list[str]]:
