@@ -9,6 +9,7 @@ from typing import NoReturn
 
 import click
 
+from thresher.cli_triggers import triggers
 from thresher.errors import SpecError, ThresherError
 from thresher.schedule_cli import schedules
 
@@ -280,6 +281,9 @@ def token_revoke(store_url: str | None, fingerprint: str, own_store: str | None)
     except (ThresherError, ValueError) as exc:
         _fail(str(exc), EXIT_USAGE)
     click.echo(f"revoked {info.fingerprint} of tenant {shown(info.tenant)}")
+
+
+cli.add_command(triggers)
 
 
 def _report(result: object) -> None:

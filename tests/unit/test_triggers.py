@@ -262,3 +262,47 @@ def test_a_submission_names_files_only_under_allowed_roots(tmp_path: Path) -> No
     body["source"] = {"files": [str(inside)]}
     job = state.store.job(submission.submit_job(state, "acme", body))
     assert job.spec.source.files == [str(inside)]
+
+
+def test_metrics_show_each_tenant_its_own_triggers_files_seen(tmp_path: Path) -> None:
+    from thresher.service.routers.metrics import render
+
+    state = site(tmp_path, settle_seconds=0)
+    arrive(state, "a.jsonl", range(3))
+    arrive(state, "b.jsonl", range(3))
+    watcher(state).look(T0)
+    assert 'thresher_trigger_files_seen_total{trigger="inbox"} 2' in render(state, "acme")
+    assert 'trigger="inbox"' not in render(state, "other")
+
+
+def test_the_cli_lists_triggers_and_records_a_reset(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from thresher.cli import cli
+
+    state = site(tmp_path, settle_seconds=0)
+    arrive(state, "a.jsonl", range(3))
+    watcher(state).look(T0)
+    config = tmp_path / "server.toml"
+    trigger = state.config.triggers["inbox"]
+    config.write_text(
+        f'data_dir = "{state.data_dir}"\nallowed_roots = ["{tmp_path / "shared"}"]\n'
+        f'[models.m]\nkind = "python"\nuri = "{tmp_path / "m.py"}:M"\n'
+        f'[triggers.inbox]\nwatch = "{trigger.watch}"\npattern = "*.jsonl"\n'
+        f'tenant = "acme"\njob = {{ model = "m" }}\n'
+    )
+    store = ["--store", state.store.url]
+    shown = CliRunner().invoke(cli, ["triggers", "--config", str(config), *store])
+    assert shown.exit_code == 0, shown.output
+    assert "files seen: 1" in shown.output and "started" in shown.output
+    args = ["triggers", "reset", "inbox", "--since", "2000-01-01", "--by", "ops", *store]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0 and "1 files taken since" in done.output
+    shown = CliRunner().invoke(cli, ["triggers", "--config", str(config), *store])
+    assert "files seen: 0" in shown.output and "last reset: " in shown.output
+    bad = CliRunner().invoke(cli, ["triggers", "reset", "nope", "--since", "2000-01-01", *store])
+    assert bad.exit_code == 2 and "'nope' has taken no files" in bad.output
+    roots = f'allowed_roots = ["{tmp_path / "shared"}"]'
+    config.write_text(config.read_text().replace(roots, 'allowed_roots = ["/elsewhere"]'))
+    refused = CliRunner().invoke(cli, ["triggers", "--config", str(config), *store])
+    assert refused.exit_code == 2 and "triggers.inbox.watch" in refused.output
