@@ -306,3 +306,26 @@ def test_the_cli_lists_triggers_and_records_a_reset(tmp_path: Path) -> None:
     config.write_text(config.read_text().replace(roots, 'allowed_roots = ["/elsewhere"]'))
     refused = CliRunner().invoke(cli, ["triggers", "--config", str(config), *store])
     assert refused.exit_code == 2 and "triggers.inbox.watch" in refused.output
+
+
+def test_get_v1_triggers_shows_a_tenant_its_own_triggers_alone(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from thresher.service.app import create_app
+    from thresher.service.policies.auth import create_token
+
+    state = site(tmp_path, settle_seconds=0)
+    arrive(state, "a.jsonl", range(3))
+    watcher(state).look(T0)
+    acme, other = create_token(state.store, "acme"), create_token(state.store, "other")
+    with TestClient(create_app(state, background=False)) as client:
+        mine = client.get("/v1/triggers", headers={"Authorization": f"Bearer {acme}"}).json()
+        (info,) = mine["data"]
+        assert (info["name"], info["files_seen"], info["last_set"]["outcome"]) == (
+            "inbox",
+            1,
+            "started",
+        )
+        theirs = {"Authorization": f"Bearer {other}"}
+        assert client.get("/v1/triggers", headers=theirs).json() == {"data": []}
+        assert client.get("/v1/triggers/inbox", headers=theirs).status_code == 404
