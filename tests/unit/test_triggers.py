@@ -329,3 +329,27 @@ def test_get_v1_triggers_shows_a_tenant_its_own_triggers_alone(tmp_path: Path) -
         theirs = {"Authorization": f"Bearer {other}"}
         assert client.get("/v1/triggers", headers=theirs).json() == {"data": []}
         assert client.get("/v1/triggers/inbox", headers=theirs).status_code == 404
+
+
+def test_a_refused_job_fails_its_set_and_a_store_hiccup_is_tried_again(tmp_path: Path) -> None:
+    from thresher.store import StoreError
+
+    state = site(tmp_path / "refused", settle_seconds=0, job={"model": "m", "columns": ["nope"]})
+    arrive(state, "a.jsonl", range(3))
+    watcher(state).look(T0)
+    (record,) = TriggerLedger(state.store.db).recent("inbox")
+    assert record.outcome == SetOutcome.FAILED and "nope" in (record.message or "")
+    state = site(tmp_path / "hiccup", settle_seconds=0)
+    arrive(state, "a.jsonl", range(3))
+    calls: list[str] = []
+
+    def flaky(tenant: str, body: dict[str, object], key: str | None) -> str:
+        calls.append(str(key))
+        if len(calls) == 1:
+            raise StoreError("database is locked")
+        return submission.submit_job(state, tenant, body, key)
+
+    Watcher(state, flaky).look(T0)
+    assert TriggerLedger(state.store.db).recent("inbox")[0].outcome == SetOutcome.CLAIMED
+    Watcher(state, flaky).look(after(20))
+    assert calls[0] == calls[1] and job_files(state) == [["a.jsonl"]]

@@ -74,7 +74,7 @@ def trigger_warnings(name: str, trigger: TriggerSettings) -> list[str]:
             files.append(found)
             if count >= CHECK_FILES:
                 break
-    except (OSError, SourceError, ValueError) as exc:
+    except Exception as exc:  # any filesystem's error (botocore's are not OSErrors)
         return [f"{field}.watch: cannot be listed yet ({exc}); the trigger will keep looking"]
     data, _ = candidates(files, {}, trigger)
     if not data:

@@ -13,10 +13,11 @@ passed since its last look:
    the trigger's `job` with `source.files` set to exactly the set's files, under an
    idempotency key made from the set — and settles the set with the job's id.
 
-A job that cannot be made (a file that vanished, a column that is not there) settles its
-set as failed, with why; its files stay taken, and `thresher triggers reset` is how to
-take them again. Triggered jobs are jobs like any other: queued, run, and announced by
-their `notify.webhook`.
+A job the submission refuses (a file that vanished, a column that is not there) settles
+its set as failed, with why; its files stay taken, and `thresher triggers reset` is how to
+take them again. Any other error (the store busy, a listing that failed) leaves the set
+claimed, and the next look tries it again with the same key. Triggered jobs are jobs
+like any other: queued, run, and announced by their `notify.webhook`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from thresher.errors import ThresherError
+from thresher.service.errors import ServiceError
 from thresher.service.state import ServiceState
 from thresher.store.jobs import this_owner
 from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
@@ -68,7 +69,7 @@ class Watcher:
             self.next_look[name] = now + timedelta(seconds=trigger.poll_seconds)
             try:
                 self._look_at(name, trigger, now)
-            except (ThresherError, OSError):
+            except Exception:  # a store or listing hiccup, or a bug: the next look tries again
                 log.exception("trigger %s: its files could not be looked at now", name)
 
     def _look_at(self, name: str, trigger: TriggerSettings, now: datetime) -> None:
@@ -93,7 +94,7 @@ class Watcher:
         try:
             job_id = self.submit(trigger.tenant, job_body(name, trigger, key, files),
                                  set_job_key(name, key))  # fmt: skip
-        except ThresherError as exc:
+        except ServiceError as exc:  # the submission is refused: trying again would be too
             self.ledger.settle(name, key, SetOutcome.FAILED, message=str(exc)[:2000])
             log.warning("trigger %s: set %s could not start: %s", name, key, exc)
             return
