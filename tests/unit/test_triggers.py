@@ -353,3 +353,22 @@ def test_a_refused_job_fails_its_set_and_a_store_hiccup_is_tried_again(tmp_path:
     assert TriggerLedger(state.store.db).recent("inbox")[0].outcome == SetOutcome.CLAIMED
     Watcher(state, flaky).look(after(20))
     assert calls[0] == calls[1] and job_files(state) == [["a.jsonl"]]
+
+
+def test_serve_refuses_a_bad_trigger_with_exit_2_naming_the_field(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from thresher.cli import cli
+
+    (tmp_path / "m.py").write_text(MODEL)
+    config = tmp_path / "server.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "data"}"\nallowed_roots = ["{tmp_path / "shared"}"]\n'
+        f'[models.m]\nkind = "python"\nuri = "{tmp_path / "m.py"}:M"\n'
+        '[triggers.inbox]\nwatch = "/etc"\ntenant = "acme"\n'
+        'job = { model = "m", output_format = "xml" }\n'
+    )
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    done = CliRunner().invoke(cli, ["serve", "--config", str(config), "--store", store])
+    assert done.exit_code == 2 and "triggers.inbox.watch: /etc is outside" in done.output
+    assert "triggers.inbox.job.output_format" in done.output  # every problem, at once

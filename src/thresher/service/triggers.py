@@ -25,30 +25,29 @@ CHECK_FILES = 10_000
 
 def trigger_problems(config: ServerConfig, name: str, trigger: TriggerSettings) -> list[str]:
     """What keeps the trigger from running, each naming `triggers.<name>.<field>`."""
+    field = f"triggers.{name}"
+    return _watch_problems(config, field, trigger.watch) + _job_problems(config, field, trigger)
+
+
+def _job_problems(config: ServerConfig, field: str, trigger: TriggerSettings) -> list[str]:
     from thresher.service.submission import JobRequest
 
-    field = f"triggers.{name}"
-    problems = _watch_problems(config, field, trigger.watch)
     source = trigger.job.get("source", {})
     if not isinstance(source, dict):
-        return [*problems, f"{field}.job.source: a table with at most `format`"]
-    for key in ("uri", "files"):
-        if key in source:
-            problems.append(f"{field}.job.source.{key}: the trigger gives its job the files"
-                            " it takes; remove it")  # fmt: skip
-    if "input_file_id" in trigger.job:
-        problems.append(f"{field}.job.input_file_id: the trigger gives its job its files")
-    if problems:
-        return problems
-    example = f"{trigger.watch.rstrip('/')}/example"
-    body = {**trigger.job, "source": {**source, "files": [example]}}
+        return [f"{field}.job.source: a table with at most `format`"]
+    given = [f"source.{key}" for key in ("uri", "files") if key in source]
+    given += ["input_file_id"] if "input_file_id" in trigger.job else []
+    if given:
+        return [f"{field}.job.{key}: the trigger gives its job the files it takes; remove it"
+                for key in given]  # fmt: skip
+    example = {**source, "files": [f"{trigger.watch.rstrip('/')}/example"]}
     try:
-        request = JobRequest.model_validate(body)
+        request = JobRequest.model_validate({**trigger.job, "source": example})
     except ValidationError as exc:
         return [f"{field}.job.{p}" for p in describe_errors(exc)]
     if request.model not in config.models:
-        problems.append(f"{field}.job.model: no model named {request.model!r}")
-    return problems
+        return [f"{field}.job.model: no model named {request.model!r}"]
+    return []
 
 
 def _watch_problems(config: ServerConfig, field: str, watch: str) -> list[str]:
