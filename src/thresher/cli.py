@@ -9,9 +9,9 @@ from typing import NoReturn
 
 import click
 
-from thresher.cli_triggers import triggers
 from thresher.errors import SpecError, ThresherError
 from thresher.schedule_cli import schedules
+from thresher.trigger_cli import triggers
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -283,9 +283,6 @@ def token_revoke(store_url: str | None, fingerprint: str, own_store: str | None)
     click.echo(f"revoked {info.fingerprint} of tenant {shown(info.tenant)}")
 
 
-cli.add_command(triggers)
-
-
 def _report(result: object) -> None:
     from thresher.coordinator.job import JobResult
     from thresher.summary import print_result
@@ -302,6 +299,7 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 cli.add_command(schedules)
+cli.add_command(triggers)
 
 
 def main() -> None:
