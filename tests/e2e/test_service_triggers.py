@@ -253,3 +253,45 @@ def test_an_s3_prefix_watch_takes_every_object_once_through_a_restart(
             time.sleep(0.2)
 
     check_exactly_once(site, arrivals(site, put, env, slow), hooks)
+
+
+def test_two_servers_on_one_postgresql_store_take_each_file_once(
+    tmp_path: Path, postgres_server: str, pg_schema: str, receiver: tuple[int, list[bytes]]
+) -> None:
+    from urllib.parse import quote
+
+    import adbc_driver_postgresql.dbapi as pg_adbc
+
+    shared = tmp_path / "shared"
+    inbox = shared / "inbox"
+    inbox.mkdir(parents=True)
+    site = site_for(tmp_path, [str(shared)], str(inbox), str(shared / "marked"), receiver[0])
+    quick = site.config.read_text().replace("settle_seconds = 2", "settle_seconds = 0.3")
+    site.config.write_text(quick)
+    site.store = f"{postgres_server}?options={quote(f'-csearch_path={pg_schema}')}"
+
+    def specs() -> list[tuple[str, dict[str, Any]]]:
+        with closing(pg_adbc.connect(site.store)) as conn, closing(conn.cursor()) as cur:
+            cur.execute("SELECT state, spec FROM thresher_jobs")
+            return [(state, json.loads(spec)) for state, spec in cur.fetchall()]
+
+    servers = [Server(site), Server(site)]
+    try:
+        for n in range(20):  # 5 bursts of 4 files, each settling while both servers look
+            (inbox / f".{n}.part").write_bytes(lines(range(n * 10, n * 10 + 10)))
+            (inbox / f".{n}.part").rename(inbox / f"f{n:02d}.jsonl")
+            time.sleep(1.0 if n % 4 == 3 else 0.0)
+
+        def all_done() -> bool:
+            jobs = specs()
+            files = sum(len(spec["source"]["files"]) for _, spec in jobs)
+            return files >= 20 and all(s in ("succeeded", "failed") for s, _ in jobs)
+
+        wait_until(all_done, 120, "all 20 files' jobs")
+    finally:
+        for server in servers:
+            server.stop()
+    jobs = specs()
+    read = Counter(f for _, spec in jobs for f in spec["source"]["files"])
+    assert len(read) == 20 and set(read.values()) == {1}, read
+    assert {state for state, _ in jobs} == {"succeeded"}
