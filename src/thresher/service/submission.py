@@ -124,9 +124,9 @@ def submit_job(
     model_options: dict[str, Any] | None = None,
 ) -> str:
     """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id`,
-    `source.uri` or `source.files`, `model` by registered name, optional `columns`, `id_column`,
-    `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`), build the
-    whole job spec on the server's side, and queue it. Returns the job id; with an
+    `source.uri` or `source.files`, `model` by registered name, optional `columns`,
+    `id_column`, `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`),
+    build the whole job spec on the server's side, and queue it. Returns the job id; with an
     `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
     that job was submitted with a different body). `tick` is the (schedule, fire time) of
     a scheduled job, recorded in its spec and manifest. `model_options` are added to the
@@ -135,8 +135,7 @@ def submit_job(
     Raises `Unprocessable` (422) for a body that does not make a job (naming each
     field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
     (403) or `BadRequest` (400) for a `source.uri` or one of `source.files` the server
-    will not read — all
-    `thresher.service.errors.ServiceError`s.
+    will not read — all `thresher.service.errors.ServiceError`s.
     """
     from thresher.coordinator.job import new_job_id
 
