@@ -11,6 +11,7 @@ import click
 
 from thresher.errors import SpecError, ThresherError
 from thresher.schedule_cli import schedules
+from thresher.trigger_cli import triggers
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -298,6 +299,7 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 cli.add_command(schedules)
+cli.add_command(triggers)
 
 
 def main() -> None:

@@ -85,10 +85,13 @@ class SourceSection(Section):
     # empty: anywhere. The service sets its `allowed_roots` here, so the job's planner
     # checks the very files it reads, not only what the submission named.
     allowed_roots: list[str] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=list)  # exactly these, not what `uri` lists
 
     @model_validator(mode="after")
     def _known_source(self) -> SourceSection:
         self._infer_format()
+        if self.files and self.format not in FILE_FORMATS:
+            raise ValueError(f"files: only the file sources ({', '.join(FILE_FORMATS)}) take them")
         assert self.format is not None
         check_plugin(Kind.SOURCE, self.format, self.options)
         return self
@@ -101,7 +104,7 @@ class SourceSection(Section):
         if self.query is not None:
             raise ValueError("query: only a postgresql:// source takes a query")
         if self.format is None:
-            inferred = infer_format(self.uri)
+            inferred = infer_format(self.files[0] if self.files else self.uri)
             if inferred is None:
                 formats = ", ".join(FILE_FORMATS)
                 raise ValueError(f"format: cannot infer it from {self.uri!r}; set one of {formats}")

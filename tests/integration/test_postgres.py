@@ -397,3 +397,22 @@ def test_the_postgresql_source_and_sink_keep_the_contract(pg: Pg, tmp_path: Path
     query = "SELECT id, f0, f1 FROM contract_in"
     section = SourceSection(uri=pg.url, query=query, id_column="id", shard_rows=700)
     assert len(check_source(open_source(section, min_shards=2)).shards) > 1
+
+
+def test_trigger_claims_on_one_postgresql_store_take_each_file_once(pg: Pg) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger
+
+    a, b, c = (TakenFile(f"s3://in/{n}.csv", 1, "e1") for n in "abc")
+    with store_at(pg.url) as one, store_at(pg.url) as two:
+        first, second = TriggerLedger(one.db), TriggerLedger(two.db)
+        assert first.claim("t", "k1", [a, b], "one")
+        assert not second.claim("t", "k2", [c, b], "two")  # b is taken: all rolled back
+        assert second.taken("t") == {a.path: {(1, "e1")}, b.path: {(1, "e1")}}
+        assert second.unsettled("t") == ["k1"] and second.set_files("t", "k1") == [a.path, b.path]
+        first.settle("t", "k1", SetOutcome.STARTED, job_id="job-1")
+        assert second.claim("t", "k3", [c], "two")
+        assert second.files_seen() == {"t": 3}
+        assert first.reset("t", datetime.now(UTC) - timedelta(hours=1), "ops") == 2  # k3 open
+        assert first.epoch("t") == 1 and second.resets("t")[0].forgotten == 2

@@ -192,3 +192,17 @@ def test_text_locate_on_s3(bucket: Any) -> None:
 def test_no_files_under_an_s3_prefix(bucket: Any) -> None:
     with pytest.raises(SourceError, match=r"^source\.uri: no input files at 's3://"):
         s3_source(f"s3://{BUCKET}/nothing-here/", "csv").plan()
+
+
+def test_a_trigger_lists_a_prefix_of_many_pages_whole(bucket: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from thresher.triggers import list_watch
+
+    keys = [f"many/day={i // 500}/part-{i:05d}.jsonl" for i in range(2345)]  # 3 pages
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: bucket.put_object(Bucket=BUCKET, Key=k, Body=b"{}\n"), keys))
+    bucket.put_object(Bucket=BUCKET, Key="many-other/x.jsonl", Body=b"{}\n")  # a sibling prefix
+    seen = list(list_watch(f"s3://{BUCKET}/many"))
+    assert sorted(f.path for f in seen) == sorted(f"s3://{BUCKET}/{k}" for k in keys)
+    assert {f.size for f in seen} == {3} and all(len(f.version) == 32 for f in seen)  # MD5 ETags

@@ -198,6 +198,15 @@ PUBLIC: dict[str, list[str]] = {
         "open_source",
     ],
     "thresher.schedules": ["Catchup", "Cron", "CronError", "TickFate", "due_ticks"],
+    "thresher.triggers": [
+        "FileSeen",
+        "FileSet",
+        "Settling",
+        "TriggerSettings",
+        "candidates",
+        "complete_sets",
+        "list_watch",
+    ],
     "thresher.store": [
         "IdempotencyConflict",
         "JobRecord",

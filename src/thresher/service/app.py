@@ -27,12 +27,13 @@ from thresher.service.background.buffer import router as buffer_router
 from thresher.service.background.buffer import start_flusher
 from thresher.service.background.scheduler import Scheduler
 from thresher.service.background.ticker import start_ticker
+from thresher.service.background.watcher import start_watcher
 from thresher.service.background.webhooks import start_webhooks
-from thresher.service.config import check_models, load_config
+from thresher.service.config import check_models, check_triggers, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.openai.envelope import envelope, is_openai_path, openai_status
-from thresher.service.routers import batches, embeddings, files, jobs, metrics, schedules
+from thresher.service.routers import batches, embeddings, files, jobs, metrics, schedules, triggers
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
 from thresher.store import open_store
@@ -83,16 +84,16 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         pace=Pace(config.body_timeout, config.body_min_rate),
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
-    routers = (files, jobs, batches, embeddings, schedules)
+    routers = (files, jobs, batches, embeddings, schedules, triggers)
     for router in (*(r.router for r in routers), buffer_router, metrics.router):
         app.include_router(router)
     return app
 
 
 def start_background(state: ServiceState) -> list[Callable[[], None]]:
-    """Start the webhook sender, the request buffer, the scheduler and the ticker (in that
-    order, so every `on_job_finished` hook is in place before a job can end); returns
-    their stops."""
+    """Start the webhook sender, the request buffer, the batch worker, the scheduler, the
+    ticker and the trigger watcher (in that order, so every `on_job_finished` hook is in
+    place before a job can end); returns their stops."""
     stops = [start_webhooks(state), start_flusher(state), start_batches(state)]
     scheduler = Scheduler(state)
     scheduler.start()
@@ -101,7 +102,11 @@ def start_background(state: ServiceState) -> list[Callable[[], None]]:
     def submit(tenant: str, body: dict[str, object], key: str, tick: tuple[str, datetime]) -> str:
         return submission.submit_job(state, tenant, body, key, tick)
 
+    def submit_set(tenant: str, body: dict[str, object], key: str) -> str:
+        return submission.submit_job(state, tenant, body, key)
+
     stops.append(start_ticker(state, submit))
+    stops.append(start_watcher(state, submit_set))
     return stops
 
 
@@ -137,10 +142,13 @@ def _kept(response: JSONResponse) -> dict[str, str]:
 def build_state(store_url: str | None, config_file: Path | None) -> ServiceState:
     """The state `thresher serve` runs on: the config file read, every registered model
     checked (ConfigError naming `models.<name>.<field>` for one that cannot load), the
-    store opened."""
+    store opened. A trigger that would not run is refused too (`triggers.<name>.<field>`);
+    one whose pattern matches nothing yet is only warned about."""
     config = load_config(config_file)
     check_models(config)
     check_schedules(config)  # after the models: a schedule names one
+    for warning in check_triggers(config):
+        log.warning("%s", warning)
     return ServiceState(store=open_store(store_url), config=config, data_dir=config.data_dir)
 
 

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from thresher.errors import ThresherError, describe_errors
 from thresher.schedules.settings import ScheduleSettings, valid_name
 from thresher.spec import ModelSection, RunSection, resolve_uri
+from thresher.triggers.settings import TriggerSettings
 
 SECRET_FILE = "webhook_secret"
 
@@ -96,6 +97,7 @@ class ServerConfig(BaseModel):
     # `completion_window`s a batch may ask for (a batch not done by then expires).
     batch_max_requests: int = Field(default=50_000, ge=1)
     batch_completion_windows: list[str] = Field(default_factory=lambda: ["24h"])
+    triggers: dict[str, TriggerSettings] = Field(default_factory=dict)
 
     @field_validator("schedules")
     @classmethod
@@ -104,13 +106,13 @@ class ServerConfig(BaseModel):
             valid_name(name)
         return schedules
 
-    @field_validator("models")
+    @field_validator("models", "triggers")
     @classmethod
-    def _model_names(cls, models: dict[str, ModelSection]) -> dict[str, ModelSection]:
-        for name in models:
+    def _names(cls, named: dict[str, object]) -> dict[str, object]:
+        for name in named:
             if not name or not all(c.isalnum() or c in "-_." for c in name):
-                raise ValueError(f"model names are letters, digits, '-', '_', '.'; not {name!r}")
-        return models
+                raise ValueError(f"names are letters, digits, '-', '_', '.'; not {name!r}")
+        return named
 
 
 def load_config(path: Path | None = None) -> ServerConfig:
@@ -146,6 +148,18 @@ def check_models(config: ServerConfig) -> None:
         raise ConfigError(problems)
 
 
+def check_triggers(config: ServerConfig) -> list[str]:
+    """Refuse a config whose trigger would watch outside `allowed_roots` or would not
+    make a job (ConfigError naming `triggers.<name>.<field>`); returns warnings, such as
+    a pattern that matches no file yet (allowed: the files may come later)."""
+    from thresher.service.triggers import trigger_problems, trigger_warnings
+
+    problems = [p for n, t in config.triggers.items() for p in trigger_problems(config, n, t)]
+    if problems:
+        raise ConfigError(problems)
+    return [w for n, t in config.triggers.items() for w in trigger_warnings(n, t)]
+
+
 def prepare(config: ServerConfig) -> ServerConfig:
     """The config with `data_dir` created (absolute; readable by this user only, when it is
     made here) and `webhook_secret` filled in."""
@@ -172,6 +186,10 @@ def _resolve_paths(raw: dict[str, object], base: Path) -> None:
     roots = raw.get("allowed_roots")
     if isinstance(roots, list):
         raw["allowed_roots"] = [resolve_uri(r, base) if isinstance(r, str) else r for r in roots]
+    triggers = raw.get("triggers")
+    for section in triggers.values() if isinstance(triggers, dict) else ():
+        if isinstance(section, dict) and isinstance(section.get("watch"), str):
+            section["watch"] = resolve_uri(section["watch"], base)
     models = raw.get("models")
     if isinstance(models, dict):
         for section in models.values():

@@ -140,7 +140,8 @@ def check_job_template(config: ServerConfig, job: dict[str, Any]) -> list[str]:
         if request.notify is not None:
             check_webhook_url(request.notify.webhook, config.webhook_allow_private)
         if request.source is not None:
-            check_under_roots(request.source.uri, config.allowed_roots)
+            for uri in request.source.files or [request.source.uri or ""]:
+                check_under_roots(uri, config.allowed_roots)
     except (ServiceError, ValueError) as exc:
         return [str(exc)]
     return []

@@ -23,7 +23,7 @@ from thresher.service.background.job_process import input_columns
 from thresher.service.background.webhooks import check_webhook_url
 from thresher.service.errors import NotFound, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
-from thresher.service.policies.roots import check_source_uri
+from thresher.service.policies.roots import check_source_files, check_source_uri
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
 from thresher.store import IdempotencyConflict
@@ -33,17 +33,36 @@ if TYPE_CHECKING:
     from thresher.service.state import ServiceState
 
 
+# The files one submission may list (a trigger's set of new files is one job).
+MAX_FILES = 100_000
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class SourceRequest(_Strict):
-    """A server-side input: a file, directory or glob under one of `allowed_roots`."""
+    """A server-side input under one of `allowed_roots`: a file, directory or glob
+    (`uri`), or exactly the files listed (`files`, as a trigger's jobs are made)."""
 
-    uri: LongText = Field(description="An absolute path or URL under the server's allowed_roots.")
+    uri: LongText | None = Field(
+        None, description="An absolute path or URL under the server's allowed_roots."
+    )
+    files: list[LongText] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_FILES,
+        description="Exactly these files (absolute paths or URLs under allowed_roots), in order.",
+    )
     format: Literal["parquet", "csv", "jsonl"] | None = Field(
         None, description="Default: from the suffix."
     )
+
+    @model_validator(mode="after")
+    def _one_input(self) -> SourceRequest:
+        if (self.uri is None) == (self.files is None):
+            raise ValueError("uri: give exactly one of source.uri and source.files")
+        return self
 
 
 class NotifyRequest(_Strict):
@@ -104,10 +123,10 @@ def submit_job(
     *,
     model_options: dict[str, Any] | None = None,
 ) -> str:
-    """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id` or
-    `source.uri`, `model` by registered name, optional `columns`, `id_column`,
-    `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`), build the
-    whole job spec on the server's side, and queue it. Returns the job id; with an
+    """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id`,
+    `source.uri` or `source.files`, `model` by registered name, optional `columns`,
+    `id_column`, `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`),
+    build the whole job spec on the server's side, and queue it. Returns the job id; with an
     `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
     that job was submitted with a different body). `tick` is the (schedule, fire time) of
     a scheduled job, recorded in its spec and manifest. `model_options` are added to the
@@ -115,8 +134,8 @@ def submit_job(
 
     Raises `Unprocessable` (422) for a body that does not make a job (naming each
     field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
-    (403) or `BadRequest` (400) for a `source.uri` the server will not read — all
-    `thresher.service.errors.ServiceError`s.
+    (403) or `BadRequest` (400) for a `source.uri` or one of `source.files` the server
+    will not read — all `thresher.service.errors.ServiceError`s.
     """
     from thresher.coordinator.job import new_job_id
 
@@ -206,13 +225,22 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         upload = find_file(state.store, tenant, request.input_file_id)
         source: dict[str, Any] = {"uri": upload.path, "format": upload.format}
         source["allowed_roots"] = [upload.path]
+    elif request.source is not None and request.source.files is not None:
+        files = check_source_files(request.source.files, state.config.allowed_roots)
+        source = {"uri": _folder(files), "files": files, "format": request.source.format}
+        source["allowed_roots"] = list(state.config.allowed_roots)
     else:
-        assert request.source is not None
+        assert request.source is not None and request.source.uri is not None
         uri, roots = _readable(state, tenant, request.source.uri)
         source = {"uri": uri, "format": request.source.format, "allowed_roots": roots}
     source["id_column"] = request.id_column
     source["columns"] = request.columns
     return source
+
+
+def _folder(files: list[str]) -> str:
+    """The folder (or URL prefix) of the first listed file, for the job's messages."""
+    return files[0].rsplit("/", 1)[0] + "/"
 
 
 def _readable(state: ServiceState, tenant: str, uri: str) -> tuple[str, list[str]]:

@@ -21,14 +21,20 @@ def filesystem(uri: str) -> tuple[Any, str]:
         raise SourceError(f"source.uri: cannot open {uri!r}: {exc}") from exc
 
 
-def list_files(uri: str, suffixes: tuple[str, ...], roots: Sequence[str] = ()) -> list[str]:
+def list_files(
+    uri: str, suffixes: tuple[str, ...], roots: Sequence[str] = (), files: Sequence[str] = ()
+) -> list[str]:
     """Every input file the URI names, in a stable (sorted) order, as full URLs.
 
-    A directory yields its files with a matching suffix (hidden and `_`-prefixed files
+    With `files` (a source's `files`), exactly those, in their order, and `uri` is not
+    listed: a trigger's job reads the files it took, not what the folder holds now. A
+    directory yields its files with a matching suffix (hidden and `_`-prefixed files
     such as `_SUCCESS` are skipped); a glob yields its matches (dot-files included); a file
     yields itself. With `roots`, every file must really lie under one (see `confine`), and
     comes back as its real path.
     """
+    if files:
+        return confine(list(files), roots) if roots else list(files)
     fs, path = filesystem(uri)
     try:
         if any(ch in path for ch in "*?["):

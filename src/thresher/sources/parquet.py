@@ -40,12 +40,13 @@ class ParquetSource:
     min_shards: int = 1  # the workers the run will have: cut by rows to give each a shard
     roots: tuple[str, ...] = ()  # where every file read must really lie (none: anywhere)
     max_columns: int = MAX_COLUMNS
+    files: tuple[str, ...] = ()  # exactly these files instead of what `uri` lists
 
     def plan(self) -> Plan:
         shards: list[Shard] = []
         group_starts: dict[str, list[int]] = {}
         schema: pa.Schema | None = None
-        for url in list_files(self.uri, SUFFIXES, self.roots):
+        for url in list_files(self.uri, SUFFIXES, self.roots, self.files):
             with _open(url) as parquet:
                 meta = parquet.metadata
                 check_width(url, meta.num_columns, self.max_columns)
@@ -211,4 +212,5 @@ def parquet_source(
         min_shards,
         roots=tuple(section.allowed_roots),
         max_columns=max_columns,
+        files=tuple(section.files),
     )

@@ -79,9 +79,10 @@ class TextSource:
     roots: tuple[str, ...] = ()  # where every file read must really lie (none: anywhere)
     id_column: str | None = None  # never read as a float (see text_types)
     max_columns: int = MAX_COLUMNS
+    files: tuple[str, ...] = ()  # exactly these files instead of what `uri` lists
 
     def plan(self) -> Plan:
-        urls = list_files(self.uri, self.format.suffixes, self.roots)
+        urls = list_files(self.uri, self.format.suffixes, self.roots, self.files)
         url, names, sample = self._sniff(urls)
         inferred = self._infer(sample, names)
         check_width(url, len(inferred), self.max_columns)

@@ -41,4 +41,5 @@ def text_source(
         roots=tuple(section.allowed_roots),
         id_column=section.id_column,
         max_columns=InputOptions.model_validate(section.options).max_columns,
+        files=tuple(section.files),
     )

@@ -98,6 +98,23 @@ MIGRATIONS: list[list[str]] = [
             cancelling_at BIGINT, cancelled_at BIGINT)""",
         "CREATE INDEX IF NOT EXISTS thresher_batches_tenant ON thresher_batches (tenant, id)",
     ],
+    # 7: the triggers' sets, their manifest of files taken (one row per file version,
+    # ever, until a reset) and the resets, recorded.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_trigger_sets (
+            trigger_name TEXT NOT NULL, set_key TEXT NOT NULL, outcome TEXT NOT NULL,
+            files INTEGER NOT NULL, job_id TEXT, message TEXT, claimed_by TEXT NOT NULL,
+            claimed_at TEXT NOT NULL, settled_at TEXT, PRIMARY KEY (trigger_name, set_key))""",
+        """CREATE TABLE IF NOT EXISTS thresher_trigger_files (
+            trigger_name TEXT NOT NULL, path TEXT NOT NULL, size BIGINT NOT NULL,
+            version TEXT NOT NULL, role TEXT NOT NULL, sha256 TEXT, set_key TEXT NOT NULL,
+            taken_at TEXT NOT NULL, PRIMARY KEY (trigger_name, path, size, version))""",
+        "CREATE INDEX IF NOT EXISTS thresher_trigger_files_set"
+        " ON thresher_trigger_files (trigger_name, set_key)",
+        """CREATE TABLE IF NOT EXISTS thresher_trigger_resets (
+            trigger_name TEXT NOT NULL, since TEXT NOT NULL, reset_by TEXT NOT NULL,
+            reset_at TEXT NOT NULL, forgotten INTEGER NOT NULL)""",
+    ],
 ]
 
 

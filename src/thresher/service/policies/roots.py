@@ -84,5 +84,30 @@ def _check_path(uri: str, roots: list[str]) -> str:
     return os.path.realpath(uri) if not any(c in uri for c in GLOB_CHARS) else uri
 
 
+def check_source_files(files: list[str], allowed_roots: list[str]) -> list[str]:
+    """A submission's explicit `source.files`, each as the server will read it (a local
+    file as its real path), if every one lies under an allowed root and a local one is a
+    file; Forbidden (403) or BadRequest (400) naming the first that is not."""
+    if not allowed_roots:
+        raise Forbidden("source.files: this server reads no server-side paths (no allowed_roots)")
+    checked = []
+    for file in files:
+        uri = file.removeprefix("file://")
+        if "://" in uri:
+            try:
+                checked.append(_check_url(uri, allowed_roots))
+            except Forbidden as exc:
+                raise Forbidden(str(exc).replace("source.uri", "source.files", 1)) from None
+            continue
+        local_roots = [r for r in allowed_roots if "://" not in r or r.startswith("file://")]
+        real = os.path.realpath(uri)
+        if not os.path.isabs(uri) or not os.path.isfile(real):
+            raise BadRequest(f"source.files: {file} is not an absolute path of a file")
+        if not _under(real, [os.path.realpath(r.removeprefix("file://")) for r in local_roots]):
+            raise Forbidden(f"source.files: {file} is outside the paths this server may read")
+        checked.append(real)
+    return checked
+
+
 def _under(path: str, roots: list[str]) -> bool:
     return any(path == root or Path(path).is_relative_to(root) for root in roots)

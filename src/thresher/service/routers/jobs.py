@@ -98,8 +98,9 @@ def submit_job(
         ),
     ] = None,
 ) -> JobInfo:
-    """Queue a job over an uploaded file (`input_file_id`) or a server-side path under the
-    server's `allowed_roots` (`source.uri`), with a model registered on the server."""
+    """Queue a job over an uploaded file (`input_file_id`) or server-side input under the
+    server's `allowed_roots` (`source.uri`, or exactly the files `source.files` lists),
+    with a model registered on the server."""
     body = job.model_dump(mode="json", exclude_unset=True)
     job_id = submission.submit_job(state, tenant, body, idempotency_key)
     return describe(state, state.store.job(job_id))

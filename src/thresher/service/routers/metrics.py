@@ -2,7 +2,7 @@
 
 `/metrics` shows jobs by state, rows read, written and rejected, the rate of each
 running job (rows of its committed shards over the time since its first shard started),
-and each schedule's ticks by outcome.
+and each schedule's ticks by outcome and the files each trigger has taken.
 What it covers depends on who asks: a tenant's token shows that tenant's jobs alone (no
 other tenant's job ids or volumes); a token of a tenant in `metrics_operators` shows every
 job in the store, for the operator's Prometheus; and with `metrics_public = true` every
@@ -21,6 +21,7 @@ from thresher.service.schedules import every_schedule
 from thresher.service.state import ServiceState, StateDep
 from thresher.store import JobState
 from thresher.store.ticks import TickLedger
+from thresher.store.triggers import TriggerLedger
 from thresher.store.views import done_row_totals, job_counts, running_job_progress
 
 router = APIRouter(tags=["operations"])
@@ -67,6 +68,7 @@ def render(state: ServiceState, tenant: str | None = None) -> str:
     _row_totals(state, tenant, lines)
     _running_rates(state, tenant, lines)
     _ticks(state, tenant, lines)
+    _trigger_files(state, tenant, lines)
     return "\n".join(lines) + "\n"
 
 
@@ -126,3 +128,14 @@ def _ticks(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
 def _label(value: str) -> str:
     """A Prometheus label value: backslash, double quote and newline escaped."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _trigger_files(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
+    """Files each of the config's triggers has taken (those of the tenant's triggers)."""
+    seen = TriggerLedger(state.store.db).files_seen()
+    _metric(lines, "thresher_trigger_files_seen_total", "counter", "Files taken by each trigger.")
+    for name, trigger in state.config.triggers.items():
+        if tenant is None or trigger.tenant == tenant:
+            lines.append(
+                f'thresher_trigger_files_seen_total{{trigger="{name}"}} {seen.get(name, 0)}'
+            )

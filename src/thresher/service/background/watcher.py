@@ -1,0 +1,146 @@
+"""The watcher: a background thread that starts a job for each complete set of new files
+in the config's watched folders and prefixes (`[triggers.NAME]`).
+
+At each look (`look(now)`; the thread calls it with the real clock, tests with any
+clock and listing they like) and for each trigger not paused whose `poll_seconds` have
+passed since its last look:
+
+1. sets left claimed by a watcher that died are finished first (same key, same job);
+2. the watch is listed (page by page, `triggers.list_watch`), the files already taken
+   are read from the store, and `triggers.complete_sets` says which new ones are complete;
+3. each set is claimed in the store with its files, in one transaction (one claim wins,
+   across threads, restarts and servers on one store); only the winner queues the job —
+   the trigger's `job` with `source.files` set to exactly the set's files, under an
+   idempotency key made from the set — and settles the set with the job's id.
+
+A job the submission refuses (a file that vanished, a column that is not there) settles
+its set as failed, with why; its files stay taken, and `thresher triggers reset` is how to
+take them again. Any other error (the store busy, a listing that failed) leaves the set
+claimed, and the next look tries it again with the same key. Triggered jobs are jobs
+like any other: queued, run, and announced by their `notify.webhook`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from thresher.service.errors import ServiceError
+from thresher.service.state import ServiceState
+from thresher.store.jobs import this_owner
+from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
+from thresher.triggers import FileSeen, FileSet, Settling, TriggerSettings, complete_sets
+from thresher.triggers import list_watch as default_listing
+
+__all__ = ["Watcher", "job_body", "start_watcher"]
+
+log = logging.getLogger("thresher.service.background.watcher")
+
+Listing = Callable[[str], Iterable[FileSeen]]
+# Queues a job: (tenant, POST /v1/jobs body, idempotency key) -> its id.
+Submit = Callable[[str, dict[str, object], str], str]
+# A local file this small is hashed when taken (cheap); larger ones and objects rely on
+# size and mtime or ETag.
+HASH_BYTES = 8 * 1024 * 1024
+
+
+class Watcher:
+    """Takes complete sets of new files for `state.config.triggers`; `submit` queues a
+    job (tenant, body, idempotency key) and returns its id."""
+
+    def __init__(
+        self, state: ServiceState, submit: Submit, listing: Listing = default_listing
+    ) -> None:
+        self.state, self.submit, self.listing = state, submit, listing
+        self.ledger = TriggerLedger(state.store.db)
+        self.owner = this_owner()
+        self.memory: dict[str, Settling] = {}
+        self.next_look: dict[str, datetime] = {}
+
+    def look(self, now: datetime) -> None:
+        """Look at every trigger that is due at `now`."""
+        for name, trigger in self.state.config.triggers.items():
+            if trigger.paused or now < self.next_look.get(name, now):
+                continue
+            self.next_look[name] = now + timedelta(seconds=trigger.poll_seconds)
+            try:
+                self._look_at(name, trigger, now)
+            except Exception:  # a store or listing hiccup, or a bug: the next look tries again
+                log.exception("trigger %s: its files could not be looked at now", name)
+
+    def _look_at(self, name: str, trigger: TriggerSettings, now: datetime) -> None:
+        for key in self.ledger.unsettled(name):
+            self._start(name, trigger, key)
+        files = list(self.listing(trigger.watch))
+        taken = self.ledger.taken(name)
+        memory = self.memory.setdefault(name, Settling())
+        epoch = self.ledger.epoch(name)
+        for found in complete_sets(files, taken, trigger, memory, now):
+            key = found.key(epoch)
+            if self.ledger.claim(name, key, _taken_files(found), self.owner):
+                log.info("trigger %s: took %d new files as set %s", name, len(found.files), key)
+                self._start(name, trigger, key)
+
+    def _start(self, name: str, trigger: TriggerSettings, key: str) -> None:
+        """Queue a claimed set's job (none for a set of no files) and settle the set."""
+        files = self.ledger.set_files(name, key)
+        if not files:
+            self.ledger.settle(name, key, SetOutcome.EMPTY, message="a marker with no new files")
+            return
+        try:
+            job_id = self.submit(trigger.tenant, job_body(name, trigger, key, files),
+                                 set_job_key(name, key))  # fmt: skip
+        except ServiceError as exc:  # the submission is refused: trying again would be too
+            self.ledger.settle(name, key, SetOutcome.FAILED, message=str(exc)[:2000])
+            log.warning("trigger %s: set %s could not start: %s", name, key, exc)
+            return
+        self.ledger.settle(name, key, SetOutcome.STARTED, job_id=job_id)
+        log.info("trigger %s: set %s started job %s", name, key, job_id)
+
+
+def job_body(name: str, trigger: TriggerSettings, key: str, files: list[str]) -> dict[str, Any]:
+    """The `POST /v1/jobs` body of a set's job: the trigger's `job`, reading `files`."""
+    source = {**trigger.job.get("source", {}), "files": files}
+    return {**trigger.job, "name": f"{name}@{key[:12]}", "source": source}
+
+
+def _taken_files(found: FileSet) -> list[TakenFile]:
+    data = [TakenFile(f.path, f.size, f.version, "data", _sha256(f)) for f in found.files]
+    return data + [TakenFile(f.path, f.size, f.version, "marker") for f in found.markers]
+
+
+def _sha256(f: FileSeen) -> str | None:
+    """A local small file's content digest, for the manifest; None when not cheap."""
+    if "://" in f.path or f.size > HASH_BYTES:
+        return None
+    try:
+        with open(f.path, "rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def start_watcher(state: ServiceState, submit: Submit) -> Callable[[], None]:
+    """Start the watcher's thread (if the config has triggers); returns its stop."""
+    if not state.config.triggers:
+        return lambda: None
+    watcher, stopping = Watcher(state, submit), threading.Event()
+    wait = min(t.poll_seconds for t in state.config.triggers.values())
+
+    def loop() -> None:
+        while not stopping.is_set():
+            watcher.look(datetime.now(UTC))
+            stopping.wait(wait)
+
+    thread = threading.Thread(target=loop, name="thresher-watcher", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        stopping.set()
+        thread.join()
+
+    return stop

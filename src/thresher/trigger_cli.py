@@ -1,0 +1,89 @@
+"""`thresher triggers`: show the server config's triggers with what they have taken, and
+`thresher triggers reset`, the one way to make a trigger take files again."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from thresher.errors import ThresherError
+
+EXIT_USAGE = 2
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The server's TOML config, whose [triggers.NAME] sections to show.",
+)
+@click.option("--store", "own_store", metavar="URL", help="The job store (as `thresher --store`).")
+@click.pass_context
+def triggers(ctx: click.Context, config_file: Path | None, own_store: str | None) -> None:
+    """List the server's triggers: each one's rule, files seen, last set and job, and
+    last reset (`thresher triggers --config server.toml`)."""
+    ctx.obj = own_store or ctx.obj  # the store for `reset` too
+    if ctx.invoked_subcommand is not None:
+        return
+    from thresher.service.config import ConfigError, check_triggers, load_config
+    from thresher.store import open_store
+    from thresher.store.triggers import TriggerLedger
+    from thresher.triggers.preview import describe_triggers
+
+    if config_file is None:
+        _fail("--config: the server's config file is needed to list its triggers")
+    try:
+        config = load_config(config_file)
+        warnings = check_triggers(config)
+    except ConfigError as exc:
+        _fail(str(exc))
+    ledger = TriggerLedger(open_store(ctx.obj).db)
+    for line in describe_triggers(config.triggers, ledger) or ["none"]:
+        click.echo(line)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@triggers.command("reset")
+@click.argument("name")
+@click.option(
+    "--since", required=True, help="ISO 8601 time (UTC unless it says): files taken then or later."
+)
+@click.option("--by", "reset_by", help="Who asks, for the record (default: user@host).")
+@click.option("--store", "own_store", metavar="URL", help="The job store (as `thresher --store`).")
+@click.pass_context
+def reset(
+    ctx: click.Context, name: str, since: str, reset_by: str | None, own_store: str | None
+) -> None:
+    """Forget the files trigger NAME took at or after --since, so they are taken again
+    in new sets and jobs; the reset is recorded (who, when, since, how many)."""
+    from thresher.store import open_store
+    from thresher.store.triggers import TriggerLedger
+
+    try:
+        moment = datetime.fromisoformat(since)
+    except ValueError:
+        _fail(f"--since: {since!r} is not an ISO 8601 time (2026-12-01T00:00:00Z)")
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    store_url = own_store or ctx.obj
+    try:
+        ledger = TriggerLedger(open_store(store_url).db)
+        if not ledger.recent(name, limit=1):
+            _fail(f"NAME: trigger {name!r} has taken no files in this store")
+        by = reset_by or f"{getpass.getuser()}@{socket.gethostname()}"
+        forgotten = ledger.reset(name, moment.astimezone(UTC), by)
+    except ThresherError as exc:
+        _fail(str(exc))
+    click.echo(f"trigger {name}: {forgotten} files taken since {moment.isoformat()} forgotten")
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"thresher: {message}", err=True)
+    sys.exit(EXIT_USAGE)
