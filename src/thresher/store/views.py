@@ -1,5 +1,6 @@
 """Read-only views of the job tables the service shows: a tenant's jobs page by page, the
-metrics' counts, jobs a stopped server left running; and the queued job's cancel."""
+metrics' counts, jobs a stopped server left running, the rows a tenant's jobs read (its
+daily quota); and the queued job's cancel."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ __all__ = [
     "cancel_if_queued",
     "done_row_totals",
     "job_counts",
+    "rows_read_since",
     "running_job_progress",
     "running_service_jobs",
     "tenant_job_ids",
@@ -98,3 +100,16 @@ def running_job_progress(db: Database, tenant: str | None = None) -> list[tuple[
 
 def _as_params(tenant: str | None) -> list[str]:
     return [] if tenant is None else [tenant]
+
+
+def rows_read_since(db: Database, tenant: str, since: str) -> list[tuple[str, int]]:
+    """(finished at, rows read) of each of the tenant's jobs that finished at `since` or
+    later, oldest first: the rows its committed shards read."""
+    rows = db.query(
+        "SELECT j.finished_at, COALESCE(SUM(s.rows_in), 0) FROM thresher_jobs j"
+        " JOIN thresher_shards s ON s.job_id = j.id AND s.state = ?"
+        " WHERE j.tenant = ? AND j.finished_at >= ? GROUP BY j.id, j.finished_at"
+        " ORDER BY j.finished_at",
+        (ShardState.DONE.value, tenant, since),
+    )
+    return [(str(at), int(n)) for at, n in rows]

@@ -1,0 +1,102 @@
+"""Worker slots, leases and preemption in a real `thresher serve`.
+
+A server killed with SIGKILL leaves its slot leases in the store; the next server sees
+their owner is dead and takes the slots back (none leak). A high-priority job that finds
+no slot free preempts a low-priority one at a shard boundary; the low one waits as
+`preempted`, resumes from its stored plan, and its output is exactly an uninterrupted
+run's: every id once, the same predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from thresher.store import Store, open_store
+from thresher.store.owners import this_host
+
+from .servers import Server, ServiceSite, wait_for_job
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TWO_SLOTS = "min_run_seconds = 0\n\n[capacity]\ncpu = 2\ngpu = 0\n"
+
+
+@contextmanager
+def store_of(site: ServiceSite) -> Iterator[Store]:
+    store = open_store(site.store)
+    try:
+        yield store
+    finally:
+        store.db.close()
+
+
+def write_shards(folder: Path, shards: int, rows: int) -> dict[int, float]:
+    """One JSONL file (one shard) per `rows` rows; returns id → x."""
+    folder.mkdir()
+    xs = {}
+    for shard in range(shards):
+        ids = range(shard * rows, (shard + 1) * rows)
+        xs |= {i: float(i % 7) for i in ids}
+        lines = [json.dumps({"id": i, "x": xs[i]}) for i in ids]
+        (folder / f"part-{shard:02d}.jsonl").write_text("\n".join(lines) + "\n")
+    return xs
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def job(client: httpx.Client, job_id: str) -> dict[str, Any]:
+    return dict(client.get(f"/v1/jobs/{job_id}").json())
+
+
+def results(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    text = client.get(f"/v1/jobs/{job_id}/results").text
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_a_killed_servers_slot_leases_are_reclaimed(tmp_path: Path) -> None:
+    site = ServiceSite(tmp_path, slow_delay=0.5, settings=TWO_SLOTS)
+    token = site.token("acme")
+    folder = site.shared / "big"
+    write_shards(folder, shards=6, rows=5)
+    body = {"source": {"uri": str(folder), "format": "jsonl"}, "model": "slow", "id_column": "id"}
+
+    server = Server(site)
+    with server.client(token) as client:
+        big = client.post("/v1/jobs", json={**body, "workers": 2}).json()["id"]
+        until(lambda: job(client, big)["progress"]["shards_done"] >= 1, "the job got going")
+    server.kill()
+    with store_of(site) as store:
+        (leaked,) = store.leases.held()
+    assert (leaked.job_id, leaked.cpu) == (big, 2)
+    assert leaked.owner == f"{this_host()}:{server.process.pid}"  # dead now
+
+    restarted = Server(site)
+    try:
+        with restarted.client(token) as client:
+            small = client.post("/v1/jobs", json={**body, "workers": 1}).json()["id"]
+            with store_of(site) as store:
+                (lease,) = store.leases.held()  # the dead server's lease is gone
+                assert lease.job_id == big and lease.cpu == 2
+                assert lease.owner == f"{this_host()}:{restarted.process.pid}"
+            assert job(client, small)["status"] == "queued"  # 2 of 2 slots in use
+            assert wait_for_job(client, big)["status"] == "succeeded"
+            assert wait_for_job(client, small)["status"] == "succeeded"
+    finally:
+        restarted.stop()
+    with store_of(site) as store:
+        assert store.leases.held() == []  # every slot given back
