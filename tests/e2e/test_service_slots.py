@@ -100,3 +100,57 @@ def test_a_killed_servers_slot_leases_are_reclaimed(tmp_path: Path) -> None:
         restarted.stop()
     with store_of(site) as store:
         assert store.leases.held() == []  # every slot given back
+
+
+ONE_SLOT = "min_run_seconds = 0\n\n[capacity]\ncpu = 1\ngpu = 0\n"
+
+
+def test_a_higher_priority_preempts_a_running_job_which_resumes_exactly_once(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    site = ServiceSite(tmp_path, slow_delay=0.3, settings=ONE_SLOT)
+    token = site.token("acme")
+    xs = write_shards(site.shared / "low", shards=10, rows=5)
+    write_shards(site.shared / "high", shards=1, rows=5)
+    low_body = {
+        "source": {"uri": str(site.shared / "low"), "format": "jsonl"},
+        "model": "slow",
+        "id_column": "id",
+    }
+    high_body = {
+        "source": {"uri": str(site.shared / "high"), "format": "jsonl"},
+        "model": "double",
+        "id_column": "id",
+        "priority": 5,
+    }
+    server = Server(site)
+    try:
+        with server.client(token) as client:
+            low = client.post("/v1/jobs", json=low_body).json()["id"]
+            until(lambda: job(client, low)["progress"]["shards_done"] >= 2, "low got going")
+            submitted = time.monotonic()
+            high = client.post("/v1/jobs", json=high_body).json()["id"]
+            seen = until(lambda: job(client, low)["status"] == "preempted", "low preempted")
+            assert seen and job(client, high)["status"] in ("queued", "running", "succeeded")
+            with store_of(site) as store:
+                kept = {s.index for s in store.shards(low) if s.state == "done"}
+            until(lambda: job(client, high)["status"] != "queued", "high started")
+            latency = time.monotonic() - submitted
+            assert wait_for_job(client, high)["status"] == "succeeded"
+            assert wait_for_job(client, low, timeout=90)["status"] == "succeeded"
+            preempted = results(client, low)
+            twin = client.post("/v1/jobs", json=low_body).json()["id"]  # uninterrupted
+            assert wait_for_job(client, twin, timeout=90)["status"] == "succeeded"
+            uninterrupted = results(client, twin)
+            with store_of(site) as store:
+                attempts = {s.index: s.attempts for s in store.shards(low)}
+                assert store.leases.held() == []
+    finally:
+        server.stop()
+    record_property("preemption_latency_s", round(latency, 2))
+    print(f"preemption latency (high-priority submission to its start): {latency:.2f} s")
+    assert preempted == uninterrupted  # same rows, same order, same predictions
+    assert sorted(r["id"] for r in preempted) == sorted(xs)  # every id once
+    assert all(r["prediction"] == 2.0 * xs[r["id"]] for r in preempted)
+    assert 2 <= len(kept) < 10 and all(attempts[i] == 1 for i in kept)  # committed: kept
+    assert "preempted by job" in server.log.read_text()
