@@ -11,6 +11,7 @@ from test_service_http import make_api
 
 from thresher.service.config import CapacitySettings, ConfigError, TenantLimits, load_config
 from thresher.store import JobState
+from thresher.store.leases import SlotRequest, Slots
 
 
 def test_capacity_and_tenant_limits_come_from_the_config(tmp_path: Path) -> None:
@@ -24,6 +25,16 @@ def test_capacity_and_tenant_limits_come_from_the_config(tmp_path: Path) -> None
     assert config.limits("acme").max_priority == 3 and config.limits("acme").queued_jobs is None
     assert config.limits("globex") == TenantLimits()  # unlisted: no limits
     assert CapacitySettings().cpu == (os.cpu_count() or 1)
+
+
+def test_the_readmes_capacity_example_is_a_valid_config(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Capacity, quotas and preemption", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    config_file = tmp_path / "server.toml"
+    config_file.write_text(example)
+    config = load_config(config_file)
+    assert config.capacity.cpu == 16 and config.limits("acme").worker_slots == 8
 
 
 def test_a_misspelt_limit_is_named(tmp_path: Path) -> None:
@@ -92,3 +103,31 @@ def test_rows_read_in_a_day_past_the_limit_is_429_with_retry_after(tmp_path: Pat
     assert refused.status_code == 429, refused.text
     assert "read 11 rows in the last 24 hours, its limit rows_per_day = 10" in refused.text
     assert 86_000 < int(refused.headers["Retry-After"]) <= 86_401  # when that job leaves
+
+
+def test_listings_and_metrics_show_why_jobs_wait_and_the_slots(tmp_path: Path) -> None:
+    api = make_api(tmp_path, capacity=CapacitySettings(cpu=3, gpu=0), metrics_public=True)
+    store = api.state.store
+    running = api.job_on_upload(priority=1)["id"]
+    waiting = api.job_on_upload(priority=1)["id"]
+    preempted = api.job_on_upload()["id"]
+    assert store.leases.acquire(SlotRequest(running, "acme", 1, want=2), Slots(3, 0)).granted
+    assert store.queue.take(running)
+    store.queue.note_wait(waiting, "waiting for worker slots: 2 of 3 in use")
+    assert store.queue.take(preempted) and store.queue.preempt(preempted, "preempted by a job")
+    jobs = {j["id"]: j for j in api.client.get("/v1/jobs", headers=api.auth()).json()["data"]}
+    assert jobs[waiting]["waiting_for"] == "waiting for worker slots: 2 of 3 in use"
+    assert (jobs[preempted]["status"], jobs[preempted]["waiting_for"]) == (
+        "preempted",
+        "preempted by a job",
+    )
+    assert jobs[running]["status"] == "running" and jobs[running]["waiting_for"] is None
+    text = api.client.get("/metrics").text
+    assert 'thresher_jobs{state="preempted"} 1' in text
+    assert 'thresher_queue_length{priority="1"} 1' in text
+    assert 'thresher_queue_length{priority="0"} 1' in text
+    assert "thresher_cpu_slots_used 2" in text and "thresher_cpu_slots_free 1" in text
+    ended: list[str] = []
+    api.state.on_job_finished.append(lambda record: ended.append(record.state.value))
+    cancelled = api.client.post(f"/v1/jobs/{preempted}/cancel", headers=api.auth()).json()
+    assert cancelled["status"] == "cancelled" and ended == ["cancelled"]

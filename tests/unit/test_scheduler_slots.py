@@ -70,7 +70,8 @@ def test_a_higher_priority_preempts_the_lowest_once(
     assert not scheduler._start_next()  # 2 of 2 slots in use
     assert store.queue.wait_reason("high") == "waiting for worker slots: 2 of 2 in use"
     assert store.job("low").state == JobState.PREEMPTED
-    assert store.job("low").message == "preempted by job high of priority 5"
+    assert store.job("low").message == "preempted by a job of priority 5; resumes when slots free"
+    assert store.job("low").wait_reason == store.job("low").message
     assert not scheduler._start_next()  # low still holds its lease: no second victim
     assert store.job("mid").state == JobState.RUNNING
     store.leases.release("low")  # its coordinator stopped

@@ -7,7 +7,8 @@ max_upload_bytes = 1073741824           # 1 GiB
 max_request_bytes = 1048576             # a JSON body: 1 MiB
 body_timeout = 30                       # seconds a body may take, plus 1 s per
 body_min_rate = 16384                   # body_min_rate bytes it brings (slow clients: 408)
-max_concurrent_jobs = 2
+max_concurrent_jobs = 2                 # an upper bound beside the slots
+min_run_seconds = 30                    # a job is not preempted again sooner
 metrics_operators = ["ops"]             # tenants whose tokens see every tenant's /metrics
 
 [models.churn]                          # tenants pick models by these names only

@@ -304,7 +304,7 @@ class Store:
 
 _JOB_COLUMNS = (
     "id, name, state, spec, plan, shard_count, created_at, finished_at, message, owner, manifest,"
-    " tenant, priority"
+    " tenant, priority, wait_reason"
 )
 
 
@@ -323,6 +323,7 @@ def _job_record(row: tuple[Any, ...]) -> JobRecord:
         manifest=json.loads(row[10]) if row[10] else None,
         tenant=row[11],
         priority=int(row[12] or 0),
+        wait_reason=row[13] if JobState(row[2]).waiting else None,
     )
 
 

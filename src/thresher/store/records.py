@@ -56,6 +56,7 @@ class JobRecord:
     manifest: dict[str, Any] | None
     tenant: str | None = None
     priority: int = 0
+    wait_reason: str | None = None  # why a queued or preempted job has not started yet
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ __all__ = [
     "running_job_progress",
     "running_service_jobs",
     "tenant_job_ids",
+    "waiting_by_priority",
 ]
 
 
@@ -32,17 +33,20 @@ def tenant_job_ids(db: Database, tenant: str, limit: int, after: JobRecord | Non
 
 
 def cancel_if_queued(db: Database, job_id: str) -> bool:
-    """Cancel the job if it is still queued, atomically against the scheduler's claim."""
+    """Cancel the job if it is waiting — queued, or preempted with its coordinator gone
+    (no lease) — atomically against the scheduler's claim."""
     with db.transaction() as cur:
         changed = cur.changed(
-            "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?"
-            " WHERE id = ? AND state = ?",
+            "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?, wait_reason = NULL"
+            " WHERE id = ? AND state IN (?, ?)"
+            " AND id NOT IN (SELECT job_id FROM thresher_leases)",
             (
                 JobState.CANCELLED.value,
                 now(),
                 "cancelled by request",
                 job_id,
                 JobState.QUEUED.value,
+                JobState.PREEMPTED.value,
             ),
         )
     return changed > 0
@@ -113,3 +117,15 @@ def rows_read_since(db: Database, tenant: str, since: str) -> list[tuple[str, in
         (ShardState.DONE.value, tenant, since),
     )
     return [(str(at), int(n)) for at, n in rows]
+
+
+def waiting_by_priority(db: Database, tenant: str | None = None) -> dict[int, int]:
+    """How many jobs wait (queued or preempted) at each priority: the tenant's, or every
+    job's with None."""
+    mine = " AND tenant = ?" if tenant is not None else ""
+    rows = db.query(
+        f"SELECT priority, COUNT(*) FROM thresher_jobs WHERE state IN (?, ?){mine}"
+        " GROUP BY priority ORDER BY priority DESC",
+        (JobState.QUEUED.value, JobState.PREEMPTED.value, *_as_params(tenant)),
+    )
+    return {int(priority): int(count) for priority, count in rows}

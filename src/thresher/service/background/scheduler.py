@@ -133,9 +133,10 @@ class Scheduler:
             return  # one at a time: the last one preempted is still giving its slots back
         running = queue.running_with_leases()
         victim = choose_victim(job, running, self.state.config.min_run_seconds)
-        message = f"preempted by job {job.id} of priority {job.priority}"
+        # The tenant reads this: it names no job of another tenant.
+        message = f"preempted by a job of priority {job.priority}; resumes when slots free"
         if victim is not None and queue.preempt(victim.id, message):
-            log.info("job %s (priority %s): %s", victim.id, victim.priority, message)
+            log.info("job %s (priority %s) preempted by job %s", victim.id, victim.priority, job.id)
 
     def _has_room(self) -> bool:
         with self._lock:

@@ -71,6 +71,7 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
         seconds=manifest.get("seconds"),
         rows_per_second=manifest.get("rows_per_second"),
         message=public_message(state, record.message),
+        waiting_for=record.wait_reason,
         results_url=f"/v1/jobs/{record.id}/results",
         errors_url=f"/v1/jobs/{record.id}/errors",
     )
@@ -126,8 +127,9 @@ def get_job(
     state: StateDep,
     tenant: Tenant,
 ) -> JobInfo:
-    """Status (`queued`, `running`, `succeeded`, `failed`, `cancelled`), request counts,
-    shards done of total, timings and the number of bad records."""
+    """Status (`queued`, `running`, `preempted`, `succeeded`, `failed`, `cancelled`),
+    why it waits (`waiting_for`), request counts, shards done of total, timings and the
+    number of bad records."""
     return describe(state, tenant_job(state, tenant, job_id))
 
 
