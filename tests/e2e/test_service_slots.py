@@ -154,3 +154,37 @@ def test_a_higher_priority_preempts_a_running_job_which_resumes_exactly_once(
     assert all(r["prediction"] == 2.0 * xs[r["id"]] for r in preempted)
     assert 2 <= len(kept) < 10 and all(attempts[i] == 1 for i in kept)  # committed: kept
     assert "preempted by job" in server.log.read_text()
+
+
+def test_two_servers_on_one_postgresql_store_share_the_hosts_slots(
+    tmp_path: Path, postgres_server: str, pg_schema: str
+) -> None:
+    from urllib.parse import quote
+
+    site = ServiceSite(tmp_path, slow_delay=0.4, settings=TWO_SLOTS)
+    site.store = f"{postgres_server}?options={quote(f'-csearch_path={pg_schema}')}"
+    token = site.token("acme")
+    bodies = []
+    for n in range(4):
+        write_shards(site.shared / f"in{n}", shards=3, rows=2)
+        source = {"uri": str(site.shared / f"in{n}"), "format": "jsonl"}
+        bodies.append({"source": source, "model": "slow", "id_column": "id", "workers": 1})
+    first, second = Server(site), Server(site)  # each may run 2 jobs: 4 without the lease
+    peak, owners = 0, set()
+    try:
+        with first.client(token) as one, second.client(token) as two:
+            ids = [(one if n % 2 else two).post("/v1/jobs", json=b).json()["id"]
+                   for n, b in enumerate(bodies)]  # fmt: skip
+            with store_of(site) as store:
+                while any(job(one, i)["status"] not in ("succeeded", "failed") for i in ids):
+                    held = store.leases.held()
+                    peak = max(peak, sum(lease.cpu for lease in held))
+                    owners |= {lease.owner for lease in held}
+                    time.sleep(0.05)
+                assert store.leases.held() == []
+            assert [job(one, i)["status"] for i in ids] == ["succeeded"] * 4
+    finally:
+        first.stop()
+        second.stop()
+    assert peak == 2  # the host's two slots, never more, across both servers
+    assert len(owners) == 2  # and both servers ran jobs
