@@ -80,6 +80,13 @@ def test_a_higher_priority_preempts_the_lowest_once(
     assert [job.id for job in store.queue.waiting()] == ["low"]  # next, to resume
 
 
+def test_preempted_is_waiting_not_finished_and_fires_no_webhook() -> None:
+    from thresher.service.background.webhooks import EVENTS
+
+    assert JobState.PREEMPTED.waiting and not JobState.PREEMPTED.finished
+    assert JobState.PREEMPTED not in EVENTS
+
+
 def test_a_job_is_not_preempted_within_min_run_seconds(
     scheduler: Scheduler, job_spec: Callable[..., JobSpec]
 ) -> None:
