@@ -33,7 +33,7 @@ def show_jobs(store: Store, limit: int, console: Console | None = None) -> None:
         "errors",
         "rows/s",
         "created",
-        "waiting for",
+        "why it waits",
     )
     for job in store.jobs(limit):
         totals = store.totals(job.id)
@@ -68,7 +68,7 @@ def show_job(store: Store, job_id: str, console: Console | None = None) -> None:
     if job.message:
         say(f"  message: {shown(job.message)}")
     if job.wait_reason:
-        say(f"  waiting for: {shown(job.wait_reason)}")
+        say(f"  why it waits: {shown(job.wait_reason)}")
     for shard in store.shards(job_id):
         if shard.state != ShardState.DONE:
             why = f": {shown(shard.error)}" if shard.error else ""
