@@ -109,6 +109,17 @@ def test_gpu_slots_bound_gpu_workers(store: Store) -> None:
     assert store.leases.acquire(ask("cpu-only", 1), two_gpus).granted
 
 
+def test_each_gpu_job_gets_gpus_of_its_own(store: Store) -> None:
+    four_gpus = Slots(cpu=8, gpu=4, devices=("0", "1", "2", "3"))
+    first = store.leases.acquire(ask("a", 2, gpu_per_worker=1), four_gpus)
+    second = store.leases.acquire(ask("b", 1, gpu_per_worker=1), four_gpus)
+    assert (first.devices, second.devices) == (("0", "1"), ("2",))
+    assert store.leases.lease("a").devices == ("0", "1")  # type: ignore[union-attr]
+    store.leases.release("a")
+    assert store.leases.acquire(ask("c", 3, gpu_per_worker=1), four_gpus).devices == ("0", "1", "3")
+    assert store.leases.acquire(ask("cpu", 1), four_gpus).devices == ()
+
+
 def test_a_preempted_job_waits_until_its_lease_is_let_go(
     store: Store, job_spec: Callable[..., JobSpec]
 ) -> None:

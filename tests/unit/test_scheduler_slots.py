@@ -98,3 +98,18 @@ def test_a_job_is_not_preempted_within_min_run_seconds(
     queue(scheduler, job_spec, "high", "globex", priority=5)
     assert not scheduler._start_next()
     assert {scheduler.state.store.job(j).state for j in ("low", "low2")} == {JobState.RUNNING}
+
+
+def test_a_job_process_sees_only_its_leased_gpus(tmp_path: Path) -> None:
+    from thresher.service.background.job_process import pin_leased_gpus
+    from thresher.store.leases import SlotRequest, Slots
+
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    request = SlotRequest("gpu-job", "acme", 0, want=2, gpu_per_worker=1)
+    assert store.leases.acquire(request, Slots(4, 4, ("4", "5", "6", "7"))).granted
+    environ = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    pin_leased_gpus(store, "gpu-job", environ)
+    assert environ == {"CUDA_VISIBLE_DEVICES": "4,5"}
+    untouched = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    pin_leased_gpus(store, "cpu-job", untouched)
+    assert untouched == {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}

@@ -24,10 +24,12 @@ _LEASE_LOCK = 7305062
 
 @dataclass(frozen=True)
 class Slots:
-    """A count of worker (CPU) and GPU slots."""
+    """A count of worker (CPU) and GPU slots; as a capacity, also the GPUs' ids
+    (`CUDA_VISIBLE_DEVICES` entries; `0` … `gpu - 1` when not given)."""
 
     cpu: int
     gpu: int
+    devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Lease:
     cpu: int
     gpu: int
     acquired_at: str
+    devices: tuple[str, ...] = ()  # the GPUs it holds, each its own
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Grant:
     cpu: int
     gpu: int
     reason: str | None = None
+    devices: tuple[str, ...] = ()  # which GPUs, none held by another lease on this host
     # The tenant's own worker_slots limit refused it (the host had room): jobs of other
     # tenants may still start.
     tenant_limited: bool = False
@@ -88,9 +92,9 @@ class SlotLeases:
             if grant.granted:
                 cur.execute(
                     "INSERT INTO thresher_leases (job_id, owner, tenant, priority, cpu, gpu,"
-                    " acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " devices, acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (request.job_id, this_owner(), request.tenant, request.priority,
-                     grant.cpu, grant.gpu, now()),
+                     grant.cpu, grant.gpu, ",".join(grant.devices), now()),
                 )  # fmt: skip
         return grant
 
@@ -156,15 +160,26 @@ def _fit(request: SlotRequest, capacity: Slots, leases: list[Lease]) -> Grant:
         if fits < request.minimum:
             reason = f"tenant limit worker_slots: its jobs hold {mine} of {request.tenant_cap}"
             return Grant(0, 0, reason, tenant_limited=True)
-    return Grant(fits, fits * request.gpu_per_worker)
+    gpus = fits * request.gpu_per_worker
+    return Grant(fits, gpus, devices=_free_devices(capacity, leases)[:gpus])
+
+
+def _free_devices(capacity: Slots, leases: list[Lease]) -> tuple[str, ...]:
+    ids = capacity.devices or tuple(str(i) for i in range(capacity.gpu))
+    held = {d for lease in _on_host(leases, this_host()) for d in lease.devices}
+    return tuple(d for d in ids if d not in held)
 
 
 def _all(cur: Cursor) -> list[Lease]:
     rows = cur.execute(
-        "SELECT job_id, owner, tenant, priority, cpu, gpu, acquired_at FROM thresher_leases"
-        " ORDER BY acquired_at, job_id"
+        "SELECT job_id, owner, tenant, priority, cpu, gpu, acquired_at, devices"
+        " FROM thresher_leases ORDER BY acquired_at, job_id"
     ).fetchall()
-    return [Lease(str(r[0]), str(r[1]), r[2], int(r[3]), int(r[4]), int(r[5]), r[6]) for r in rows]
+    return [
+        Lease(str(r[0]), str(r[1]), r[2], int(r[3]), int(r[4]), int(r[5]), r[6],
+              tuple(d for d in str(r[7] or "").split(",") if d))
+        for r in rows
+    ]  # fmt: skip
 
 
 def _on_host(leases: list[Lease], host: str) -> list[Lease]:

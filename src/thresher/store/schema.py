@@ -121,7 +121,7 @@ MIGRATIONS: list[list[str]] = [
         """CREATE TABLE IF NOT EXISTS thresher_leases (
             job_id TEXT PRIMARY KEY, owner TEXT NOT NULL, tenant TEXT,
             priority INTEGER NOT NULL DEFAULT 0, cpu INTEGER NOT NULL, gpu INTEGER NOT NULL,
-            acquired_at TEXT NOT NULL)""",
+            devices TEXT NOT NULL DEFAULT '', acquired_at TEXT NOT NULL)""",
         "ALTER TABLE thresher_jobs ADD COLUMN wait_reason TEXT",
     ],
 ]

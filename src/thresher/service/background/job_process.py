@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
+from collections.abc import MutableMapping
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
@@ -81,6 +83,7 @@ def coordinate(store_url: str, job_id: str, resume: bool, workers: int | None = 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     store = open_store(store_url)
     record = store.job(job_id)
+    pin_leased_gpus(store, job_id)
     try:
         if resume and record.plan.get("shards"):
             # The server claimed it for this child; the claim must not block the resume.
@@ -96,6 +99,16 @@ def coordinate(store_url: str, job_id: str, resume: bool, workers: int | None = 
         fail_unless_finished(store, job_id, "the server hit an internal error running this job")
     finally:
         store.db.close()
+
+
+def pin_leased_gpus(
+    store: Store, job_id: str, environ: MutableMapping[str, str] = os.environ
+) -> None:
+    """Make the GPUs leased to the job the only ones this process and its workers see
+    (placement then puts one worker on each); a job with none leased is left as it is."""
+    lease = store.leases.lease(job_id)
+    if lease is not None and lease.devices:
+        environ["CUDA_VISIBLE_DEVICES"] = ",".join(lease.devices)
 
 
 def fail_unless_finished(store: Store, job_id: str, message: str) -> None:

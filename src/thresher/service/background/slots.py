@@ -3,7 +3,8 @@
 A job asks for the worker slots its `[run] workers` names (the server's, or the
 submission's `workers`), or every slot of the machine when it names none, and starts
 with what is free down to `capacity.min_workers`. When the server's `[run]` places
-workers on GPUs, each worker also takes one GPU slot.
+workers on GPUs, each worker also takes one GPU slot: a GPU of its own, which the job's
+coordinator makes the only ones its workers see (`CUDA_VISIBLE_DEVICES`).
 
 Preemption, when the job that should start next cannot (no slots, or
 `max_concurrent_jobs` running): the running job on this host with the lowest priority
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from thresher.plan.devices import visible_gpus
 from thresher.service.config import ServerConfig
 from thresher.store.leases import SlotRequest, Slots
 from thresher.store.owners import owner_host, this_host
@@ -25,7 +27,12 @@ __all__ = ["capacity", "choose_victim", "gpu_per_worker", "slot_request"]
 
 
 def capacity(config: ServerConfig) -> Slots:
-    return Slots(config.capacity.cpu, config.capacity.gpu)
+    """This host's slots, its GPU slots named by the GPUs visible here (their first
+    `capacity.gpu`; `0` … `gpu - 1` when fewer are visible)."""
+    gpus = config.capacity.gpu
+    visible = visible_gpus()
+    devices = visible[:gpus] if len(visible) >= gpus else [str(i) for i in range(gpus)]
+    return Slots(config.capacity.cpu, gpus, tuple(devices))
 
 
 def gpu_per_worker(config: ServerConfig) -> int:
