@@ -122,6 +122,7 @@ def test_listings_and_metrics_show_why_jobs_wait_and_the_slots(tmp_path: Path) -
         "preempted by a job",
     )
     assert jobs[running]["status"] == "running" and jobs[running]["waiting_for"] is None
+    assert jobs[running]["slots"] == {"cpu": 2, "gpu": 0} and jobs[waiting]["slots"] is None
     text = api.client.get("/metrics").text
     assert 'thresher_jobs{state="preempted"} 1' in text
     assert 'thresher_queue_length{priority="1"} 1' in text

@@ -67,8 +67,11 @@ def test_a_higher_priority_preempts_the_lowest_once(
     while scheduler._start_next():
         pass
     queue(scheduler, job_spec, "high", "globex", priority=5)
+    queue(scheduler, job_spec, "later", "acme", priority=1)
     assert not scheduler._start_next()  # 2 of 2 slots in use
     assert store.queue.wait_reason("high") == "waiting for worker slots: 2 of 2 in use"
+    behind = "queued behind a job of priority 5 (waiting for worker slots: 2 of 2 in use)"
+    assert store.queue.wait_reason("later") == behind
     assert store.job("low").state == JobState.PREEMPTED
     assert store.job("low").message == "preempted by a job of priority 5; resumes when slots free"
     assert store.job("low").wait_reason == store.job("low").message
@@ -77,7 +80,7 @@ def test_a_higher_priority_preempts_the_lowest_once(
     store.leases.release("low")  # its coordinator stopped
     assert scheduler._start_next()
     assert scheduler.launched[-1] == ("high", False, 1)  # type: ignore[attr-defined]
-    assert [job.id for job in store.queue.waiting()] == ["low"]  # next, to resume
+    assert [job.id for job in store.queue.waiting()] == ["later", "low"]  # low resumes after
 
 
 def test_preempted_is_waiting_not_finished_and_fires_no_webhook() -> None:

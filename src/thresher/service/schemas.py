@@ -78,6 +78,9 @@ class JobInfo(BaseModel):
     waiting_for: str | None = Field(
         None, description="Why a queued or preempted job has not started: which limit."
     )
+    slots: dict[str, int] | None = Field(
+        None, description="The worker (`cpu`) and `gpu` slots a running job holds."
+    )
     results_url: str
     errors_url: str
 

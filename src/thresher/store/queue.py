@@ -25,6 +25,7 @@ class WaitingJob:
     priority: int
     state: JobState
     workers: int | None  # the worker slots its [run] asks for; None: as many as there are
+    wait_reason: str | None = None  # as last recorded
 
     @property
     def resume(self) -> bool:
@@ -53,13 +54,13 @@ class JobQueue:
     def waiting(self, limit: int = 100) -> list[WaitingJob]:
         """Jobs that may start now, highest priority first, oldest first within one."""
         rows = self.db.query(
-            "SELECT id, tenant, priority, state, spec FROM thresher_jobs"
+            "SELECT id, tenant, priority, state, spec, wait_reason FROM thresher_jobs"
             " WHERE state IN (?, ?) AND id NOT IN (SELECT job_id FROM thresher_leases)"
             " ORDER BY priority DESC, created_at ASC, id ASC LIMIT ?",
             (*WAITING, limit),
         )
         return [
-            WaitingJob(str(r[0]), r[1], int(r[2] or 0), JobState(r[3]), _workers(r[4]))
+            WaitingJob(str(r[0]), r[1], int(r[2] or 0), JobState(r[3]), _workers(r[4]), r[5])
             for r in rows
         ]
 

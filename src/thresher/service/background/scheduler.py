@@ -35,7 +35,7 @@ from thresher.service.background.job_process import (
 from thresher.service.background.slots import capacity, choose_victim, slot_request
 from thresher.service.state import ServiceState
 from thresher.store import JobRecord, JobState, StoreError
-from thresher.store.leases import Slots
+from thresher.store.leases import Lease, Slots
 from thresher.store.queue import WaitingJob
 from thresher.store.views import running_service_jobs
 
@@ -87,42 +87,54 @@ class Scheduler:
         """Start the first waiting job that may start now; True if one did. A job held
         back by its own tenant's limit lets the next one by; one held back by the
         machine's slots or the job count holds back the rest (they would jump its
-        priority) and may preempt a lower one."""
-        store = self.state.store
-        for job in store.queue.waiting():
-            reason = self._tenant_reason(job)
-            if reason is not None:
-                store.queue.note_wait(job.id, reason)
-                continue
-            if not self._has_room():
-                reason = f"max_concurrent_jobs: {self.limit} jobs running"
-            else:
-                grant = store.leases.acquire(slot_request(self.state.config, job), self._capacity)
-                if grant.granted:
-                    if store.queue.take(job.id):
-                        self._launch(store.job(job.id), job.resume, grant.cpu)
-                        return True
-                    store.leases.release(job.id)  # another server took it first
-                    continue
-                if grant.tenant_limited:
-                    store.queue.note_wait(job.id, grant.reason)
-                    continue
-                reason = grant.reason
-            store.queue.note_wait(job.id, reason)
-            self._preempt_for(job)
-            return False
+        priority) and may preempt a lower one. Each job that waits records why."""
+        waiting = self.state.store.queue.waiting()
+        held = self.state.store.leases.held()
+        for position, job in enumerate(waiting):
+            started, reason, blocks = self._try_start(job, held)
+            if started:
+                return True
+            self._note(job, reason)
+            if blocks:
+                behind = f"queued behind a job of priority {job.priority} ({reason})"
+                for later in waiting[position + 1 :]:
+                    self._note(later, self._tenant_reason(later, held) or behind)
+                self._preempt_for(job)
+                return False
         return False
+
+    def _try_start(self, job: WaitingJob, held: list[Lease]) -> tuple[bool, str | None, bool]:
+        """Start `job` if it may: (whether it started, why not, whether that holds back
+        the jobs behind it)."""
+        store = self.state.store
+        reason = self._tenant_reason(job, held)
+        if reason is not None:
+            return False, reason, False
+        if not self._has_room():
+            return False, f"max_concurrent_jobs: {self.limit} jobs running", True
+        grant = store.leases.acquire(slot_request(self.state.config, job), self._capacity)
+        if grant.granted:
+            if store.queue.take(job.id):
+                self._launch(store.job(job.id), job.resume, grant.cpu)
+                return True, None, False
+            store.leases.release(job.id)  # another server took it first
+            return False, job.wait_reason, False
+        return False, grant.reason, not grant.tenant_limited
+
+    def _note(self, job: WaitingJob, reason: str | None) -> None:
+        if reason != job.wait_reason:  # a write only when it changed
+            self.state.store.queue.note_wait(job.id, reason)
 
     @property
     def _capacity(self) -> Slots:
         return capacity(self.state.config)
 
-    def _tenant_reason(self, job: WaitingJob) -> str | None:
+    def _tenant_reason(self, job: WaitingJob, held: list[Lease]) -> str | None:
         """Why the job's tenant may not start another job now (`concurrent_jobs`)."""
         cap = self.state.config.limits(job.tenant).concurrent_jobs if job.tenant else None
         if cap is None:
             return None
-        mine = sum(1 for lease in self.state.store.leases.held() if lease.tenant == job.tenant)
+        mine = sum(1 for lease in held if lease.tenant == job.tenant)
         if mine < cap:
             return None
         return f"tenant limit concurrent_jobs: {mine} of {cap} of its jobs running"
