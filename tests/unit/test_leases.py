@@ -101,6 +101,15 @@ def test_a_tenant_cap_refuses_its_jobs_and_says_so(store: Store) -> None:
     assert store.leases.acquire(ask("g1", 1, tenant="globex"), FOUR).granted
 
 
+def test_a_tenants_running_jobs_are_capped_under_the_lease_lock(store: Store) -> None:
+    assert store.leases.acquire(ask("a1", 1, tenant_jobs=1), FOUR).granted
+    over = store.leases.acquire(ask("a2", 1, tenant_jobs=1), FOUR)
+    assert over.tenant_limited and over.reason == (
+        "tenant limit concurrent_jobs: 1 of 1 of its jobs running"
+    )
+    assert store.leases.acquire(ask("g1", 1, tenant="globex", tenant_jobs=1), FOUR).granted
+
+
 def test_gpu_slots_bound_gpu_workers(store: Store) -> None:
     two_gpus = Slots(cpu=8, gpu=2)
     assert store.leases.acquire(ask("a", 3, gpu_per_worker=1), two_gpus).gpu == 2

@@ -47,7 +47,8 @@ class Lease:
 @dataclass(frozen=True)
 class SlotRequest:
     """What a job asks for: `want` worker slots, at least `minimum`, each worker with
-    `gpu_per_worker` GPU slots; `tenant_cap` bounds the slots its tenant holds in all."""
+    `gpu_per_worker` GPU slots; `tenant_cap` bounds the slots its tenant holds in all,
+    `tenant_jobs` the leases (running jobs) it holds."""
 
     job_id: str
     tenant: str | None
@@ -56,6 +57,7 @@ class SlotRequest:
     minimum: int = 1
     gpu_per_worker: int = 0
     tenant_cap: int | None = None
+    tenant_jobs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ class SlotLeases:
 
 def _fit(request: SlotRequest, capacity: Slots, leases: list[Lease]) -> Grant:
     """How many slots `request` gets beside `leases`: the most it wants that are free on
-    this host and under its tenant's cap, if that is at least its minimum."""
+    this host and under its tenant's caps, if that is at least its minimum."""
     if any(lease.job_id == request.job_id for lease in leases):
         return Grant(0, 0, f"job {request.job_id} already holds a lease")
     used = _sum(_on_host(leases, this_host()))
@@ -154,14 +156,27 @@ def _fit(request: SlotRequest, capacity: Slots, leases: list[Lease]) -> Grant:
         fits = min(fits, gpu_fits)
     if fits < request.minimum:
         return Grant(0, 0, reason)
-    if request.tenant_cap is not None:
-        mine = sum(lease.cpu for lease in leases if lease.tenant == request.tenant)
-        fits = min(fits, request.tenant_cap - mine)
-        if fits < request.minimum:
-            reason = f"tenant limit worker_slots: its jobs hold {mine} of {request.tenant_cap}"
-            return Grant(0, 0, reason, tenant_limited=True)
+    fits, refusal = _tenant_fit(request, leases, fits)
+    if refusal is not None:
+        return Grant(0, 0, refusal, tenant_limited=True)
     gpus = fits * request.gpu_per_worker
     return Grant(fits, gpus, devices=_free_devices(capacity, leases)[:gpus])
+
+
+def _tenant_fit(request: SlotRequest, leases: list[Lease], fits: int) -> tuple[int, str | None]:
+    """`fits` bounded by the tenant's caps, or why its caps refuse the job."""
+    mine = [lease for lease in leases if lease.tenant == request.tenant]
+    if request.tenant_jobs is not None and len(mine) >= request.tenant_jobs:
+        return 0, (
+            f"tenant limit concurrent_jobs: {len(mine)} of {request.tenant_jobs} of its jobs"
+            " running"
+        )
+    if request.tenant_cap is not None:
+        held = sum(lease.cpu for lease in mine)
+        fits = min(fits, request.tenant_cap - held)
+        if fits < request.minimum:
+            return 0, f"tenant limit worker_slots: its jobs hold {held} of {request.tenant_cap}"
+    return fits, None
 
 
 def _free_devices(capacity: Slots, leases: list[Lease]) -> tuple[str, ...]:

@@ -130,7 +130,9 @@ class Scheduler:
         return capacity(self.state.config)
 
     def _tenant_reason(self, job: WaitingJob, held: list[Lease]) -> str | None:
-        """Why the job's tenant may not start another job now (`concurrent_jobs`)."""
+        """Why the job's tenant may not start another job now (`concurrent_jobs`): a
+        look at `held` that spares a lease attempt; `acquire` checks it again under the
+        lease lock, so servers sharing a store cannot both start one past the limit."""
         cap = self.state.config.limits(job.tenant).concurrent_jobs if job.tenant else None
         if cap is None:
             return None

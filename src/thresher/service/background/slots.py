@@ -53,6 +53,7 @@ def slot_request(config: ServerConfig, job: WaitingJob) -> SlotRequest:
         minimum=min(config.capacity.min_workers, want),
         gpu_per_worker=gpu_per_worker(config),
         tenant_cap=limits.worker_slots if limits else None,
+        tenant_jobs=limits.concurrent_jobs if limits else None,
     )
 
 
