@@ -69,10 +69,11 @@ def results(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
 
 
 def test_a_killed_servers_slot_leases_are_reclaimed(tmp_path: Path) -> None:
-    site = ServiceSite(tmp_path, slow_delay=0.5, settings=TWO_SLOTS)
+    # Slow enough that the resumed job still runs (at least 3.5 s) while the test looks.
+    site = ServiceSite(tmp_path, slow_delay=1.0, settings=TWO_SLOTS)
     token = site.token("acme")
     folder = site.shared / "big"
-    write_shards(folder, shards=6, rows=5)
+    write_shards(folder, shards=8, rows=5)
     body = {"source": {"uri": str(folder), "format": "jsonl"}, "model": "slow", "id_column": "id"}
 
     server = Server(site)
