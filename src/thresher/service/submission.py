@@ -133,9 +133,8 @@ def submit_job(
     """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id`,
     `source.uri` or `source.files`, `model` by registered name, optional `columns`,
     `id_column`, `keep_columns`, `output_format`, `priority`, `workers`, `notify`, `batch`,
-    `name`),
-    build the whole job spec on the server's side, and queue it. Returns the job id; with an
-    `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
+    `name`), build the whole job spec on the server's side, and queue it. Returns the job
+    id; with an `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
     that job was submitted with a different body). `tick` is the (schedule, fire time) of
     a scheduled job, recorded in its spec and manifest. `model_options` are added to the
     registered model's options (the batch worker asks an encoder for token counts).
