@@ -20,10 +20,20 @@ from thresher.store import JobRecord, ShardState, Store
 
 
 def show_jobs(store: Store, limit: int, console: Console | None = None) -> None:
-    """One line per recent job: id, name, state, shards done/total, rows, errors, rate."""
+    """One line per recent job: id, name, state, shards done/total, rows, errors, rate,
+    and for a queued or preempted job what it waits for."""
     console = console or Console(width=160)
     table = Table(
-        "job", "name", "state", "shards", "rows in", "rows out", "errors", "rows/s", "created"
+        "job",
+        "name",
+        "state",
+        "shards",
+        "rows in",
+        "rows out",
+        "errors",
+        "rows/s",
+        "created",
+        "why it waits",
     )
     for job in store.jobs(limit):
         totals = store.totals(job.id)
@@ -37,6 +47,7 @@ def show_jobs(store: Store, limit: int, console: Console | None = None) -> None:
             f"{totals.rows_error:,}",
             _rate(job),
             job.created_at[:19].replace("T", " "),
+            shown(job.wait_reason or ""),
         )
     console.print(table)
 
@@ -56,6 +67,8 @@ def show_job(store: Store, job_id: str, console: Console | None = None) -> None:
     say(f"  created: {job.created_at}  finished: {job.finished_at or '-'}  owner: {job.owner}")
     if job.message:
         say(f"  message: {shown(job.message)}")
+    if job.wait_reason:
+        say(f"  why it waits: {shown(job.wait_reason)}")
     for shard in store.shards(job_id):
         if shard.state != ShardState.DONE:
             why = f": {shown(shard.error)}" if shard.error else ""

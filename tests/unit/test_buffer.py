@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from thresher.coordinator.job import new_job_id, run_job
 from thresher.service.background.buffer import Flusher, router, start_flusher
 from thresher.service.config import BufferSettings, ServerConfig, prepare
-from thresher.service.errors import ServiceError, Unprocessable
+from thresher.service.errors import ServiceError, TooManyRequests, Unprocessable
 from thresher.service.policies.auth import create_token
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec, ModelSection
@@ -293,6 +293,24 @@ def test_a_batch_the_service_refuses_fails_its_records(service: Service) -> None
     got = service.get("c").json()
     assert got["status"] == "failed" and got["error"]["stage"] == "submit"
     assert service.flusher.table.unlinked_batches() == []
+
+
+def test_a_batch_over_a_limit_that_waiting_lifts_is_submitted_again(service: Service) -> None:
+    real = service.flusher.submit
+    refusals = iter([TooManyRequests("tenant acme has 2 jobs queued", retry_after=30)])
+
+    def over_then_under(tenant: str, body: dict[str, Any], key: str | None = None) -> str:
+        if (refusal := next(refusals, None)) is not None:
+            raise refusal
+        return real(tenant, body, key)
+
+    service.flusher.submit = over_then_under
+    service.post(records({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}))
+    service.flusher.flush_due()
+    assert service.get("a").json()["status"] == "batched"  # waits, not failed
+    assert len(service.flusher.table.unlinked_batches()) == 1
+    service.flusher.reconcile()
+    assert service.get("a").json()["output"] == {"prediction": 2.0}
 
 
 def test_records_of_a_cancelled_job_fail_with_the_jobs_reason(service: Service) -> None:

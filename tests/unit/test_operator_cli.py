@@ -83,6 +83,27 @@ def test_a_trust_that_is_not_true_is_a_config_error(
     assert code == 2 and "models.m.trust" in said, said
 
 
+def test_status_shows_preempted_jobs_and_what_waiting_jobs_wait_for(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    spec = parse_spec(
+        {
+            "source": {"uri": "in.jsonl"},
+            "model": {"kind": "sklearn", "uri": "m.skops"},
+            "sink": {"uri": "out/"},
+        }
+    )
+    store.queue_job("waits", spec, "acme")
+    store.queue.note_wait("waits", "waiting for worker slots: 4 of 4 in use")
+    store.queue_job("bumped", spec, "acme")
+    assert store.queue.take("bumped") and store.queue.preempt("bumped", "preempted by a job")
+    table, one = io.StringIO(), io.StringIO()
+    show_jobs(store, 5, Console(file=table, width=300, color_system=None))
+    show_job(store, "waits", Console(file=one, width=300, color_system=None))
+    assert "waiting for worker slots: 4 of 4 in use" in table.getvalue()
+    assert "preempted" in table.getvalue()
+    assert "why it waits: waiting for worker slots: 4 of 4 in use" in one.getvalue()
+
+
 def test_status_prints_job_names_and_messages_as_plain_text(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
     name = "[red]evil[/red] [link=http://x]y[/link]\x1b[2J\r\u202e"

@@ -372,3 +372,22 @@ def test_serve_refuses_a_bad_trigger_with_exit_2_naming_the_field(tmp_path: Path
     done = CliRunner().invoke(cli, ["serve", "--config", str(config), "--store", store])
     assert done.exit_code == 2 and "triggers.inbox.watch: /etc is outside" in done.output
     assert "triggers.inbox.job.output_format" in done.output  # every problem, at once
+
+
+def test_a_set_over_a_tenant_limit_that_waiting_lifts_is_submitted_again(tmp_path: Path) -> None:
+    from thresher.service.errors import TooManyRequests
+
+    state = site(tmp_path, settle_seconds=0)
+    arrive(state, "a.jsonl", range(3))
+    calls: list[str] = []
+
+    def over_then_under(tenant: str, body: dict[str, object], key: str | None) -> str:
+        calls.append(str(key))
+        if len(calls) == 1:
+            raise TooManyRequests("tenant acme has 2 jobs queued", retry_after=30)
+        return submission.submit_job(state, tenant, body, key)
+
+    Watcher(state, over_then_under).look(T0)
+    assert TriggerLedger(state.store.db).recent("inbox")[0].outcome == SetOutcome.CLAIMED
+    Watcher(state, over_then_under).look(after(20))
+    assert calls[0] == calls[1] and job_files(state) == [["a.jsonl"]]

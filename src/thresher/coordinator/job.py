@@ -93,14 +93,19 @@ def run_job(
 
 
 def resume_job(
-    job_id: str, store: Store | None = None, reporter: Reporter | None = None, force: bool = False
+    job_id: str,
+    store: Store | None = None,
+    reporter: Reporter | None = None,
+    force: bool = False,
+    workers: int | None = None,
 ) -> JobResult:
-    """Finish a job that stopped (crashed, killed, failed, cancelled) from its stored plan:
-    done shards are kept, the rest are run again."""
+    """Finish a job that stopped (crashed, killed, failed, cancelled, preempted) from its
+    stored plan: done shards are kept, the rest are run again (by `workers` workers, when
+    given: the slots the service leased it this time)."""
     store = store or open_store()
     record = store.claim(job_id, force=force)
     crash_point("resume_start")
-    spec = record.spec
+    spec = record.spec if workers is None else with_workers(record.spec, workers)
     plan = Plan.from_json(record.plan)
     job = Job(job_id, spec, plan, check_features(spec, plan), store)
     done = {s.index for s in store.shards(job_id) if s.state == ShardState.DONE}
@@ -146,16 +151,14 @@ def _finish(job: Job, output: tuple[Sink, str], outcome: LoopOutcome, facts: Run
     sink, errors_uri = output
     totals = job.store.totals(job.id)
     manifest = build_manifest(job.spec, job.id, totals, facts)
-    if outcome.cancelled:
+    if outcome.cancelled or outcome.preempted:
         sink.abort()
-        return JobResult(
-            job.id,
-            JobState.CANCELLED,
-            manifest,
-            job.spec.sink.uri,
-            errors_uri,
-            ["the job was cancelled; `thresher resume` finishes it"],
+        state, note = (
+            (JobState.CANCELLED, "the job was cancelled; `thresher resume` finishes it")
+            if outcome.cancelled
+            else (JobState.PREEMPTED, "the job was preempted; it resumes when slots free")
         )
+        return JobResult(job.id, state, manifest, job.spec.sink.uri, errors_uri, [note])
     problems = outcome.failures + error_rate_problem(job.spec, totals)
     if problems:
         sink.abort()
@@ -164,6 +167,11 @@ def _finish(job: Job, output: tuple[Sink, str], outcome: LoopOutcome, facts: Run
     sink.finish(manifest)
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
     return JobResult(job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri)
+
+
+def with_workers(spec: JobSpec, workers: int) -> JobSpec:
+    """`spec` run by exactly `workers` workers."""
+    return spec.model_copy(update={"run": spec.run.model_copy(update={"workers": workers})})
 
 
 def check_model(spec: JobSpec) -> None:

@@ -38,10 +38,12 @@ HEARTBEAT_SECONDS = 1.0
 @dataclass
 class LoopOutcome:
     """What one run of the loop saw: shards that failed for good, and whether it was
-    cancelled. Counts live in the store, which also knows earlier runs' shards."""
+    cancelled or preempted. Counts live in the store, which also knows earlier runs'
+    shards."""
 
     failures: list[str] = field(default_factory=list)
     cancelled: bool = False
+    preempted: bool = False
     rows_seen: int = 0
     batch_sizes: Counter[int] = field(default_factory=Counter)  # rows done at each size
 
@@ -103,8 +105,13 @@ class ShardLoop:
                 self._handle(event)
             if time.monotonic() - beat >= HEARTBEAT_SECONDS:
                 beat = time.monotonic()
-                if self.store.heartbeat(self.job_id) == JobState.CANCELLED:
-                    self.outcome.cancelled = True
+                # Stopping here is at a shard boundary: committed shards stay committed,
+                # in-flight ones are abandoned with the executor and their staging
+                # discarded by the sink's abort, so a resume redoes each exactly once.
+                state = self.store.heartbeat(self.job_id)
+                if state in (JobState.CANCELLED, JobState.PREEMPTED):
+                    self.outcome.cancelled = state == JobState.CANCELLED
+                    self.outcome.preempted = state == JobState.PREEMPTED
                     break
         return self.outcome
 

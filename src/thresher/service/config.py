@@ -7,7 +7,8 @@ max_upload_bytes = 1073741824           # 1 GiB
 max_request_bytes = 1048576             # a JSON body: 1 MiB
 body_timeout = 30                       # seconds a body may take, plus 1 s per
 body_min_rate = 16384                   # body_min_rate bytes it brings (slow clients: 408)
-max_concurrent_jobs = 2
+max_concurrent_jobs = 2                 # an upper bound beside the slots
+min_run_seconds = 30                    # a job is not preempted again sooner
 metrics_operators = ["ops"]             # tenants whose tokens see every tenant's /metrics
 
 [models.churn]                          # tenants pick models by these names only
@@ -20,6 +21,17 @@ workers = 2
 [buffer.churn]                          # request buffer for model "churn"
 max_records = 1000
 max_wait = 300
+
+[capacity]                              # this machine's slots (defaults: cores, GPUs)
+cpu = 8
+gpu = 0
+
+[tenants.acme]                          # a tenant's limits; unlisted tenants have none
+max_priority = 5
+concurrent_jobs = 2
+queued_jobs = 20
+worker_slots = 4
+rows_per_day = 10000000
 ```
 
 Tenants never name code or paths of their own: the model sections, the `[run]` section
@@ -36,6 +48,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from thresher.errors import ThresherError, describe_errors
+from thresher.plan.devices import visible_gpus
 from thresher.schedules.settings import ScheduleSettings, valid_name
 from thresher.spec import ModelSection, RunSection, resolve_uri
 from thresher.triggers.settings import TriggerSettings
@@ -68,6 +81,29 @@ class BufferSettings(BaseModel):
     max_wait: float = Field(default=300.0, gt=0)  # seconds the oldest record may wait
 
 
+class CapacitySettings(BaseModel):
+    """This machine's slots, shared by every job (and every server on this host)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)  # worker slots
+    gpu: int = Field(default_factory=lambda: len(visible_gpus()), ge=0)
+    # A job asking for more than is free starts with what is free, down to this many.
+    min_workers: int = Field(default=1, ge=1)
+
+
+class TenantLimits(BaseModel):
+    """What one tenant may use; a limit left out is no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_priority: int | None = None  # the highest `priority` its jobs may ask for
+    concurrent_jobs: int | None = Field(default=None, ge=1)  # running at once
+    queued_jobs: int | None = Field(default=None, ge=0)  # waiting at once
+    worker_slots: int | None = Field(default=None, ge=1)  # held by its jobs in all
+    rows_per_day: int | None = Field(default=None, ge=1)  # read by its jobs in 24 h
+
+
 class ServerConfig(BaseModel):
     """Everything `thresher serve` is told in its config file; unknown keys are errors."""
 
@@ -98,6 +134,15 @@ class ServerConfig(BaseModel):
     batch_max_requests: int = Field(default=50_000, ge=1)
     batch_completion_windows: list[str] = Field(default_factory=lambda: ["24h"])
     triggers: dict[str, TriggerSettings] = Field(default_factory=dict)
+    capacity: CapacitySettings = Field(default_factory=CapacitySettings)
+    tenants: dict[str, TenantLimits] = Field(default_factory=dict)
+    # A job is not preempted again within this many seconds of (re)starting, so two
+    # jobs cannot take turns preempting each other without doing any work.
+    min_run_seconds: float = Field(default=30.0, ge=0)
+
+    def limits(self, tenant: str) -> TenantLimits:
+        """The tenant's limits (none for a tenant the config does not list)."""
+        return self.tenants.get(tenant) or TenantLimits()
 
     @field_validator("schedules")
     @classmethod

@@ -81,6 +81,19 @@ class Unprocessable(ServiceError):
     status = 422
 
 
+class TooManyRequests(ServiceError):
+    """A tenant over one of its limits (429): the message names the limit and its value;
+    `retry_after` (seconds), where waiting helps, is sent as `Retry-After`."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        if retry_after is not None:
+            self.headers = {"Retry-After": str(max(1, retry_after))}
+
+
 def as_response(exc: ServiceError) -> JSONResponse:
     """What the client gets for `exc`: `{"detail": message}` with its status."""
     return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)

@@ -60,7 +60,9 @@ class JobInfo(BaseModel):
     id: str
     object: str = "job"
     name: str
-    status: str = Field(description="queued, running, succeeded, failed or cancelled")
+    status: str = Field(
+        description="queued, running, preempted (waiting to resume), succeeded, failed or cancelled"
+    )
     model: str | None = Field(description="The registered model it runs.")
     priority: int
     output_format: str | None
@@ -72,7 +74,13 @@ class JobInfo(BaseModel):
     finished_at: str | None
     seconds: float | None = Field(description="Run time of the last run.")
     rows_per_second: float | None
-    message: str | None = Field(description="Why it failed or was cancelled.")
+    message: str | None = Field(description="Why it failed, was cancelled or preempted.")
+    waiting_for: str | None = Field(
+        None, description="Why a queued or preempted job has not started: which limit."
+    )
+    slots: dict[str, int] | None = Field(
+        None, description="The worker (`cpu`) and `gpu` slots a running job holds."
+    )
     results_url: str
     errors_url: str
 

@@ -23,6 +23,7 @@ from thresher.service.background.job_process import input_columns
 from thresher.service.background.webhooks import check_webhook_url
 from thresher.service.errors import NotFound, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
+from thresher.service.policies.quotas import check_submission
 from thresher.service.policies.roots import check_source_files, check_source_uri
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
@@ -95,6 +96,12 @@ class JobRequest(_Strict):
         le=PRIORITY_LIMIT,
         description="Higher runs first; equal priorities run oldest first.",
     )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="Worker slots to ask for (default: the server's [run] workers, else"
+        " every slot); the job starts with what is free, down to the server's minimum.",
+    )
     name: Text = Field("api", max_length=200, description="A name for listings and logs.")
     notify: NotifyRequest | None = None
     batch: BatchSection | None = Field(None, description="size (rows or 'auto'), max_size.")
@@ -125,9 +132,9 @@ def submit_job(
 ) -> str:
     """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id`,
     `source.uri` or `source.files`, `model` by registered name, optional `columns`,
-    `id_column`, `keep_columns`, `output_format`, `priority`, `notify`, `batch`, `name`),
-    build the whole job spec on the server's side, and queue it. Returns the job id; with an
-    `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
+    `id_column`, `keep_columns`, `output_format`, `priority`, `workers`, `notify`, `batch`,
+    `name`), build the whole job spec on the server's side, and queue it. Returns the job
+    id; with an `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
     that job was submitted with a different body). `tick` is the (schedule, fire time) of
     a scheduled job, recorded in its spec and manifest. `model_options` are added to the
     registered model's options (the batch worker asks an encoder for token counts).
@@ -135,11 +142,15 @@ def submit_job(
     Raises `Unprocessable` (422) for a body that does not make a job (naming each
     field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
     (403) or `BadRequest` (400) for a `source.uri` or one of `source.files` the server
-    will not read — all `thresher.service.errors.ServiceError`s.
+    will not read, `TooManyRequests` (429) for a tenant over one of its limits
+    (`policies/quotas.py`) — all `thresher.service.errors.ServiceError`s.
     """
     from thresher.coordinator.job import new_job_id
 
     job_id = new_job_id()
+    store = state.store
+    request = parse_request(body)  # limits before the input is read: a refusal is cheap
+    check_submission(store, tenant, state.config.limits(tenant), request.priority, request.workers)
     spec = build_spec(state, tenant, body, job_id)
     if model_options:
         options = {**spec.model.options, **model_options}
@@ -148,7 +159,6 @@ def submit_job(
         schedule, nominal = tick
         origin = {"schedule": schedule, "nominal_time": nominal.isoformat()}
         spec = spec.model_copy(update={"job": spec.job.model_copy(update=origin)})
-    store = state.store
     try:
         queued = store.queue_job(job_id, spec, tenant, idempotency_key, request_digest(body))
     except IdempotencyConflict as exc:
@@ -182,7 +192,7 @@ def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: s
         "job": {"name": request.name, "priority": request.priority},
         "source": _source(state, tenant, request),
         "model": model.model_dump(mode="json"),
-        "run": state.config.run.model_dump(mode="json"),
+        "run": _run_section(state, request),
         "sink": {
             "uri": f"{state.output_dir(job_id)}/",
             "format": request.output_format,
@@ -199,6 +209,19 @@ def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: s
         raise Unprocessable(exc.problems) from None
     _check_columns(spec, request)
     return spec
+
+
+def _run_section(state: ServiceState, request: JobRequest) -> dict[str, Any]:
+    """The server's `[run]`, with the worker slots the request asks for (at most the
+    machine's capacity)."""
+    run = state.config.run.model_dump(mode="json")
+    cpu = state.config.capacity.cpu
+    if request.workers is not None:
+        if request.workers > cpu:
+            raise Unprocessable([f"workers: {request.workers} is more than this server's {cpu}"
+                                 " worker slots (capacity.cpu)"])  # fmt: skip
+        run["workers"] = request.workers
+    return run
 
 
 def _check_columns(spec: JobSpec, request: JobRequest) -> None:

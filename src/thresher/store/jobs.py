@@ -9,12 +9,13 @@ never writes it twice.
 from __future__ import annotations
 
 import json
-import os
-import socket
 from typing import Any
 
 from thresher.spec import JobSpec
 from thresher.store.db import Database, IdempotencyConflict, StoreError, now
+from thresher.store.leases import SlotLeases
+from thresher.store.owners import owner_alive, this_owner
+from thresher.store.queue import JobQueue
 from thresher.store.records import (
     AttemptOutcome,
     JobRecord,
@@ -27,11 +28,6 @@ from thresher.store.retries import RetryLog
 from thresher.store.schema import migrate
 
 
-def this_owner() -> str:
-    """Who coordinates a job: host and process, so a dead owner can be told from a live one."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 class Store:
     """Jobs and shards in a Database. Every method is one transaction."""
 
@@ -39,6 +35,8 @@ class Store:
         self.db = db
         migrate(db)
         self.retries = RetryLog(db)
+        self.leases = SlotLeases(db)
+        self.queue = JobQueue(db)
 
     @property
     def url(self) -> str:
@@ -132,18 +130,19 @@ class Store:
 
     def set_plan(self, job_id: str, plan: dict[str, Any]) -> None:
         """Freeze the plan of a job that was queued without one, and add its shards. A job
-        cancelled while it was being planned stays cancelled (its loop then stops)."""
+        cancelled or preempted while it was being planned stays so (its loop then stops)."""
         shard_count = len(plan["shards"])
         with self.db.transaction() as cur:
             cur.execute(
                 "UPDATE thresher_jobs SET plan = ?, shard_count = ?, owner = ?, heartbeat_at = ?,"
-                " state = CASE WHEN state = ? THEN state ELSE ? END WHERE id = ?",
+                " state = CASE WHEN state IN (?, ?) THEN state ELSE ? END WHERE id = ?",
                 (
                     json.dumps(plan),
                     shard_count,
                     this_owner(),
                     now(),
                     JobState.CANCELLED.value,
+                    JobState.PREEMPTED.value,
                     JobState.RUNNING.value,
                     job_id,
                 ),
@@ -305,7 +304,7 @@ class Store:
 
 _JOB_COLUMNS = (
     "id, name, state, spec, plan, shard_count, created_at, finished_at, message, owner, manifest,"
-    " tenant, priority"
+    " tenant, priority, wait_reason"
 )
 
 
@@ -324,6 +323,7 @@ def _job_record(row: tuple[Any, ...]) -> JobRecord:
         manifest=json.loads(row[10]) if row[10] else None,
         tenant=row[11],
         priority=int(row[12] or 0),
+        wait_reason=row[13] if JobState(row[2]).waiting else None,
     )
 
 
@@ -336,28 +336,3 @@ def bounded(message: str | None) -> str | None:
     if message is None or len(message) <= MAX_MESSAGE:
         return message
     return f"{message[:MAX_MESSAGE]} … ({len(message) - MAX_MESSAGE:,} more characters)"
-
-
-def owner_alive(owner: str | None) -> bool:
-    """True unless the owner is known dead: a process on this host that no longer exists.
-    An owner on another host is assumed alive (resume there, or use --force)."""
-    if not owner or ":" not in owner:
-        return False
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError):
-        return True
-    return _is_not_zombie(int(pid))
-
-
-def _is_not_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True

@@ -15,10 +15,18 @@ class JobState(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Stopped at a shard boundary for a job of higher priority; waits in the queue and
+    # resumes from its stored plan. Not finished: no webhook, no results yet.
+    PREEMPTED = "preempted"
 
     @property
     def finished(self) -> bool:
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def waiting(self) -> bool:
+        """Queued to start, or preempted and queued to resume."""
+        return self in (JobState.QUEUED, JobState.PREEMPTED)
 
 
 class ShardState(StrEnum):
@@ -48,6 +56,7 @@ class JobRecord:
     manifest: dict[str, Any] | None
     tenant: str | None = None
     priority: int = 0
+    wait_reason: str | None = None  # why a queued or preempted job has not started yet
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,15 @@ MIGRATIONS: list[list[str]] = [
             trigger_name TEXT NOT NULL, since TEXT NOT NULL, reset_by TEXT NOT NULL,
             reset_at TEXT NOT NULL, forgotten INTEGER NOT NULL)""",
     ],
+    # 8: worker and GPU slot leases (one per running service job, reclaimed when the
+    # server holding it is dead), and why a queued or preempted job is still waiting.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_leases (
+            job_id TEXT PRIMARY KEY, owner TEXT NOT NULL, tenant TEXT,
+            priority INTEGER NOT NULL DEFAULT 0, cpu INTEGER NOT NULL, gpu INTEGER NOT NULL,
+            devices TEXT NOT NULL DEFAULT '', acquired_at TEXT NOT NULL)""",
+        "ALTER TABLE thresher_jobs ADD COLUMN wait_reason TEXT",
+    ],
 ]
 
 

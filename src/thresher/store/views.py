@@ -1,5 +1,6 @@
 """Read-only views of the job tables the service shows: a tenant's jobs page by page, the
-metrics' counts, jobs a stopped server left running; and the queued job's cancel."""
+metrics' counts, jobs a stopped server left running, the rows a tenant's jobs read (its
+daily quota); and the queued job's cancel."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ __all__ = [
     "cancel_if_queued",
     "done_row_totals",
     "job_counts",
+    "rows_read_since",
     "running_job_progress",
     "running_service_jobs",
     "tenant_job_ids",
+    "waiting_by_priority",
 ]
 
 
@@ -30,17 +33,20 @@ def tenant_job_ids(db: Database, tenant: str, limit: int, after: JobRecord | Non
 
 
 def cancel_if_queued(db: Database, job_id: str) -> bool:
-    """Cancel the job if it is still queued, atomically against the scheduler's claim."""
+    """Cancel the job if it is waiting — queued, or preempted with its coordinator gone
+    (no lease) — atomically against the scheduler's claim."""
     with db.transaction() as cur:
         changed = cur.changed(
-            "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?"
-            " WHERE id = ? AND state = ?",
+            "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?, wait_reason = NULL"
+            " WHERE id = ? AND state IN (?, ?)"
+            " AND id NOT IN (SELECT job_id FROM thresher_leases)",
             (
                 JobState.CANCELLED.value,
                 now(),
                 "cancelled by request",
                 job_id,
                 JobState.QUEUED.value,
+                JobState.PREEMPTED.value,
             ),
         )
     return changed > 0
@@ -98,3 +104,28 @@ def running_job_progress(db: Database, tenant: str | None = None) -> list[tuple[
 
 def _as_params(tenant: str | None) -> list[str]:
     return [] if tenant is None else [tenant]
+
+
+def rows_read_since(db: Database, tenant: str, since: str) -> list[tuple[str, int]]:
+    """(finished at, rows read) of each of the tenant's jobs that finished at `since` or
+    later, oldest first: the rows its committed shards read."""
+    rows = db.query(
+        "SELECT j.finished_at, COALESCE(SUM(s.rows_in), 0) FROM thresher_jobs j"
+        " JOIN thresher_shards s ON s.job_id = j.id AND s.state = ?"
+        " WHERE j.tenant = ? AND j.finished_at >= ? GROUP BY j.id, j.finished_at"
+        " ORDER BY j.finished_at",
+        (ShardState.DONE.value, tenant, since),
+    )
+    return [(str(at), int(n)) for at, n in rows]
+
+
+def waiting_by_priority(db: Database, tenant: str | None = None) -> dict[int, int]:
+    """How many jobs wait (queued or preempted) at each priority: the tenant's, or every
+    job's with None."""
+    mine = " AND tenant = ?" if tenant is not None else ""
+    rows = db.query(
+        f"SELECT priority, COUNT(*) FROM thresher_jobs WHERE state IN (?, ?){mine}"
+        " GROUP BY priority ORDER BY priority DESC",
+        (JobState.QUEUED.value, JobState.PREEMPTED.value, *_as_params(tenant)),
+    )
+    return {int(priority): int(count) for priority, count in rows}

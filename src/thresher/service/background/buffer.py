@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from thresher.service.config import BufferSettings
-from thresher.service.errors import ServiceError
+from thresher.service.errors import ServiceError, TooManyRequests
 from thresher.service.routers.requests import router
 from thresher.service.state import ServiceState
 from thresher.service.submission import submit_job
@@ -113,7 +113,13 @@ class Flusher:
         }
         try:
             job_id = self.submit(tenant, body, KEY_PREFIX + batch_id)
-        except ServiceError as exc:  # this batch can never make a job: answer its records
+        except ServiceError as exc:
+            if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
+                # Over a limit that waiting lifts (queued_jobs, rows_per_day): the batch
+                # stays unlinked and `reconcile` submits it again.
+                log.info("buffered batch %s of tenant %s waits: %s", batch_id, tenant, exc)
+                return
+            # This batch can never make a job: answer its records.
             log.warning("buffered batch %s of tenant %s refused: %s", batch_id, tenant, exc)
             error = {"stage": "submit", "error": type(exc).__name__, "message": str(exc)}
             self.table.settle(batch_id, None, {}, error)

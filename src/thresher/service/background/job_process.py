@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
+from collections.abc import MutableMapping
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from thresher.children import describe_exit, die_with_parent
-from thresher.coordinator.job import resume_job, run_job
+from thresher.coordinator.job import resume_job, run_job, with_workers
 from thresher.errors import SourceError, ThresherError
 from thresher.sources import open_source
 from thresher.spec import SourceSection
@@ -60,28 +62,35 @@ def start_fork_server() -> None:
     forkserver.ensure_running()
 
 
-def start_job_process(store_url: str, job_id: str, resume: bool) -> BaseProcess:
+def start_job_process(
+    store_url: str, job_id: str, resume: bool, workers: int | None = None
+) -> BaseProcess:
     """Start the process that coordinates job `job_id` (resume its stored plan if it has
-    one and `resume` is set; otherwise plan and run it) to its end."""
+    one and `resume` is set; otherwise plan and run it) to its end, with `workers`
+    workers when given (the slots its lease holds)."""
     process = children_context.Process(
-        target=coordinate, args=(store_url, job_id, resume), name=f"thresher-job-{job_id}"
+        target=coordinate,
+        args=(store_url, job_id, resume, workers),
+        name=f"thresher-job-{job_id}",
     )
     process.start()
     return process
 
 
-def coordinate(store_url: str, job_id: str, resume: bool) -> None:
+def coordinate(store_url: str, job_id: str, resume: bool, workers: int | None = None) -> None:
     """The job process: run the job, and record any failure the engine did not."""
     die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     store = open_store(store_url)
     record = store.job(job_id)
+    pin_leased_gpus(store, job_id)
     try:
         if resume and record.plan.get("shards"):
             # The server claimed it for this child; the claim must not block the resume.
-            resume_job(job_id, store, force=True)
+            resume_job(job_id, store, force=True, workers=workers)
         else:
-            run_job(record.spec, store, queued_id=job_id)
+            spec = record.spec if workers is None else with_workers(record.spec, workers)
+            run_job(spec, store, queued_id=job_id)
     except ThresherError as exc:
         log.warning("job %s failed: %s", job_id, exc)
         fail_unless_finished(store, job_id, str(exc))
@@ -90,6 +99,16 @@ def coordinate(store_url: str, job_id: str, resume: bool) -> None:
         fail_unless_finished(store, job_id, "the server hit an internal error running this job")
     finally:
         store.db.close()
+
+
+def pin_leased_gpus(
+    store: Store, job_id: str, environ: MutableMapping[str, str] = os.environ
+) -> None:
+    """Make the GPUs leased to the job the only ones this process and its workers see
+    (placement then puts one worker on each); a job with none leased is left as it is."""
+    lease = store.leases.lease(job_id)
+    if lease is not None and lease.devices:
+        environ["CUDA_VISIBLE_DEVICES"] = ",".join(lease.devices)
 
 
 def fail_unless_finished(store: Store, job_id: str, message: str) -> None:

@@ -10,6 +10,14 @@ its job alone; the job runs again until it has crashed `MAX_CRASHES` times.
 When the server starts, jobs still marked `running` by a server process that is gone
 (killed, crashed) are resumed from their stored plan: committed shards are kept, the rest
 run again, so every row still lands exactly once.
+
+Each job runs on a slot lease (`store/leases.py`): it starts only when the machine's
+`[capacity]` has the worker slots it asks for free (or enough down to a minimum; see
+`slots.py`), and gives them back when its coordinator ends. A server killed with SIGKILL
+leaves its leases behind; the next taker sees their owner is dead and reclaims them.
+When the job that should start next cannot, a running job of lower priority is
+preempted (`slots.choose_victim`): it stops at its next heartbeat, keeps what it
+committed, and waits in the queue as `preempted` until it resumes from its stored plan.
 """
 
 from __future__ import annotations
@@ -24,8 +32,11 @@ from thresher.service.background.job_process import (
     start_fork_server,
     start_job_process,
 )
+from thresher.service.background.slots import capacity, choose_victim, slot_request
 from thresher.service.state import ServiceState
-from thresher.store import JobRecord, StoreError
+from thresher.store import JobRecord, JobState, StoreError
+from thresher.store.leases import Lease, Slots
+from thresher.store.queue import WaitingJob
 from thresher.store.views import running_service_jobs
 
 log = logging.getLogger("thresher.service.background.scheduler")
@@ -34,7 +45,8 @@ POLL_SECONDS = 1.0
 
 
 class Scheduler:
-    """Starts queued jobs while fewer than `max_concurrent_jobs` run; `stop()` ends it."""
+    """Starts waiting jobs while fewer than `max_concurrent_jobs` run and their slots are
+    free, preempting for higher priorities; `stop()` ends it."""
 
     def __init__(self, state: ServiceState) -> None:
         self.state = state
@@ -45,10 +57,11 @@ class Scheduler:
         self._thread = threading.Thread(target=self._loop, name="thresher-scheduler", daemon=True)
 
     def start(self) -> None:
-        """Resume orphaned jobs, then start taking queued ones."""
+        """Reclaim dead servers' leases, resume orphaned jobs, then take waiting ones."""
         start_fork_server()
+        self.state.store.leases.reclaim_dead()
         for record in self._claim_orphans():
-            self._launch(record, resume=True)
+            self._start_orphan(record)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -62,55 +75,137 @@ class Scheduler:
     def _loop(self) -> None:
         while not self._stopping.is_set():
             self.state.jobs_waiting.clear()
-            while self._has_room() and not self._stopping.is_set():
-                try:
-                    record = self.state.store.claim_next_queued()
-                except Exception:
-                    log.exception("cannot read the job queue")
-                    break
-                if record is None:
-                    break
-                self._launch(record, resume=False)
+            try:
+                self.state.store.leases.reclaim_dead()
+                while not self._stopping.is_set() and self._start_next():
+                    pass
+            except Exception:
+                log.exception("cannot read the job queue")
             self.state.jobs_waiting.wait(POLL_SECONDS)
+
+    def _start_next(self) -> bool:
+        """Start the first waiting job that may start now; True if one did. A job held
+        back by its own tenant's limit lets the next one by; one held back by the
+        machine's slots or the job count holds back the rest (they would jump its
+        priority) and may preempt a lower one. Each job that waits records why."""
+        waiting = self.state.store.queue.waiting()
+        held = self.state.store.leases.held()
+        for position, job in enumerate(waiting):
+            started, reason, blocks = self._try_start(job, held)
+            if started:
+                return True
+            self._note(job, reason)
+            if blocks:
+                behind = f"queued behind a job of priority {job.priority} ({reason})"
+                for later in waiting[position + 1 :]:
+                    self._note(later, self._tenant_reason(later, held) or behind)
+                self._preempt_for(job)
+                return False
+        return False
+
+    def _try_start(self, job: WaitingJob, held: list[Lease]) -> tuple[bool, str | None, bool]:
+        """Start `job` if it may: (whether it started, why not, whether that holds back
+        the jobs behind it)."""
+        store = self.state.store
+        reason = self._tenant_reason(job, held)
+        if reason is not None:
+            return False, reason, False
+        if not self._has_room():
+            return False, f"max_concurrent_jobs: {self.limit} jobs running", True
+        grant = store.leases.acquire(slot_request(self.state.config, job), self._capacity)
+        if grant.granted:
+            if store.queue.take(job.id):
+                self._launch(store.job(job.id), job.resume, grant.cpu)
+                return True, None, False
+            store.leases.release(job.id)  # another server took it first
+            return False, job.wait_reason, False
+        return False, grant.reason, not grant.tenant_limited
+
+    def _note(self, job: WaitingJob, reason: str | None) -> None:
+        if reason != job.wait_reason:  # a write only when it changed
+            self.state.store.queue.note_wait(job.id, reason)
+
+    @property
+    def _capacity(self) -> Slots:
+        return capacity(self.state.config)
+
+    def _tenant_reason(self, job: WaitingJob, held: list[Lease]) -> str | None:
+        """Why the job's tenant may not start another job now (`concurrent_jobs`): a
+        look at `held` that spares a lease attempt; `acquire` checks it again under the
+        lease lock, so servers sharing a store cannot both start one past the limit."""
+        cap = self.state.config.limits(job.tenant).concurrent_jobs if job.tenant else None
+        if cap is None:
+            return None
+        mine = sum(1 for lease in held if lease.tenant == job.tenant)
+        if mine < cap:
+            return None
+        return f"tenant limit concurrent_jobs: {mine} of {cap} of its jobs running"
+
+    def _preempt_for(self, job: WaitingJob) -> None:
+        queue = self.state.store.queue
+        if queue.stopping():
+            return  # one at a time: the last one preempted is still giving its slots back
+        running = queue.running_with_leases()
+        victim = choose_victim(job, running, self.state.config.min_run_seconds)
+        # The tenant reads this: it names no job of another tenant.
+        message = f"preempted by a job of priority {job.priority}; resumes when slots free"
+        if victim is not None and queue.preempt(victim.id, message):
+            log.info("job %s (priority %s) preempted by job %s", victim.id, victim.priority, job.id)
 
     def _has_room(self) -> bool:
         with self._lock:
             return len(self._running) < self.limit
 
-    def _launch(self, record: JobRecord, resume: bool) -> None:
+    def _start_orphan(self, record: JobRecord) -> None:
+        """Resume an orphaned job now if its slots are free, else queue it to resume."""
+        config, store = self.state.config, self.state.store
+        waiting = WaitingJob(
+            record.id, record.tenant, record.priority, JobState.PREEMPTED, record.spec.run.workers
+        )
+        grant = store.leases.acquire(slot_request(config, waiting), self._capacity)
+        if grant.granted and self._has_room():
+            self._launch(record, True, grant.cpu)
+            return
+        store.leases.release(record.id)
+        store.queue.requeue(record.id, grant.reason or "max_concurrent_jobs reached at start")
+
+    def _launch(self, record: JobRecord, resume: bool, workers: int | None) -> None:
         thread = threading.Thread(
-            target=self._job_thread, args=(record, resume), name=f"job-{record.id}", daemon=True
+            target=self._job_thread,
+            args=(record, resume, workers),
+            name=f"job-{record.id}",
+            daemon=True,
         )
         with self._lock:
             self._running[record.id] = thread
         thread.start()
 
-    def _job_thread(self, record: JobRecord, resume: bool) -> None:
+    def _job_thread(self, record: JobRecord, resume: bool, workers: int | None) -> None:
         job_id = record.id
-        if resume:
-            log.info("job %s was left running by %s; resuming it", job_id, record.owner)
-        else:
-            log.info("job %s (tenant %s) starting", job_id, record.tenant)
+        how = "resuming it from its stored plan" if resume else "starting"
+        log.info("job %s (tenant %s): %s on %s worker slot(s)", job_id, record.tenant, how, workers)
         try:
-            self._supervise(job_id, resume)
+            self._supervise(job_id, resume, workers)
         except Exception:
             log.exception("job %s: its coordinator could not be run", job_id)
             self._fail(job_id, "the server hit an internal error running this job")
         finally:
             with self._lock:
                 self._running.pop(job_id, None)
+            self._release(job_id)
             self.state.jobs_waiting.set()
         self._finished(job_id)
 
-    def _supervise(self, job_id: str, resume: bool) -> None:
+    def _supervise(self, job_id: str, resume: bool, workers: int | None) -> None:
         """Run the job's coordinator process to its end; after a crash, record it and run
-        it again (resuming what it committed) until it has crashed MAX_CRASHES times."""
+        it again (resuming what it committed) until it has crashed MAX_CRASHES times. A
+        preempted job is not run again here: it waits in the queue."""
         store = self.state.store
         while True:
-            process = start_job_process(store.url, job_id, resume)
+            process = start_job_process(store.url, job_id, resume, workers)
             process.join()
             record = store.job(job_id)
-            if process.exitcode == 0 or record.state.finished:
+            if process.exitcode == 0 or record.state.finished or record.state.waiting:
                 return
             crashes = store.record_crash(job_id)
             message = crash_message(process.exitcode, bool(record.plan.get("shards")), crashes)
@@ -131,6 +226,12 @@ class Scheduler:
             except StoreError as exc:
                 log.info("not resuming job %s: %s", job_id, exc)
         return claimed
+
+    def _release(self, job_id: str) -> None:
+        try:
+            self.state.store.leases.release(job_id)
+        except StoreError:
+            log.exception("cannot release job %s's slots (the next taker reclaims them)", job_id)
 
     def _fail(self, job_id: str, message: str) -> None:
         try:

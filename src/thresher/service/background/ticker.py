@@ -38,7 +38,7 @@ from thresher.schedules.templates import fill_in
 from thresher.service.schedules import Scheduled, TickNotice, every_schedule
 from thresher.service.state import ServiceState
 from thresher.store import StoreError
-from thresher.store.jobs import owner_alive, this_owner
+from thresher.store.owners import owner_alive, this_owner
 from thresher.store.ticks import MANUAL, TickLedger, TickOutcome, tick_key
 
 log = logging.getLogger("thresher.service.background.ticker")

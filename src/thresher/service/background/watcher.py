@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from thresher.service.errors import ServiceError
+from thresher.service.errors import ServiceError, TooManyRequests
 from thresher.service.state import ServiceState
-from thresher.store.jobs import this_owner
+from thresher.store.owners import this_owner
 from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
 from thresher.triggers import FileSeen, FileSet, Settling, TriggerSettings, complete_sets
 from thresher.triggers import list_watch as default_listing
@@ -95,6 +95,11 @@ class Watcher:
             job_id = self.submit(trigger.tenant, job_body(name, trigger, key, files),
                                  set_job_key(name, key))  # fmt: skip
         except ServiceError as exc:  # the submission is refused: trying again would be too
+            if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
+                # Over a tenant limit that waiting lifts: the set stays claimed, unsettled,
+                # and the next look submits it again.
+                log.info("trigger %s: set %s waits: %s", name, key, exc)
+                return
             self.ledger.settle(name, key, SetOutcome.FAILED, message=str(exc)[:2000])
             log.warning("trigger %s: set %s could not start: %s", name, key, exc)
             return

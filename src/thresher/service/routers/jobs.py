@@ -71,9 +71,18 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
         seconds=manifest.get("seconds"),
         rows_per_second=manifest.get("rows_per_second"),
         message=public_message(state, record.message),
+        waiting_for=record.wait_reason,
+        slots=_slots(state, record),
         results_url=f"/v1/jobs/{record.id}/results",
         errors_url=f"/v1/jobs/{record.id}/errors",
     )
+
+
+def _slots(state: ServiceState, record: JobRecord) -> dict[str, int] | None:
+    if record.state.finished or record.state == JobState.QUEUED:
+        return None  # holds none (a preempted job may still be giving its back)
+    lease = state.store.leases.lease(record.id)
+    return None if lease is None else {"cpu": lease.cpu, "gpu": lease.gpu}
 
 
 def _model_name(state: ServiceState, section: ModelSection) -> str | None:
@@ -126,8 +135,9 @@ def get_job(
     state: StateDep,
     tenant: Tenant,
 ) -> JobInfo:
-    """Status (`queued`, `running`, `succeeded`, `failed`, `cancelled`), request counts,
-    shards done of total, timings and the number of bad records."""
+    """Status (`queued`, `running`, `preempted`, `succeeded`, `failed`, `cancelled`),
+    why it waits (`waiting_for`), request counts, shards done of total, timings and the
+    number of bad records."""
     return describe(state, tenant_job(state, tenant, job_id))
 
 

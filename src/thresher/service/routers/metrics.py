@@ -2,7 +2,10 @@
 
 `/metrics` shows jobs by state, rows read, written and rejected, the rate of each
 running job (rows of its committed shards over the time since its first shard started),
-and each schedule's ticks by outcome and the files each trigger has taken.
+each schedule's ticks by outcome, the files each trigger has taken, waiting jobs
+(queued or preempted) by priority, and this host's worker and GPU slots in use and
+free (machine-wide figures, the same for every caller).
+
 What it covers depends on who asks: a tenant's token shows that tenant's jobs alone (no
 other tenant's job ids or volumes); a token of a tenant in `metrics_operators` shows every
 job in the store, for the operator's Prometheus; and with `metrics_public = true` every
@@ -22,7 +25,12 @@ from thresher.service.state import ServiceState, StateDep
 from thresher.store import JobState
 from thresher.store.ticks import TickLedger
 from thresher.store.triggers import TriggerLedger
-from thresher.store.views import done_row_totals, job_counts, running_job_progress
+from thresher.store.views import (
+    done_row_totals,
+    job_counts,
+    running_job_progress,
+    waiting_by_priority,
+)
 
 router = APIRouter(tags=["operations"])
 
@@ -69,6 +77,7 @@ def render(state: ServiceState, tenant: str | None = None) -> str:
     _running_rates(state, tenant, lines)
     _ticks(state, tenant, lines)
     _trigger_files(state, tenant, lines)
+    _queue_and_slots(state, tenant, lines)
     return "\n".join(lines) + "\n"
 
 
@@ -139,3 +148,15 @@ def _trigger_files(state: ServiceState, tenant: str | None, lines: list[str]) ->
             lines.append(
                 f'thresher_trigger_files_seen_total{{trigger="{name}"}} {seen.get(name, 0)}'
             )
+
+
+def _queue_and_slots(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
+    waiting = waiting_by_priority(state.store.db, tenant)
+    _metric(lines, "thresher_queue_length", "gauge", "Jobs waiting (queued or preempted).")
+    lines += [f'thresher_queue_length{{priority="{p}"}} {n}' for p, n in waiting.items()]
+    used, capacity = state.store.leases.used(), state.config.capacity
+    for kind, held, total in (("cpu", used.cpu, capacity.cpu), ("gpu", used.gpu, capacity.gpu)):
+        _metric(lines, f"thresher_{kind}_slots_used", "gauge", f"{kind} slots leased here.")
+        lines.append(f"thresher_{kind}_slots_used {held}")
+        _metric(lines, f"thresher_{kind}_slots_free", "gauge", f"{kind} slots free here.")
+        lines.append(f"thresher_{kind}_slots_free {max(0, total - held)}")
