@@ -1,0 +1,270 @@
+"""Generative models (`kind = "llm"`) on a small causal LM made here: random weights from
+a config and a tokenizer trained offline on a few sentences, nothing downloaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from thresher.errors import ModelLoadError, SpecError  # noqa: E402
+from thresher.models import LoadContext, load_model  # noqa: E402
+from thresher.models.llm.hf import TransformersEngine  # noqa: E402
+from thresher.models.llm.model import Request  # noqa: E402
+from thresher.models.llm.params import Sampling, override  # noqa: E402
+from thresher.models.llm.prompts import PromptReader, chat_messages  # noqa: E402
+from thresher.spec import ModelSection, parse_spec  # noqa: E402
+from thresher.testing import check_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("hf_offline")
+
+SENTENCES = [
+    "the quick brown fox jumps over the lazy dog",
+    "hello world, how are you today?",
+    "batch inference runs a model over every record exactly once",
+    "a small model made in a test, with a tokenizer trained on a few sentences",
+]
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+PROMPTS = [
+    "hello world",
+    "the quick brown fox jumps over the lazy dog, and then",
+    "a",
+    "batch inference runs a model over every record exactly once, so",
+    "how are you",
+    "a small model made in a test",
+]
+
+
+def make_causal_lm(folder: Path, eos: str = "</s>") -> Path:
+    """A byte-level BPE tokenizer with a chat template and a random tiny Llama, saved."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    special = ["<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(SENTENCES * 4, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, pad_token="<pad>", bos_token="<s>", eos_token=eos
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids(eos),
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def lm_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_causal_lm(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def hf(lm_folder: Path) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(lm_folder)
+    return AutoModelForCausalLM.from_pretrained(lm_folder).eval(), tokenizer
+
+
+def load(folder: Path, features: tuple[str, ...] = ("prompt",), **options: Any) -> Any:
+    spec = ModelSection(kind="llm", uri=str(folder), options={"device": "cpu", **options})
+    return load_model(spec, LoadContext(features=features, threads=1))
+
+
+def reference(hf: tuple[Any, Any], prompt: list[int], max_new: int) -> list[int]:
+    """transformers' own greedy generate, one prompt at a time."""
+    model, tokenizer = hf
+    inputs = torch.tensor([prompt])
+    with torch.inference_mode():
+        out = model.generate(
+            inputs,
+            attention_mask=torch.ones_like(inputs),
+            do_sample=False,
+            max_new_tokens=max_new,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    return [int(t) for t in out[0, len(prompt) :]]
+
+
+def chats() -> list[str]:
+    return [json.dumps([{"role": "user", "content": p}]) for p in PROMPTS]
+
+
+def test_a_greedy_chat_batch_equals_generate_token_for_token(hf: tuple[Any, Any]) -> None:
+    model, tokenizer = hf
+    reader = PromptReader(tokenizer, "messages", chat=True)
+    prompts = reader.token_ids(pa.table({"messages": chats()}))
+    engine = TransformersEngine(model, tokenizer, torch.device("cpu"), budget=200)
+    got = engine.generate([Request(p, Sampling(max_tokens=24)) for p in prompts])
+    for prompt, choices in zip(prompts, got, strict=True):
+        assert choices[0].token_ids == reference(hf, prompt, 24)
+
+
+def test_the_adapter_writes_generate_text_and_usage(lm_folder: Path, hf: tuple[Any, Any]) -> None:
+    _, tokenizer = hf
+    model = load(lm_folder, ("messages",), messages_column="messages", max_tokens=10)
+    outputs = check_model(model, pa.table({"messages": chats()}))
+    for row, chat in enumerate(chats()):
+        rendered = tokenizer.apply_chat_template(
+            json.loads(chat), tokenize=False, add_generation_prompt=True
+        )
+        prompt = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        expected = reference(hf, prompt, 10)
+        assert outputs["text"][row].as_py() == tokenizer.decode(expected, skip_special_tokens=True)
+        assert outputs["prompt_tokens"][row] == len(prompt)
+        assert outputs["completion_tokens"][row] == len(expected)  # an EOS counts
+        assert outputs["total_tokens"][row] == len(prompt) + len(expected)
+        ended = expected[-1] == tokenizer.eos_token_id
+        assert outputs["finish_reason"][row].as_py() == ("stop" if ended else "length")
+        assert ended or len(expected) == 10
+    assert set(outputs["finish_reason"].to_pylist()) == {"stop", "length"}  # both are seen
+
+
+def test_the_chat_template_renders_with_a_generation_prompt(hf: tuple[Any, Any]) -> None:
+    _, tokenizer = hf
+    reader = PromptReader(tokenizer, "messages", chat=True)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    table = pa.table({"messages": [messages]})  # a list of structs, as Parquet holds it
+    (ids,) = reader.token_ids(table)
+    assert tokenizer.decode(ids) == "<s><|system|>be brief\n<|user|>hi\n<|assistant|>"
+    with pytest.raises(ValueError, match="role"):
+        chat_messages([{"role": "wizard", "content": "x"}], "messages")
+    with pytest.raises(ValueError, match="non-empty list"):
+        chat_messages("[]", "messages")
+
+
+def test_a_folder_without_a_chat_template_is_a_load_error(tmp_path: Path, lm_folder: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(lm_folder)
+    tokenizer.chat_template = None
+    with pytest.raises(ModelLoadError, match="chat template"):
+        PromptReader(tokenizer, "messages", chat=True)
+
+
+def test_stop_strings_cut_the_text(lm_folder: Path) -> None:
+    model = load(lm_folder, max_tokens=20)
+    batch = pa.table({"prompt": PROMPTS[:1]})
+    full = model.predict(batch)["text"][0].as_py()
+    stop = full[6:8]
+    assert stop and full.find(stop) == 6
+    stopped = load(lm_folder, max_tokens=20, stop=[stop, "never-there"]).predict(batch)
+    assert stopped["text"][0].as_py() == full[:6]
+    assert stopped["finish_reason"][0].as_py() == "stop"
+    assert 0 < stopped["completion_tokens"][0] < 20
+
+
+def test_eos_ends_a_completion_with_stop(tmp_path: Path, hf: tuple[Any, Any]) -> None:
+    model, tokenizer = hf
+    prompt = tokenizer("hello world")["input_ids"]
+    greedy = reference(hf, prompt, 12)
+    eos = greedy[3] if greedy[3] not in greedy[:3] else greedy[5]
+    model.generation_config.eos_token_id = eos
+    try:
+        engine = TransformersEngine(model, tokenizer, torch.device("cpu"), budget=1000)
+        (choice,) = engine.generate([Request(prompt, Sampling(max_tokens=12))])[0]
+    finally:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+    assert choice.token_ids == greedy[: greedy.index(eos) + 1]
+    assert choice.finish_reason == "stop"
+    assert choice.text == tokenizer.decode(greedy[: greedy.index(eos)], skip_special_tokens=True)
+
+
+@pytest.mark.slow
+def test_rows_override_the_options_and_a_row_seed_reproduces(lm_folder: Path) -> None:
+    model = load(lm_folder, ("prompt", "params"), prompt_column="prompt", params_column="params")
+    params = [
+        {"temperature": 1.0, "seed": 7, "max_completion_tokens": 6},
+        None,
+        {"temperature": 1.0, "seed": 8, "max_tokens": 6, "top_p": 0.9},
+        {"temperature": 1.0, "seed": 7, "max_completion_tokens": 6},
+    ]
+    prompts = ["hello world", "a small", "hello world", "hello world"]
+    batch = pa.table({"prompt": prompts, "params": [json.dumps(p) if p else None for p in params]})
+    first = model.predict(batch)
+    assert first["completion_tokens"].tolist() == [6, 128, 6, 6]  # the default max_tokens: 128
+    texts = first["text"].to_pylist()
+    assert texts[0] == texts[3] != texts[2]
+    again = model.predict(batch.take([3, 1]))["text"].to_pylist()  # other batch mates
+    assert again == [texts[3], texts[1]]
+
+
+def test_n_choices_are_lists_and_differ_under_sampling(lm_folder: Path) -> None:
+    model = load(lm_folder, n=3, temperature=1.0, seed=1, max_tokens=5)
+    outputs = model.predict(pa.table({"prompt": ["hello world", "a"]}))
+    texts = outputs["text"].to_pylist()
+    assert [len(t) for t in texts] == [3, 3] and len(set(texts[0])) == 3
+    assert outputs["finish_reason"].to_pylist() == [["length"] * 3] * 2
+    assert outputs["completion_tokens"].tolist() == [15, 15]
+
+
+def test_token_budget_batches_give_the_outputs_of_batch_size_one(lm_folder: Path) -> None:
+    batch = pa.table({"prompt": PROMPTS})
+    wide = load(lm_folder, max_tokens=12, token_budget=100_000).predict(batch)
+    alone = load(lm_folder, max_tokens=12, token_budget=1).predict(batch)
+    assert wide["text"].to_pylist() == alone["text"].to_pylist()
+    assert wide["completion_tokens"].tolist() == alone["completion_tokens"].tolist()
+
+
+def test_bad_rows_and_bad_parameters_name_what_is_wrong(lm_folder: Path) -> None:
+    model = load(lm_folder, ("prompt", "params"), prompt_column="prompt", params_column="params")
+    with pytest.raises(ValueError, match="'logit_bias' not supported"):
+        model.predict(pa.table({"prompt": ["a"], "params": ['{"logit_bias": {}}']}))
+    with pytest.raises(ValueError, match=r"raise model\.options\.n"):
+        model.predict(pa.table({"prompt": ["a"], "params": ['{"n": 2}']}))
+    with pytest.raises(ValueError, match="null at row 1"):
+        model.predict(pa.table({"prompt": ["a", None], "params": [None, None]}))
+    assert override(Sampling(), {"stop": "\n", "top_p": None}, 1).stop == ("\n",)
+    with pytest.raises(ValueError, match="temperature"):
+        override(Sampling(), {"temperature": 5}, 1)
+
+
+def test_options_are_checked_by_the_spec() -> None:
+    base = {"source": {"uri": "in.jsonl"}, "sink": {"uri": "out/"}}
+    with pytest.raises(SpecError, match=r"model\.options\.max_tokenz"):
+        parse_spec({**base, "model": {"kind": "llm", "uri": "m", "options": {"max_tokenz": 3}}})
+    with pytest.raises(SpecError, match=r"model\.options\.engine"):
+        parse_spec({**base, "model": {"kind": "llm", "uri": "m", "options": {"engine": "tgi"}}})
+
+
+def test_vllm_missing_names_the_engine_option_and_the_extra(
+    lm_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as if not installed
+    with pytest.raises(ModelLoadError, match=r"model.options.engine: 'vllm'.*thresher\[vllm\]"):
+        load(lm_folder, engine="vllm")
+
+
+def test_an_ambiguous_input_column_is_a_load_error(lm_folder: Path) -> None:
+    with pytest.raises(ModelLoadError, match="set prompt_column"):
+        load(lm_folder, ("a", "b"))
+    with pytest.raises(ModelLoadError, match="not among the job's features"):
+        load(lm_folder, ("a",), prompt_column="b")
