@@ -4,6 +4,7 @@ a config and a tokenizer trained offline on a few sentences, nothing downloaded.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +25,6 @@ from thresher.testing import check_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("hf_offline")
 
-SENTENCES = [
-    "the quick brown fox jumps over the lazy dog",
-    "hello world, how are you today?",
-    "batch inference runs a model over every record exactly once",
-    "a small model made in a test, with a tokenizer trained on a few sentences",
-]
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 PROMPTS = [
     "hello world",
     "the quick brown fox jumps over the lazy dog, and then",
@@ -44,44 +35,9 @@ PROMPTS = [
 ]
 
 
-def make_causal_lm(folder: Path, eos: str = "</s>") -> Path:
-    """A byte-level BPE tokenizer with a chat template and a random tiny Llama, saved."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    special = ["<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    bpe.train_from_iterator(SENTENCES * 4, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, pad_token="<pad>", bos_token="<s>", eos_token=eos
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(folder)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.convert_tokens_to_ids(eos),
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).eval().save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
-def lm_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_causal_lm(tmp_path_factory.mktemp("tiny-llama"))
+def lm_folder(tiny_causal_lm: Callable[[], Path]) -> Path:
+    return tiny_causal_lm()
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,9 @@
 
 A row's parameters come from `model.options.params_column`: a struct column, a map or a
 JSON object string, with OpenAI's names — what the OpenAI batch layer passes from each
-request line's body. A null column value, or a null field, keeps the default.
+request line's body. A field a row does not set (or sets to null) keeps the default;
+a row with nothing to override holds `{}` (a null value is a missing input, a bad row,
+as for any feature).
 
     >>> defaults = Sampling(max_tokens=16)
     >>> override(defaults, {"max_completion_tokens": 4, "stop": "."}, 1)
@@ -49,13 +51,14 @@ def defaults(options: Any) -> Sampling:
 def override(base: Sampling, values: Mapping[str, Any], max_n: int) -> Sampling:
     """`base` with the set fields of `values`; ValueError (a bad row) for an unknown
     name or a value out of range, naming it."""
-    unknown = sorted(set(values) - set(KNOWN))
+    # A struct column has every row's fields: the ones a row does not set are null.
+    set_values = {key: value for key, value in values.items() if value is not None}
+    unknown = sorted(set(set_values) - set(KNOWN))
     if unknown:
         raise ValueError(
             f"sampling parameter(s) {', '.join(map(repr, unknown))} not supported;"
             f" use {', '.join(KNOWN)}"
         )
-    set_values = {key: value for key, value in values.items() if value is not None}
     if "max_completion_tokens" in set_values:
         set_values["max_tokens"] = set_values.pop("max_completion_tokens")
     changes: dict[str, Any] = {}
