@@ -260,3 +260,41 @@ def test_an_ambiguous_input_column_is_a_load_error(lm_folder: Path) -> None:
         load(lm_folder, ("a", "b"))
     with pytest.raises(ModelLoadError, match="not among the job's features"):
         load(lm_folder, ("a",), prompt_column="b")
+
+
+def test_the_vllm_engine_maps_the_options_and_reads_its_outputs(
+    lm_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM is not installed here: a stand-in module records what the adapter asks."""
+    import sys
+    import types
+
+    made: dict[str, Any] = {}
+
+    class SamplingParams:
+        def __init__(self, **kwargs: Any) -> None:
+            self.kwargs = kwargs
+
+    class LLM:
+        def __init__(self, **kwargs: Any) -> None:
+            made["llm"] = kwargs
+
+        def generate(self, prompts: list[Any], params: list[Any], use_tqdm: bool) -> list[Any]:
+            made["prompts"], made["params"] = prompts, [p.kwargs for p in params]
+            out = types.SimpleNamespace(token_ids=[5, 6], text="hi", finish_reason="length")
+            return [types.SimpleNamespace(outputs=[out] * p.kwargs["n"]) for p in params]
+
+    monkeypatch.setitem(
+        sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams)
+    )
+    options = {"tensor_parallel_size": 2, "gpu_memory_fraction": 0.5, "stop": "x", "n": 2}
+    model = load(lm_folder, engine="vllm", **options)
+    assert made["llm"]["tensor_parallel_size"] == 2
+    assert made["llm"]["gpu_memory_utilization"] == 0.5
+    outputs = model.predict(pa.table({"prompt": ["hello world"]}))
+    assert made["params"] == [
+        {"n": 2, "temperature": 0.0, "top_p": 1.0, "max_tokens": 128, "stop": ["x"], "seed": None}
+    ]
+    assert list(made["prompts"][0]) == ["prompt_token_ids"]
+    assert outputs["text"].to_pylist() == [["hi", "hi"]]
+    assert outputs["completion_tokens"].tolist() == [4]
