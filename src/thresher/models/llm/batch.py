@@ -43,13 +43,24 @@ class Running:
             return self
         index = torch.tensor(rows, device=self.mask.device)
         self.cache.batch_select_indices(index)
-        return Running(
+        kept = Running(
             [self.generations[i] for i in rows],
             self.cache,
             self.mask[index],
             self.positions[index],
             self.pending[index],
         )
+        kept.trim()
+        return kept
+
+    def trim(self) -> None:
+        """Drop the leading cache columns that are padding in every row (the rows that
+        needed them have left), so a long-lived batch does not grow ever wider."""
+        start = int(self.mask.any(dim=0).int().argmax())
+        if start:
+            tensors = [[t[..., start:, :] for t in layer] for layer in _tensors(self.cache)]
+            _set_tensors(self.cache, tensors)
+            self.mask = self.mask[:, start:]
 
 
 def cost(generations: list[Generation], width: int) -> int:

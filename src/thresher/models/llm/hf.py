@@ -35,6 +35,10 @@ from thresher.models.llm.model import Completion, Request
 # Prompt tokens (padding included) prefilled in one forward pass: enough to keep the
 # matrix products efficient, few enough that a group's prompts are of similar length.
 PREFILL_TOKENS = 2048
+# Waiting generations join a running batch once at least this fraction of its rows can:
+# each join costs a prefill pass and a copy of the batch's cache, and joining one row
+# whenever one left measured slower than static batches (benchmarks/results/llm.md).
+JOIN_FRACTION = 0.5
 
 
 class TransformersEngine:
@@ -109,6 +113,9 @@ class TransformersEngine:
             too_wide = cost(rows + candidate, max(width, longest)) > self._budget
             too_long = self._merges and len(candidate) * longest > PREFILL_TOKENS
             if (too_wide or too_long) and (group or rows):
+                if too_wide and len(group) < len(rows) * JOIN_FRACTION:
+                    waiting.extendleft(reversed(group))  # too few to be worth a merge yet
+                    return []
                 break
             group.append(waiting.popleft())
         return group
