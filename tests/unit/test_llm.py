@@ -233,6 +233,10 @@ def test_bad_rows_and_bad_parameters_name_what_is_wrong(lm_folder: Path) -> None
     with pytest.raises(ValueError, match="null at row 1"):
         model.predict(pa.table({"prompt": ["a", None], "params": [None, None]}))
     assert override(Sampling(), {"stop": "\n", "top_p": None}, 1).stop == ("\n",)
+    neutral = {"frequency_penalty": 0, "presence_penalty": 0.0, "logprobs": False}
+    assert override(Sampling(), neutral, 1) == Sampling()
+    with pytest.raises(ValueError, match="'presence_penalty' not supported"):
+        override(Sampling(), {"presence_penalty": 0.5}, 1)
     with pytest.raises(ValueError, match="temperature"):
         override(Sampling(), {"temperature": 5}, 1)
 

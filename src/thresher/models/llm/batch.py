@@ -1,5 +1,6 @@
 """The running batch of the transformers engine: the generations decoding together and
-their KV cache, which rows leave (`keep`) and join (`merge`) between steps.
+their KV cache, which rows leave (`keep`, then `trim` of the columns none needs any
+more) and join (`merge`) between steps.
 
 Every row is left-padded: its cache entries sit at the right end, the mask marks them,
 and its position ids count only its own tokens. Two batches merge by left-padding the

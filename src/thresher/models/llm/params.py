@@ -24,6 +24,8 @@ import pyarrow as pa
 # `max_tokens` in chat completions.
 KNOWN = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "n")
 MAX_STOPS = 4  # as OpenAI
+# OpenAI parameters thresher does not implement, accepted at the value that changes nothing.
+NEUTRAL: dict[str, Any] = {"frequency_penalty": 0, "presence_penalty": 0, "logprobs": False}
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,13 @@ def defaults(options: Any) -> Sampling:
 def override(base: Sampling, values: Mapping[str, Any], max_n: int) -> Sampling:
     """`base` with the set fields of `values`; ValueError (a bad row) for an unknown
     name or a value out of range, naming it."""
-    # A struct column has every row's fields: the ones a row does not set are null.
-    set_values = {key: value for key, value in values.items() if value is not None}
+    # A struct column has every row's fields: the ones a row does not set are null. An
+    # OpenAI parameter set to its no-op value (`frequency_penalty: 0`) asks for nothing.
+    set_values = {
+        key: value
+        for key, value in values.items()
+        if value is not None and not (key in NEUTRAL and value == NEUTRAL[key])
+    }
     unknown = sorted(set(set_values) - set(KNOWN))
     if unknown:
         raise ValueError(
