@@ -172,6 +172,16 @@ def test_stop_strings_cut_the_text(lm_folder: Path) -> None:
     assert 0 < stopped["completion_tokens"][0] < 20
 
 
+def test_a_stop_string_late_in_a_long_completion_is_found(lm_folder: Path) -> None:
+    batch = pa.table({"prompt": ["how are you"]})
+    full = load(lm_folder, max_tokens=60).predict(batch)["text"][0].as_py()
+    at = next(i for i in range(len(full) - 2, 0, -1) if full.find(full[i : i + 2]) == i)
+    assert at > len(full) // 2  # far past the first tokens
+    stopped = load(lm_folder, max_tokens=60, stop=full[at : at + 2]).predict(batch)
+    assert stopped["text"][0].as_py() == full[:at]
+    assert stopped["finish_reason"][0].as_py() == "stop"
+
+
 def test_eos_ends_a_completion_with_stop(tmp_path: Path, hf: tuple[Any, Any]) -> None:
     model, tokenizer = hf
     prompt = tokenizer("hello world")["input_ids"]

@@ -42,6 +42,13 @@ class Generation:
         return self.finish_reason is not None
 
     def _stopped(self, tokenizer: Any) -> bool:
+        # A stop string that the newest token completes lies within the last few tokens
+        # (a character is at most 4 bytes, a token at least 1): look there first, so a
+        # long completion is not decoded whole at every step.
+        window = 4 * max(map(len, self.sampling.stop)) + 4
+        tail = tokenizer.decode(self.tokens[-window:], skip_special_tokens=True)
+        if not any(stop in tail for stop in self.sampling.stop):
+            return False
         text = tokenizer.decode(self.tokens, skip_special_tokens=True)
         cuts = [i for stop in self.sampling.stop if (i := text.find(stop)) >= 0]
         if cuts:
