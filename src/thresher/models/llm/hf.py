@@ -36,8 +36,8 @@ from thresher.models.llm.model import Completion, Request
 # matrix products efficient, few enough that a group's prompts are of similar length.
 PREFILL_TOKENS = 2048
 # Waiting generations join a running batch once at least this fraction of its rows can:
-# each join costs a prefill pass and a copy of the batch's cache, and joining one row
-# whenever one left measured slower than static batches (benchmarks/results/llm.md).
+# each join costs a prefill pass and a copy of the batch's cache, and joining a row
+# whenever one left measured slower than this (benchmarks/results/llm.md).
 JOIN_FRACTION = 0.5
 
 
