@@ -95,6 +95,68 @@ def small_bert(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     return make
 
 
+# A small causal LM for the generative-model tests: a byte-level BPE tokenizer trained on
+# these sentences, with a chat template, and a random tiny Llama.
+LM_SENTENCES = [
+    "the quick brown fox jumps over the lazy dog",
+    "hello world, how are you today?",
+    "batch inference runs a model over every record exactly once",
+    "a small model made in a test, with a tokenizer trained on a few sentences",
+]
+LM_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_lm(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Path]:
+    """Saves (once a session) a random tiny Llama and its tokenizer, built offline, in a
+    folder `kind = "llm"` loads, and returns the folder."""
+    made: list[Path] = []
+
+    def make() -> Path:
+        if not made:
+            made.append(_make_causal_lm(tmp_path_factory.mktemp("tiny-llama")))
+        return made[0]
+
+    return make
+
+
+def _make_causal_lm(folder: Path) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    special = ["<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>"]
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=special, initial_alphabet=alphabet)
+    bpe.train_from_iterator(LM_SENTENCES * 4, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+    )
+    tokenizer.chat_template = LM_CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> str:
     """The test PostgreSQL server's URL (THRESHER_TEST_POSTGRES, which `scripts/test.sh`

@@ -170,6 +170,7 @@ BUILTINS: tuple[Plugin, ...] = (
         "models.options:TransformersOptions",
         "text",
     ),
+    _builtin(M, "llm", "models.llm:load_llm", "models.options:LlmOptions", "text"),
     _builtin(
         M, "xgboost", "models.boosters:load_xgboost", "models.options:BoosterOptions", "boosters"
     ),

@@ -150,6 +150,7 @@ PUBLIC: dict[str, list[str]] = {
         "load_model",
         "model_fingerprint",
     ],
+    "thresher.models.llm": ["load_llm"],
     "thresher.plugins": [
         "BUILTINS",
         "ENTRY_POINT_GROUP",

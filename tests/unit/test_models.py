@@ -381,6 +381,7 @@ def test_public_names_and_lazy_imports() -> None:
     ]
     assert sorted(ADAPTERS) == [
         "lightgbm",
+        "llm",
         "mlflow",
         "onnx",
         "python",

@@ -4,12 +4,15 @@ know what each value means; these models check the keys and the obvious types.""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from thresher.plugins import Options
 
 __all__ = [
     "BoosterOptions",
+    "LlmOptions",
     "OnnxOptions",
     "SentenceTransformerOptions",
     "TransformersOptions",
@@ -41,3 +44,24 @@ class SentenceTransformerOptions(_TextOptions):
 class TransformersOptions(_TextOptions):
     task: str = "text-classification"
     pooling: str = "mean"
+
+
+class LlmOptions(Options):
+    """`kind = "llm"`: generation with a causal language model (see models/llm)."""
+
+    engine: Literal["transformers", "vllm"] = "transformers"
+    prompt_column: str | None = None  # a text column, or
+    messages_column: str | None = None  # a list of {role, content} (or its JSON)
+    params_column: str | None = None  # per-row sampling parameters (a struct or JSON)
+    # Sampling defaults for rows that do not set their own. Temperature 0 is greedy.
+    max_tokens: int = Field(default=128, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(default=None, ge=0)
+    n: int = Field(default=1, ge=1)
+    token_budget: int = Field(default=16384, ge=1)  # padded prompt + new tokens per batch
+    device: str | None = None
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    tensor_parallel_size: int = Field(default=1, ge=1)  # vllm
+    gpu_memory_fraction: float = Field(default=0.9, gt=0.0, le=1.0)  # vllm
