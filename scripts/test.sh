@@ -22,8 +22,10 @@ THRESHER_TEST_POSTGRES="${THRESHER_TEST_POSTGRES:-$(bash scripts/postgres.sh)}"
 export THRESHER_TEST_POSTGRES
 
 # pytest exits 5 when it collects nothing: that is a failure here, never a pass.
+# Two test processes (THRESHER_TEST_WORKERS; 0 runs them in this one): the end-to-end
+# tests spend most of their time waiting on servers and workers they started.
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n "${THRESHER_TEST_WORKERS:-2}" "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
