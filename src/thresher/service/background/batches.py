@@ -106,6 +106,7 @@ class BatchWorker:
             "model": model,
             "id_column": "custom_id",
             "name": f"batch {batch.id}",
+            "output_format": "parquet",  # vectors stay binary until the answers are written
         }
         options: dict[str, object] = {}
         if batch.endpoint == "/v1/embeddings":

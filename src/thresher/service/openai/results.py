@@ -27,6 +27,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from thresher.sinks.files import FileSink
+from thresher.sinks.parts import read_part
 
 __all__ = ["Written", "embedding_answer", "generation_body", "write_results"]
 
@@ -178,11 +179,24 @@ def generation_body(row: dict[str, Any], model: str, endpoint: str, key: str) ->
 
 
 def _output_rows(sink: FileSink) -> Iterator[dict[str, Any]]:
+    """The job's output rows, part by part in input order (a batch job writes Parquet:
+    its vectors stay binary until they are written once, as OpenAI's JSON)."""
     for url in sink.published_parts():
-        with open(url, encoding="utf-8") as part:
-            for line in part:
-                if line.strip():
-                    yield json.loads(line)
+        table = read_part(url, sink.file_format)
+        for batch in table.to_batches(max_chunksize=1024):
+            columns = {name: _values(batch.column(name)) for name in batch.schema.names}
+            for i in range(batch.num_rows):
+                yield {name: values[i] for name, values in columns.items()}
+
+
+def _values(column: Any) -> Any:
+    """A column's values: an embedding column as rows of a float32 matrix."""
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(column.type) and pa.types.is_floating(column.type.value_type):
+        width = column.type.list_size
+        return column.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+    return column.to_pylist()
 
 
 def _requests(rows: Iterator[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
