@@ -6,7 +6,6 @@ request with a parameter the model does not support goes to the error file alone
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from openai import OpenAI
 
 from .servers import Server, ServiceSite
+from .test_openai_batches import wait_batch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("hf_offline")]
 
@@ -76,7 +76,7 @@ options = {{ device = "cpu" }}
         batch = client.batches.create(
             input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
         )
-        done = _wait(client, batch.id)
+        done = wait_batch(client, batch.id)
         assert done.status == "completed", done
         answers = [
             json.loads(x) for x in client.files.content(done.output_file_id).text.splitlines()
@@ -104,16 +104,6 @@ options = {{ device = "cpu" }}
         assert done.usage is not None and done.usage.output_tokens > 0
     finally:
         server.stop()
-
-
-def _wait(client: OpenAI, batch_id: str, timeout: float = 240) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        batch = client.batches.retrieve(batch_id)
-        if batch.status in ("completed", "failed", "cancelled", "expired"):
-            return batch
-        time.sleep(0.5)
-    raise AssertionError(f"batch {batch_id} did not end in {timeout} s")
 
 
 def _lines(client: OpenAI, file_id: str | None) -> list[Any]:

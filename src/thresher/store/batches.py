@@ -53,24 +53,24 @@ class BatchRow:
     input_file_id: str
     endpoint: str
     completion_window: str
-    metadata: dict[str, str] | None
     status: BatchStatus
-    model: str | None
-    job_id: str | None
-    output_file_id: str | None
-    error_file_id: str | None
-    errors: dict[str, Any] | None
-    counts: dict[str, int] | None
-    usage: dict[str, int] | None
     created_at: int
-    expires_at: int | None
-    in_progress_at: int | None
-    finalizing_at: int | None
-    completed_at: int | None
-    failed_at: int | None
-    expired_at: int | None
-    cancelling_at: int | None
-    cancelled_at: int | None
+    expires_at: int | None = None
+    metadata: dict[str, str] | None = None
+    model: str | None = None
+    job_id: str | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    errors: dict[str, Any] | None = None
+    counts: dict[str, int] | None = None
+    usage: dict[str, int] | None = None
+    in_progress_at: int | None = None
+    finalizing_at: int | None = None
+    completed_at: int | None = None
+    failed_at: int | None = None
+    expired_at: int | None = None
+    cancelling_at: int | None = None
+    cancelled_at: int | None = None
 
 
 COLUMNS = [f.name for f in fields(BatchRow)]

@@ -104,29 +104,15 @@ def create_batch(request: BatchRequest, state: StateDep, tenant: Tenant) -> dict
     window = _checked(state, tenant, request)
     created = int(time.time())
     batch = BatchRow(
-        new_batch_id(),
-        tenant,
-        request.input_file_id,
-        request.endpoint,
-        request.completion_window,
-        request.metadata,
-        BatchStatus.VALIDATING,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        created,
-        created + window,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
+        id=new_batch_id(),
+        tenant=tenant,
+        input_file_id=request.input_file_id,
+        endpoint=request.endpoint,
+        completion_window=request.completion_window,
+        status=BatchStatus.VALIDATING,
+        created_at=created,
+        expires_at=created + window,
+        metadata=request.metadata,
     )
     BatchTable(state.store.db).create(batch)
     state.batches_waiting.set()
