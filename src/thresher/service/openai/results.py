@@ -27,9 +27,16 @@ from typing import Any, TextIO
 import numpy as np
 
 from thresher.sinks.files import FileSink
-from thresher.sinks.parts import read_part
+from thresher.sinks.parts import read_error_records, read_part
 
-__all__ = ["Written", "embedding_answer", "generation_body", "write_results"]
+__all__ = [
+    "Written",
+    "answers",
+    "embedding_answer",
+    "generation_body",
+    "partial_lines",
+    "write_results",
+]
 
 
 @dataclass(frozen=True)
@@ -51,36 +58,61 @@ def write_results(
     the output and error files `files`; `names` = (batch id, model name, endpoint);
     `unrun` is the code of requests that were never run (`batch_cancelled`,
     `batch_expired`, `batch_failed`)."""
-    batch_id, model, endpoint = names
     failed = {str(r.get("id")): str(r.get("message", "")) for r in sink.read_errors()}
+    rows = _output_rows(sink.published_parts(), sink.file_format)
     answered: set[str] = set()
     prompt_tokens = completion_tokens = 0
     with files[0].open("w", encoding="utf-8") as out:
-        for custom_id, rows in _requests(_output_rows(sink)):
-            if custom_id in failed:
-                continue
-            if endpoint == "/v1/embeddings":
-                body, problem = _embedding_body(rows, model)
-            else:
-                body, problem = (
-                    generation_body(rows[0], model, endpoint, _id("gen", batch_id, custom_id)),
-                    None,
-                )
-            if problem is not None:
-                failed[custom_id] = problem
-                continue
+        for custom_id, line, usage in answers(rows, failed, names):
             answered.add(custom_id)
-            prompt_tokens += body["usage"]["prompt_tokens"]
-            completion_tokens += body["usage"].get("completion_tokens", 0)
-            response = {
-                "status_code": 200,
-                "request_id": _id("req", batch_id, custom_id),
-                "body": body,
-            }
-            out.write(_line(batch_id, custom_id, response, None))
+            prompt_tokens += usage["prompt_tokens"]
+            completion_tokens += usage.get("completion_tokens", 0)
+            out.write(line)
     with files[1].open("w", encoding="utf-8") as err:
-        errors = _error_lines(err, batch_id, _custom_ids(prepared), (answered, failed), unrun)
+        ids = _custom_ids(prepared)
+        errors = _error_lines(err, names[0], ids, (answered, failed), unrun)
     return Written(len(answered), errors, prompt_tokens, completion_tokens)
+
+
+def answers(
+    rows: Iterator[dict[str, Any]], failed: dict[str, str], names: tuple[str, str, str]
+) -> Iterator[tuple[str, str, dict[str, int]]]:
+    """(custom_id, output line, usage) of each request its rows answer, in order; a
+    request that cannot be answered (its own problem) is added to `failed` instead."""
+    batch_id, model, endpoint = names
+    for custom_id, group in _requests(rows):
+        if custom_id in failed:
+            continue
+        if endpoint == "/v1/embeddings":
+            body, problem = _embedding_body(group, model)
+        else:
+            key = _id("gen", batch_id, custom_id)
+            body, problem = generation_body(group[0], model, endpoint, key), None
+        if problem is not None:
+            failed[custom_id] = problem
+            continue
+        response = {"status_code": 200, "request_id": _id("req", batch_id, custom_id), "body": body}
+        yield custom_id, _line(batch_id, custom_id, response, None), body["usage"]
+
+
+def partial_lines(
+    parts: tuple[list[str], list[str]], file_format: str, names: tuple[str, str, str], errors: bool
+) -> Iterator[str]:
+    """The lines a running batch's output (or error) file has so far: the requests of
+    its committed shards, `parts` = (output parts, error parts)."""
+    failed: dict[str, str] = {}
+    for path in parts[1]:
+        failed.update(
+            {str(r.get("id")): str(r.get("message", "")) for r in read_error_records(path)}
+        )
+    answered = answers(_output_rows(parts[0], file_format), failed, names)
+    if not errors:
+        yield from (line for _, line, _ in answered)
+        return
+    for _ in answered:  # its own problems join `failed` as they are found
+        pass
+    for custom_id, message in failed.items():
+        yield _failed_line(names[0], custom_id, message)
 
 
 def _error_lines(
@@ -97,18 +129,7 @@ def _error_lines(
             continue
         count += 1
         if custom_id in failed:
-            error = {
-                "message": failed[custom_id],
-                "type": "invalid_request_error",
-                "param": None,
-                "code": None,
-            }
-            response = {
-                "status_code": 400,
-                "request_id": _id("req", batch_id, custom_id),
-                "body": {"error": error},
-            }
-            err.write(_line(batch_id, custom_id, response, None))
+            err.write(_failed_line(batch_id, custom_id, failed[custom_id]))
         else:
             message = f"this request was not run: {unrun.removeprefix('batch_')}"
             err.write(_line(batch_id, custom_id, None, {"code": unrun, "message": message}))
@@ -178,11 +199,18 @@ def generation_body(row: dict[str, Any], model: str, endpoint: str, key: str) ->
     }
 
 
-def _output_rows(sink: FileSink) -> Iterator[dict[str, Any]]:
+def _failed_line(batch_id: str, custom_id: str, message: str) -> str:
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+    request_id = _id("req", batch_id, custom_id)
+    response = {"status_code": 400, "request_id": request_id, "body": {"error": error}}
+    return _line(batch_id, custom_id, response, None)
+
+
+def _output_rows(parts: list[str], file_format: str) -> Iterator[dict[str, Any]]:
     """The job's output rows, part by part in input order (a batch job writes Parquet:
     its vectors stay binary until they are written once, as OpenAI's JSON)."""
-    for url in sink.published_parts():
-        table = read_part(url, sink.file_format)
+    for url in parts:
+        table = read_part(url, file_format)
         for batch in table.to_batches(max_chunksize=1024):
             columns = {name: _values(batch.column(name)) for name in batch.schema.names}
             for i in range(batch.num_rows):

@@ -11,14 +11,18 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from thresher.service.downloads import output_of
 from thresher.service.errors import BadRequest, NotFound
 from thresher.service.openai.lines import ENDPOINTS
+from thresher.service.openai.results import partial_lines
 from thresher.service.policies.auth import Tenant
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.uploads import find_file
@@ -163,3 +167,28 @@ def cancel_batch(batch_id: str, state: StateDep, tenant: Tenant) -> dict[str, An
             state.store.request_cancel(batch.job_id)
     state.batches_waiting.set()
     return public(_tenant_batch(state, tenant, batch_id))
+
+
+@router.get("/{batch_id}/partial", summary="The answers so far (thresher's own)")
+def partial_output(batch_id: str, state: StateDep, tenant: Tenant) -> StreamingResponse:
+    """While a batch runs, the output file's lines of the requests answered so far (its
+    committed shards), as JSONL; beyond OpenAI, which gives results only at the end."""
+    return _partial(state, _tenant_batch(state, tenant, batch_id), errors=False)
+
+
+@router.get("/{batch_id}/partial/errors", summary="The failed requests so far")
+def partial_errors(batch_id: str, state: StateDep, tenant: Tenant) -> StreamingResponse:
+    """The error file's lines of the requests that failed so far (their shards committed)."""
+    return _partial(state, _tenant_batch(state, tenant, batch_id), errors=True)
+
+
+def _partial(state: ServiceState, batch: BatchRow, errors: bool) -> StreamingResponse:
+    lines: Iterator[str] = iter(())
+    if batch.job_id is not None:
+        section = state.store.job(batch.job_id).spec.sink
+        sink = output_of(section)
+        names = (batch.id, batch.model or "", batch.endpoint)
+        parts = sink.committed_parts(batch.job_id)
+        lines = partial_lines(parts, sink.file_format, names, errors)
+    chunks = (line.encode("utf-8") for line in lines)
+    return StreamingResponse(chunks, media_type="application/x-ndjson")
