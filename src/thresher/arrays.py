@@ -25,6 +25,15 @@ def to_numpy(array: pa.Array) -> np.ndarray:
     return converted
 
 
+def vector_rows(column: pa.FixedSizeListArray | pa.ChunkedArray) -> np.ndarray:
+    """A column of fixed-size lists of numbers (an `embedding` column) as a (rows, width)
+    matrix, through `to_numpy` (a view when there are no nulls)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    width = column.type.list_size
+    return to_numpy(column.flatten()).reshape(-1, width)
+
+
 def from_numpy(values: np.ndarray) -> pa.Array:
     """A 1-D NumPy array as an Arrow array; numbers are wrapped without a copy (when
     contiguous), and the Arrow array keeps the NumPy one alive. Long doubles,

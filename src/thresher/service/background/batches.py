@@ -25,6 +25,7 @@ from pathlib import Path
 
 from thresher.errors import ThresherError
 from thresher.service import submission
+from thresher.service.background.encoders import counting_tokens
 from thresher.service.downloads import output_of
 from thresher.service.openai.lines import prepare_lines
 from thresher.service.openai.results import Written, write_results
@@ -112,8 +113,7 @@ class BatchWorker:
         if batch.endpoint == "/v1/embeddings":
             body["columns"] = ["input"]
             body["keep_columns"] = ["line", "index", "encoding_format", "dimensions"]
-            if section.kind == "sentence-transformers":
-                options["tokens"] = True
+            options.update(counting_tokens(section))
         else:
             text = "messages" if batch.endpoint == "/v1/chat/completions" else "prompt"
             body["columns"] = [text, "params"]

@@ -20,16 +20,23 @@ from typing import Any
 
 import numpy as np
 
+from thresher.arrays import vector_rows
 from thresher.children import describe_exit, die_with_parent
 from thresher.service.background.job_process import children_context
 from thresher.spec import ModelSection
 
-__all__ = ["EncoderCrashed", "EncoderRefused", "Encoders", "Vectors"]
+__all__ = ["EncoderCrashed", "EncoderRefused", "Encoders", "Vectors", "counting_tokens"]
 
 log = logging.getLogger("thresher.service.background.encoders")
 
 MAX_BATCH = 256
 GATHER_SECONDS = 0.005
+
+
+def counting_tokens(section: ModelSection) -> dict[str, bool]:
+    """The model options that make an encoder give each text's token count (OpenAI's
+    `usage`), where its kind can: sentence-transformers' `tokens`."""
+    return {"tokens": True} if section.kind == "sentence-transformers" else {}
 
 
 class EncoderCrashed(RuntimeError):
@@ -151,9 +158,7 @@ def _serve(section: ModelSection, conn: Connection) -> None:
     from thresher.models import LoadContext, load_model
 
     die_with_parent()
-    options = dict(section.options)
-    if section.kind == "sentence-transformers":
-        options["tokens"] = True
+    options = {**section.options, **counting_tokens(section)}
     try:
         model = load_model(section.model_copy(update={"options": options}), LoadContext(("input",)))
         refusal = None
@@ -183,8 +188,6 @@ def _matrix(column: Any, rows: int) -> np.ndarray:
     """An `embedding` column (vectors as Arrow fixed-size lists, or an array) as rows."""
     import pyarrow as pa
 
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if isinstance(column, pa.FixedSizeListArray):
-        column = column.flatten().to_numpy(zero_copy_only=False)
+    if isinstance(column, pa.Array | pa.ChunkedArray) and pa.types.is_fixed_size_list(column.type):
+        column = vector_rows(column)
     return np.asarray(column, dtype=np.float32).reshape(rows, -1)

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from thresher.arrays import vector_rows
 from thresher.sinks.files import FileSink
 from thresher.sinks.parts import read_error_records, read_part
 
@@ -222,8 +223,7 @@ def _values(column: Any) -> Any:
     import pyarrow as pa
 
     if pa.types.is_fixed_size_list(column.type) and pa.types.is_floating(column.type.value_type):
-        width = column.type.list_size
-        return column.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+        return vector_rows(column)
     return column.to_pylist()
 
 
