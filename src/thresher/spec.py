@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,7 +35,9 @@ from pydantic import (
 )
 
 from thresher.errors import SpecError, describe_errors
+from thresher.monitor.settings import MonitorSection
 from thresher.plugins import Kind, check_plugin, option_problems
+from thresher.sizes import MAX_INT64, parse_bytes
 
 FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
 SUFFIX_FORMATS = {
@@ -48,8 +48,6 @@ SUFFIX_FORMATS = {
     ".ndjson": "jsonl",
     ".json": "jsonl",
 }
-# The largest integer the store (SQLite, PostgreSQL BIGINT) holds.
-MAX_INT64 = 2**63 - 1
 
 
 class Section(BaseModel):
@@ -261,6 +259,7 @@ class JobSpec(Section):
     sink: SinkSection
     errors: ErrorsSection = Field(default_factory=ErrorsSection)
     notify: NotifySection = Field(default_factory=NotifySection)
+    monitor: MonitorSection = Field(default_factory=MonitorSection)
 
     @field_validator("sink")
     @classmethod
@@ -278,33 +277,6 @@ class JobSpec(Section):
                 f"source.columns: the id column {source.id_column!r} must not be a model input"
             )
         return self
-
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-}
-
-
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
-
-
-def parse_bytes(text: str) -> int:
-    """`"512MB"` -> 512000000, `"1 GiB"` -> 1073741824. Plain decimals only (no `1e400`,
-    `inf` or `nan`), so every size is a whole number of bytes the store can hold."""
-    match = _SIZE.fullmatch(text.strip().lower())
-    if match is None or match.group(2) not in _UNITS:
-        raise ValueError(f"expected a size such as 512MB or 2GiB, got {text[:40]!r}")
-    size = int(Decimal(match.group(1)) * _UNITS[match.group(2)])
-    if size > MAX_INT64:
-        raise ValueError(f"{text[:40]!r} is larger than the 8 EiB a size may be")
-    return size
 
 
 def infer_format(uri: str) -> str | None:

@@ -140,10 +140,19 @@ def job_count(site: ServiceSite) -> int:
 
 
 def settled(site: ServiceSite, files: int) -> bool:
-    """Whether `files` files are in jobs and every job has ended."""
+    """Whether `files` files are in jobs, every job has ended and its webhook is delivered
+    (the server is stopped next: a delivery still pending would wait for its restart)."""
     jobs = query(site, "SELECT state, spec FROM thresher_jobs")
     taken = sum(len(json.loads(spec)["source"]["files"]) for _, spec in jobs)
-    return taken >= files and all(s in ("succeeded", "failed", "cancelled") for s, _ in jobs)
+    delivered = query(
+        site, "SELECT COUNT(*) FROM thresher_webhook_deliveries WHERE delivered_at IS NOT NULL"
+    )
+    return (
+        taken >= files
+        and all(s in ("succeeded", "failed", "cancelled") for s, _ in jobs)
+        and bool(delivered)
+        and delivered[0][0] >= len(jobs)
+    )
 
 
 def check_exactly_once(site: ServiceSite, expected_ids: int, hooks: list[bytes]) -> None:

@@ -22,7 +22,9 @@ from harness import FIGURES, FaultJob, make_job, wait_for_children
 
 KILLED = -signal.SIGKILL
 SEED = 20261130
-RANDOM_KILLS = 20
+# Twelve seeded kills: each lands at a different step of a run; the named crash points
+# above cover every step deterministically, and CI has 30 minutes for the whole suite.
+RANDOM_KILLS = 12
 
 
 def finish(job: FaultJob, tries: int = 3) -> int:

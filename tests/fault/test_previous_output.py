@@ -44,9 +44,11 @@ def first_run(tmp_path: Path, sink: str) -> tuple[FaultJob, dict[str, bytes]]:
     return job, before
 
 
-def new_output(tmp_path: Path) -> tuple[Counter[int], Counter[int]]:
-    """The ids an uninterrupted run of the changed job publishes."""
-    job = make_job(tmp_path / "golden-new", "parquet")
+@pytest.fixture(scope="module")
+def new_golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[Counter[int], Counter[int]]:
+    """The ids (and error ids) an uninterrupted run publishes: the model's change alters the
+    scores, not which rows fail. Made once, as it is the same for every test here."""
+    job = make_job(tmp_path_factory.mktemp("golden-new"), "parquet")
     assert job.run().returncode == 0
     return job.ids(), job.error_ids()
 
@@ -55,25 +57,29 @@ def new_output(tmp_path: Path) -> tuple[Counter[int], Counter[int]]:
 @pytest.mark.parametrize(
     "fault", ["before_commit:3", "mid_commit:3", "after_commit:3", "worker_after_stage:5"]
 )
-def test_killed_run_leaves_previous_output(tmp_path: Path, sink: str, fault: str) -> None:
+def test_killed_run_leaves_previous_output(
+    tmp_path: Path, sink: str, fault: str, new_golden: tuple[Counter[int], Counter[int]]
+) -> None:
     job, before = first_run(tmp_path, sink)
     second = job.run(fault=fault)
     assert second.returncode in (KILLED, 1), second.stderr[-2000:]
     assert published(job) == before, f"the previous output changed after a kill at {fault}"
     finish(job)
     assert published(job) != before
-    check_exact(job, new_output(tmp_path), f"previous kept, then resume ({sink}, {fault})")
+    check_exact(job, new_golden, f"previous kept, then resume ({sink}, {fault})")
 
 
 @pytest.mark.parametrize("sink", ["parquet", "sqlite"])
-def test_killed_while_publishing_rolls_forward(tmp_path: Path, sink: str) -> None:
+def test_killed_while_publishing_rolls_forward(
+    tmp_path: Path, sink: str, new_golden: tuple[Counter[int], Counter[int]]
+) -> None:
     """A kill in the middle of publishing (old parts gone, new ones not all in): the
     publish is decided, and the next start on the folder finishes it."""
     job, before = first_run(tmp_path, sink)
     assert job.run(fault="mid_publish").returncode == KILLED
     assert job.run().returncode == 0  # a new run first finishes the cut-short publish
     assert published(job) != before
-    check_exact(job, new_output(tmp_path), f"killed mid-publish, next run ({sink})")
+    check_exact(job, new_golden, f"killed mid-publish, next run ({sink})")
 
 
 def run_with(job: FaultJob, *overrides: str) -> subprocess.CompletedProcess[str]:
@@ -104,7 +110,9 @@ def test_misspelt_model_kind_exits_2_and_keeps_output(tmp_path: Path, sink: str)
     assert published(job) == before
 
 
-def test_cancelled_job_leaves_previous_output(tmp_path: Path) -> None:
+def test_cancelled_job_leaves_previous_output(
+    tmp_path: Path, new_golden: tuple[Counter[int], Counter[int]]
+) -> None:
     job, before = first_run(tmp_path, "parquet")
     proc = job.start()
     try:
@@ -124,4 +132,4 @@ def test_cancelled_job_leaves_previous_output(tmp_path: Path) -> None:
         proc.communicate()
     assert published(job) == before
     finish(job)
-    check_exact(job, new_output(tmp_path), "cancelled, then resume")
+    check_exact(job, new_golden, "cancelled, then resume")

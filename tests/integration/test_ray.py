@@ -33,10 +33,15 @@ MODEL = """
 import time
 
 class Scorer:
-    def __init__(self, pause: float = 0.0) -> None:
-        self.pause = pause
+    def __init__(self, pause: float = 0.0, log: str = "") -> None:
+        self.pause, self.log = pause, log
 
     def predict(self, batch):
+        if self.log:  # which node this batch ran on
+            import ray
+
+            with open(self.log, "a") as f:
+                f.write(ray.util.get_node_ip_address() + "\\n")
         time.sleep(self.pause)
         return {"score": batch["x0"] * 3.0 - batch["x1"]}
 """
@@ -183,10 +188,14 @@ def test_worker_node_killed_mid_job(cluster: Cluster, job: Path) -> None:
     node = cluster.add_worker_node()
     store = job.parent / "store.db"
     env = {**cluster.env, "THRESHER_STORE": f"sqlite:///{store}"}
+    log = job.parent / "nodes.log"
     cmd = [str(BIN / "thresher"), "run", str(job), *_ray_args(cluster, "out", pause=0.25)]
+    cmd += ["--set", f'model.options.log="{log}"']
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_done_shards(store, at_least=2)
+        # Killed only once its actor is busy: a node killed before its actor started costs
+        # no attempt (the head's actor would take every shard), and proves nothing.
+        _wait_for_a_batch_on(log, WORKER_IP)
         _kill(node)
         _, stderr = proc.communicate(timeout=300)
     finally:
@@ -212,21 +221,13 @@ def test_worker_node_killed_mid_job(cluster: Cluster, job: Path) -> None:
     assert lost >= 1, "the kill should have cost at least one attempt"
 
 
-def _wait_for_done_shards(store: Path, at_least: int, timeout: float = 120) -> None:
+def _wait_for_a_batch_on(log: Path, node_ip: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if store.exists():
-            try:
-                with sqlite3.connect(store) as db:
-                    done = db.execute(
-                        "SELECT COUNT(*) FROM thresher_shards WHERE state = 'done'"
-                    ).fetchone()[0]
-                if done >= at_least:
-                    return
-            except sqlite3.OperationalError:
-                pass  # tables not there yet
-        time.sleep(0.2)
-    raise AssertionError("the job never got going on the cluster")
+        if log.exists() and node_ip in log.read_text().split():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no batch ever ran on the node at {node_ip}")
 
 
 def _latest_job(store: Path) -> str:

@@ -124,6 +124,22 @@ MIGRATIONS: list[list[str]] = [
             devices TEXT NOT NULL DEFAULT '', acquired_at TEXT NOT NULL)""",
         "ALTER TABLE thresher_jobs ADD COLUMN wait_reason TEXT",
     ],
+    # 9: monitoring. A shard's profile is committed with the shard (`profile`); a job's
+    # merged profile, or a reference file's, is kept by subject (a job id, or
+    # `file:<uri>@<version>`). Actuals are labels joined to a job's predictions by id, one
+    # row per id (so adding a file twice changes nothing), and one row per part added.
+    [
+        "ALTER TABLE thresher_shards ADD COLUMN profile TEXT",
+        """CREATE TABLE IF NOT EXISTS thresher_profiles (
+            subject TEXT PRIMARY KEY, profile TEXT NOT NULL, created_at TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS thresher_actuals (
+            job_id TEXT NOT NULL, record_id TEXT NOT NULL, label TEXT NOT NULL,
+            part TEXT NOT NULL, added_at TEXT NOT NULL, PRIMARY KEY (job_id, record_id))""",
+        """CREATE TABLE IF NOT EXISTS thresher_actual_parts (
+            job_id TEXT NOT NULL, digest TEXT NOT NULL, source TEXT NOT NULL,
+            rows_read BIGINT NOT NULL, matched BIGINT NOT NULL, unknown BIGINT NOT NULL,
+            repeated BIGINT NOT NULL, added_at TEXT NOT NULL, PRIMARY KEY (job_id, digest))""",
+    ],
 ]
 
 

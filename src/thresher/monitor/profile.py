@@ -1,0 +1,284 @@
+"""Column profiles: what a job's inputs and outputs looked like, in a size that does not grow
+with its rows, and that merges exactly shard by shard.
+
+A `ColumnProfile` holds, for one column:
+
+- `rows`, `nulls`, and for numbers `nan` and `inf`;
+- `moments` of the finite values (count, min, max, mean, variance; merged by Chan's rule);
+- `quantiles`: an Apache DataSketches KLL sketch (k = 200) of a uniform sample of the
+  values (`[monitor] sample_rows` per job), which merges without loss of its bound;
+- for categorical columns (text of few values, booleans, integer or text outputs): a
+  frequent-items sketch of the values and an HLL distinct-count sketch;
+- for text of many values (`kind = "text"`): the moments and quantiles of its lengths;
+- for numeric outputs within [0, 1]: a 20-bin histogram over [0, 1], ready for
+  calibration once actuals arrive.
+
+A `Profile` is the columns of one shard or job (`role` input or output), and optionally
+the same per value of `[monitor] segment_by`. Sketches travel as base64 in JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import datasketches as ds
+
+__all__ = [
+    "PROBABILITY_BINS",
+    "ColumnProfile",
+    "Moments",
+    "Profile",
+    "merge_profiles",
+]
+
+KLL_K = 200
+FREQUENT_LG_MAP = 10  # up to 768 values counted exactly before the sketch starts to purge
+HLL_LG_K = 12  # about 1.6% relative error on the distinct count
+PROBABILITY_BINS = 20
+
+Kind = Literal["numeric", "categorical", "text", "other"]
+Role = Literal["input", "output"]
+
+
+@dataclass
+class Moments:
+    """Count, min, max, mean and the sum of squared deviations of finite values."""
+
+    count: int = 0
+    min: float = math.inf
+    max: float = -math.inf
+    mean: float = 0.0
+    m2: float = 0.0
+
+    @property
+    def variance(self) -> float:
+        """The population variance (ddof 0), 0 for no values."""
+        return self.m2 / self.count if self.count else 0.0
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.variance)
+
+    def merge(self, other: Moments) -> None:
+        """Chan et al.'s pairwise update: exact in the order merged."""
+        if not other.count:
+            return
+        if not self.count:
+            self.count, self.min, self.max = other.count, other.min, other.max
+            self.mean, self.m2 = other.mean, other.m2
+            return
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        self.mean += delta * other.count / total
+        self.m2 += other.m2 + delta * delta * self.count * other.count / total
+        self.count = total
+        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
+
+    def to_json(self) -> dict[str, Any]:
+        finite = bool(self.count)
+        return {
+            "count": self.count,
+            "min": self.min if finite else None,
+            "max": self.max if finite else None,
+            "mean": self.mean,
+            "m2": self.m2,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Moments:
+        count = int(data["count"])
+        low, high = data["min"], data["max"]
+        return cls(
+            count,
+            math.inf if low is None else float(low),
+            -math.inf if high is None else float(high),
+            float(data["mean"]),
+            float(data["m2"]),
+        )
+
+
+@dataclass
+class ColumnProfile:
+    """One column of a shard or job (see the module docstring)."""
+
+    name: str
+    role: Role
+    kind: Kind
+    rows: int = 0
+    nulls: int = 0
+    nan: int = 0
+    inf: int = 0
+    moments: Moments = field(default_factory=Moments)
+    quantiles: ds.kll_doubles_sketch | None = None
+    frequent: ds.frequent_strings_sketch | None = None
+    distinct: ds.hll_sketch | None = None
+    probability: list[int] | None = None  # PROBABILITY_BINS counts over [0, 1]
+
+    @classmethod
+    def empty(cls, name: str, role: Role, kind: Kind) -> ColumnProfile:
+        column = cls(name, role, kind)
+        if kind != "other":  # numbers, or text's lengths
+            column.quantiles = ds.kll_doubles_sketch(KLL_K)
+        if kind == "categorical":
+            column.frequent = ds.frequent_strings_sketch(FREQUENT_LG_MAP)
+            column.distinct = ds.hll_sketch(HLL_LG_K)
+        if kind == "numeric" and role == "output":
+            column.probability = [0] * PROBABILITY_BINS
+        return column
+
+    def become_text(self) -> None:
+        """Too many values to count as categories: keep the lengths (always tracked)."""
+        self.kind, self.frequent, self.distinct = "text", None, None
+
+    def top(self, limit: int = 10) -> list[tuple[str, int]]:
+        """The most frequent values with their counts (exact while the sketch holds every
+        value seen: up to 768 of them)."""
+        if self.frequent is None or self.frequent.is_empty():
+            return []
+        items = self.frequent.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_NEGATIVES)
+        return [(str(value), int(estimate)) for value, estimate, *_ in items[:limit]]
+
+    def merge(self, other: ColumnProfile) -> None:
+        if self.kind != other.kind and "text" in (self.kind, other.kind):
+            self.become_text()
+        self.rows += other.rows
+        self.nulls += other.nulls
+        self.nan += other.nan
+        self.inf += other.inf
+        self.moments.merge(other.moments)
+        if self.quantiles is not None and other.quantiles is not None:
+            self.quantiles.merge(other.quantiles)
+        if self.frequent is not None and other.frequent is not None:
+            self.frequent.merge(other.frequent)
+        if self.distinct is not None and other.distinct is not None:
+            union = ds.hll_union(HLL_LG_K)
+            union.update(self.distinct)
+            union.update(other.distinct)
+            self.distinct = union.get_result()
+        if self.probability is not None:
+            theirs = other.probability
+            self.probability = (
+                None
+                if theirs is None
+                else [a + b for a, b in zip(self.probability, theirs, strict=True)]
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        def pack(blob: bytes) -> str:
+            return base64.b64encode(blob).decode("ascii")
+
+        out: dict[str, Any] = {
+            "role": self.role,
+            "kind": self.kind,
+            "rows": self.rows,
+            "nulls": self.nulls,
+            "nan": self.nan,
+            "inf": self.inf,
+            "moments": self.moments.to_json(),
+        }
+        if self.quantiles is not None:
+            out["quantiles"] = pack(self.quantiles.serialize())
+        if self.frequent is not None:
+            out["frequent"] = pack(self.frequent.serialize())
+        if self.distinct is not None:
+            out["distinct"] = pack(self.distinct.serialize_compact())
+        if self.probability is not None:
+            out["probability"] = self.probability
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> ColumnProfile:
+        column = cls(name, data["role"], data["kind"], int(data["rows"]), int(data["nulls"]))
+        column.nan, column.inf = int(data["nan"]), int(data["inf"])
+        column.moments = Moments.from_json(data["moments"])
+        if "quantiles" in data:
+            column.quantiles = ds.kll_doubles_sketch.deserialize(_unpack(data["quantiles"]))
+        if "frequent" in data:
+            column.frequent = ds.frequent_strings_sketch.deserialize(_unpack(data["frequent"]))
+        if "distinct" in data:
+            column.distinct = ds.hll_sketch.deserialize(_unpack(data["distinct"]))
+        column.probability = data.get("probability")
+        return column
+
+    @property
+    def distinct_count(self) -> float | None:
+        return None if self.distinct is None else float(self.distinct.get_estimate())
+
+
+def _unpack(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"))
+
+
+@dataclass
+class Profile:
+    """The profiled columns of a shard or a job, by name (inputs then outputs), and the
+    same per segment when the job has `[monitor] segment_by`."""
+
+    rows: int = 0
+    columns: dict[str, ColumnProfile] = field(default_factory=dict)
+    sample_rate: float = 1.0
+    segment_by: str | None = None
+    segments: dict[str, Profile] = field(default_factory=dict)
+
+    def inputs(self) -> list[ColumnProfile]:
+        return [c for c in self.columns.values() if c.role == "input"]
+
+    def outputs(self) -> list[ColumnProfile]:
+        return [c for c in self.columns.values() if c.role == "output"]
+
+    def merge(self, other: Profile) -> None:
+        self.rows += other.rows
+        self.segment_by = self.segment_by or other.segment_by
+        for name, column in other.columns.items():
+            mine = self.columns.get(name)
+            if mine is None:
+                self.columns[name] = ColumnProfile.from_json(name, column.to_json())  # a copy
+            else:
+                mine.merge(column)
+        for key, segment in other.segments.items():
+            self.segments.setdefault(key, Profile(sample_rate=self.sample_rate)).merge(segment)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "version": 1,
+            "rows": self.rows,
+            "sample_rate": self.sample_rate,
+            "columns": {name: c.to_json() for name, c in self.columns.items()},
+        }
+        if self.segment_by:
+            out["segment_by"] = self.segment_by
+            out["segments"] = {key: s.to_json() for key, s in self.segments.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Profile:
+        return cls(
+            rows=int(data["rows"]),
+            columns={n: ColumnProfile.from_json(n, c) for n, c in data["columns"].items()},
+            sample_rate=float(data.get("sample_rate", 1.0)),
+            segment_by=data.get("segment_by"),
+            segments={k: cls.from_json(s) for k, s in data.get("segments", {}).items()},
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """What the manifest shows: per column its kind, nulls and centre."""
+        columns: dict[str, Any] = {}
+        for name, c in self.columns.items():
+            entry: dict[str, Any] = {"role": c.role, "kind": c.kind, "nulls": c.nulls}
+            if c.kind == "numeric" and c.moments.count:
+                entry |= {"mean": c.moments.mean, "min": c.moments.min, "max": c.moments.max}
+            if c.kind == "categorical":
+                entry["top"] = dict(c.top(3))
+            columns[name] = entry
+        return {"rows": self.rows, "columns": columns}
+
+
+def merge_profiles(profiles: list[Profile]) -> Profile:
+    """One profile of many (a job's of its shards', in shard order)."""
+    merged = Profile(sample_rate=profiles[0].sample_rate if profiles else 1.0)
+    for profile in profiles:
+        merged.merge(profile)
+    return merged
