@@ -151,6 +151,7 @@ PUBLIC: dict[str, list[str]] = {
         "model_fingerprint",
     ],
     "thresher.models.llm": ["load_llm"],
+    "thresher.monitor": ["ColumnProfile", "Moments", "MonitorSection", "Profile"],
     "thresher.plugins": [
         "BUILTINS",
         "ENTRY_POINT_GROUP",

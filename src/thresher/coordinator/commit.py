@@ -8,7 +8,8 @@ A shard attempt, finished by a worker (`commit_shard`):
 1. the sink commits the staged output part and the error part (`Sink.commit`: for the
    built-in sinks a rename into the job's pending folder, or one ledger-checked
    transaction, then the error part's rename; crash point `mid_commit` between them);
-2. the store marks the shard done, with the attempt and its counts.
+2. the store marks the shard done, with the attempt, its counts and its profile (one
+   transaction: a shard redone after a crash replaces, never adds to, its profile).
 
 A crash during or after 1 leaves the shard not done in the store; resume redoes it, and the
 redo lands under the same names (or is skipped by the SQL sink's ledger): once. Marking
@@ -40,7 +41,9 @@ def commit_shard(sink: Sink, store: Store, job_id: str, result: ShardResult) -> 
     sink.commit(result.part, result.errors)
     crash_point("after_commit", result.shard)
     counts = (result.rows_in, result.rows_out, result.rows_error)
-    store.shard_done(job_id, result.shard, result.attempt, counts, result.seconds)
+    store.shard_done(
+        job_id, result.shard, result.attempt, counts, result.seconds, profile=result.profile
+    )
 
 
 def commit_retry_shard(

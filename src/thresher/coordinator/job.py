@@ -19,6 +19,7 @@ from thresher.executors.base import make_executor
 from thresher.executors.tasks import WorkerSetup
 from thresher.faults import crash_point
 from thresher.models import LoadContext, check_model_section
+from thresher.monitor.setup import profile_setup
 from thresher.plan import Placement, check_features, plan_input, plan_placement
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
@@ -164,6 +165,10 @@ def _finish(job: Job, output: tuple[Sink, str], outcome: LoopOutcome, facts: Run
         sink.abort()
         job.store.finish(job.id, JobState.FAILED, manifest, "; ".join(problems))
         return JobResult(job.id, JobState.FAILED, manifest, job.spec.sink.uri, errors_uri, problems)
+    profile = job.store.profiles.merge_shards(job.id)
+    if profile is not None:
+        job.store.profiles.save(job.id, profile)
+        manifest["profile"] = profile.summary()
     sink.finish(manifest)
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
     return JobResult(job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri)
@@ -185,7 +190,9 @@ def check_model(spec: JobSpec) -> None:
 def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:
     """What every worker of this job needs: reader, model section, columns, part targets."""
     spec, keep = job.spec, job.spec.sink.keep_columns
-    columns = [c for c in [spec.source.id_column, *keep, *job.features] if c]
+    profile = profile_setup(spec.monitor, job.plan)
+    segment = profile.segment_by if profile else None
+    columns = [c for c in [spec.source.id_column, *keep, *job.features, segment] if c]
     return WorkerSetup(
         reader=open_source(spec.source, keep).reader(job.plan.schema, list(dict.fromkeys(columns))),
         model=spec.model,
@@ -195,6 +202,7 @@ def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:
         batch=spec.batch,
         parts=sink.part_target(),
         on_bad_input=spec.errors.on_bad_input,
+        profile=profile,
     )
 
 

@@ -18,6 +18,15 @@ from thresher.spec import BatchSection, ModelSection
 
 
 @dataclass(frozen=True)
+class ProfileSetup:
+    """How a worker profiles its shards (`[monitor]`): the share of rows its quantile
+    sketches see, the same for every shard of the job, and the segment column."""
+
+    sample_rate: float
+    segment_by: str | None = None
+
+
+@dataclass(frozen=True)
 class WorkerSetup:
     """Everything a worker needs before its first shard; sent once per worker."""
 
@@ -29,6 +38,7 @@ class WorkerSetup:
     batch: BatchSection
     parts: PartTarget
     on_bad_input: Literal["skip", "fail"]
+    profile: ProfileSetup | None = None  # None: `[monitor] profile = false`
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class ShardResult:
     rows_error: int
     seconds: float
     batch_size: int = 0  # the model batch size the worker ended the shard with
+    profile: str | None = None  # the shard's profile (JSON), committed with it
 
 
 # Errors a retry cannot fix: the same input or model fails the same way on any worker.

@@ -65,10 +65,15 @@ class ShardProfiler:
         self._profile = Profile(sample_rate=sample_rate, segment_by=segment_by)
         self._segments: dict[str, ShardProfiler] = {}
 
-    def update(self, inputs: pa.Table, outputs: pa.Table, segments: pa.Array | None = None) -> None:
+    def update(
+        self,
+        inputs: pa.Table,
+        outputs: pa.Table,
+        segments: tuple[pa.ChunkedArray, pa.ChunkedArray] | None = None,
+    ) -> None:
         """Profile one chunk: `inputs` the model's input columns of the rows read,
-        `outputs` the prediction columns of the rows predicted, `segments` the
-        `segment_by` column of the predicted rows (its values split both)."""
+        `outputs` the prediction columns of the rows predicted, and `segments` the
+        `segment_by` column's values of each (which split both, per segment value)."""
         self._add(inputs, "input")
         self._add(outputs, "output")
         self._profile.rows += inputs.num_rows
@@ -105,17 +110,24 @@ class ShardProfiler:
             positions = np.concatenate([positions, more])
         return positions[positions < rows]
 
-    def _by_segment(self, inputs: pa.Table, outputs: pa.Table, segments: pa.Array) -> None:
-        keys = pc.cast(segments, pa.string()).fill_null("(null)")
-        for value in pc.unique(keys).to_pylist():
-            key = value if value in self._segments or len(self._segments) < MAX_SEGMENTS else None
-            key = key if key is not None else OTHER_SEGMENT
-            mask = pc.equal(keys, value)
+    def _by_segment(
+        self,
+        inputs: pa.Table,
+        outputs: pa.Table,
+        segments: tuple[pa.ChunkedArray, pa.ChunkedArray],
+    ) -> None:
+        of_inputs, of_outputs = (pc.cast(s, pa.string()).fill_null("(null)") for s in segments)
+        for value in pc.unique(of_inputs).to_pylist():
+            known = value in self._segments or len(self._segments) < MAX_SEGMENTS
+            key = value if known else OTHER_SEGMENT
             profiler = self._segments.get(key)
             if profiler is None:
                 seed = self._seed * 1_000_003 + zlib.crc32(key.encode())
                 profiler = self._segments[key] = ShardProfiler(self._rate, seed)
-            profiler.update(inputs.filter(mask), outputs.filter(mask))
+            profiler.update(
+                inputs.filter(pc.equal(of_inputs, value)),
+                outputs.filter(pc.equal(of_outputs, value)),
+            )
 
 
 def add_values(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray) -> None:

@@ -15,6 +15,7 @@ from thresher.spec import JobSpec
 from thresher.store.db import Database, IdempotencyConflict, StoreError, now
 from thresher.store.leases import SlotLeases
 from thresher.store.owners import owner_alive, this_owner
+from thresher.store.profiles import ProfileTable
 from thresher.store.queue import JobQueue
 from thresher.store.records import (
     AttemptOutcome,
@@ -37,6 +38,7 @@ class Store:
         self.retries = RetryLog(db)
         self.leases = SlotLeases(db)
         self.queue = JobQueue(db)
+        self.profiles = ProfileTable(db)
 
     @property
     def url(self) -> str:
@@ -219,14 +221,22 @@ class Store:
             )
 
     def shard_done(
-        self, job_id: str, index: int, attempt: str, counts: tuple[int, int, int], seconds: float
+        self,
+        job_id: str,
+        index: int,
+        attempt: str,
+        counts: tuple[int, int, int],
+        seconds: float,
+        *,
+        profile: str | None = None,
     ) -> None:
-        """Record a committed shard: call only after the sink committed its part."""
+        """Record a committed shard, with its profile (JSON): call only after the sink
+        committed its part. One transaction, so the profile counts exactly once."""
         with self.db.transaction() as cur:
             cur.execute(
                 "UPDATE thresher_shards SET state = ?, rows_in = ?, rows_out = ?, rows_error = ?,"
-                " seconds = ?, error = NULL WHERE job_id = ? AND idx = ?",
-                (ShardState.DONE.value, *counts, seconds, job_id, index),
+                " seconds = ?, error = NULL, profile = ? WHERE job_id = ? AND idx = ?",
+                (ShardState.DONE.value, *counts, seconds, profile, job_id, index),
             )
             self._end_attempt(cur, job_id, attempt, AttemptOutcome.DONE, None)
 

@@ -25,6 +25,7 @@ from thresher.spec import BatchSection
 from thresher.worker.autobatch import BatchTuner
 from thresher.worker.pipeline import Prefetch, WriteBehind
 from thresher.worker.predict import predict_isolating, row_as_text
+from thresher.worker.profiling import ChunkProfiler
 
 
 class ErrorPart:
@@ -94,9 +95,14 @@ class ShardWork:
         return (pa.table(columns) if columns else table.select([])), positions
 
     def predict_in_batches(self, chunk: Chunk) -> pa.Table:
-        """The chunk's output rows, in input order, predicted in batches of the tuner's
-        size. A text model that can measure its rows (`sort_key`: token lengths) gets them
-        shortest first, so each batch pads little; rows go back in input order after."""
+        """The chunk's output rows, in input order (see `predict_rows`)."""
+        return self.predict_rows(chunk)[0]
+
+    def predict_rows(self, chunk: Chunk) -> tuple[pa.Table, np.ndarray]:
+        """The chunk's output rows and their positions, in input order, predicted in
+        batches of the tuner's size. A text model that can measure its rows (`sort_key`:
+        token lengths) gets them shortest first, so each batch pads little; rows go back
+        in input order after."""
         lengths: np.ndarray | None = None  # set when the rows were sorted
         model = self.model
         if isinstance(model, SortsByLength) and chunk.table.num_rows > 1:
@@ -107,12 +113,13 @@ class ShardWork:
             lengths = keys[order]
         outputs = [self.predict(piece, work) for piece, work in self._pieces(chunk, lengths)]
         if not outputs:
-            return pa.table({})
+            return pa.table({}), np.empty(0, dtype=np.int64)
         table = pa.concat_tables([t for t, _ in outputs]) if len(outputs) > 1 else outputs[0][0]
+        positions = np.concatenate([p for _, p in outputs])
         if lengths is not None:  # back to input order
-            positions = np.concatenate([p for _, p in outputs])
-            table = table.take(pa.array(np.argsort(positions, kind="stable")))
-        return table
+            order = np.argsort(positions, kind="stable")
+            table, positions = table.take(pa.array(order)), positions[order]
+        return table, positions
 
     def _pieces(
         self, chunk: Chunk, lengths: np.ndarray | None
@@ -151,6 +158,7 @@ def run_shard(
         setup.parts.error_staging(shard.index, task.attempt), setup.on_bad_input == "fail"
     )
     work = ShardWork(setup, model, shard, errors, tuner)
+    profiler = ChunkProfiler.of(setup, shard.index)
     rows_in = rows_out = 0
     with (
         Prefetch(setup.reader.read(shard, setup.batch.read_rows(sorts_by_length(model)))) as chunks,
@@ -160,8 +168,10 @@ def run_shard(
             rows_in += chunk.table.num_rows + len(chunk.bad)
             for record in chunk.bad:
                 errors.add(record)
-            output = work.predict_in_batches(chunk)
+            output, positions = work.predict_rows(chunk)
             writer.put(output)
+            if profiler:
+                profiler.add(chunk, output, positions)
             rows_out += output.num_rows
             report(chunk.table.num_rows + len(chunk.bad))
     return ShardResult(
@@ -174,6 +184,7 @@ def run_shard(
         rows_error=errors.count,
         seconds=time.perf_counter() - started,
         batch_size=tuner.size,
+        profile=profiler.result() if profiler else None,
     )
 
 

@@ -1,0 +1,45 @@
+"""Profiles in the store: each shard's, committed with the shard (`thresher_shards.profile`,
+written by `Store.shard_done`), and the merged profile of a job or a reference file
+(`thresher_profiles`, by subject: a job id, or `file:<uri>@<version>`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from thresher.monitor.profile import Profile, merge_profiles
+from thresher.store.db import Database, now
+
+__all__ = ["ProfileTable"]
+
+
+@dataclass(frozen=True)
+class ProfileTable:
+    db: Database
+
+    def save(self, subject: str, profile: Profile) -> None:
+        """Keep `profile` as `subject`'s, replacing any earlier one (a job resumed after
+        it finished once, a reference file profiled again)."""
+        text = json.dumps(profile.to_json())
+        with self.db.transaction() as cur:
+            cur.execute("DELETE FROM thresher_profiles WHERE subject = ?", (subject,))
+            cur.execute(
+                "INSERT INTO thresher_profiles (subject, profile, created_at) VALUES (?, ?, ?)",
+                (subject, text, now()),
+            )
+
+    def get(self, subject: str) -> Profile | None:
+        rows = self.db.query("SELECT profile FROM thresher_profiles WHERE subject = ?", (subject,))
+        return Profile.from_json(json.loads(rows[0][0])) if rows else None
+
+    def merge_shards(self, job_id: str) -> Profile | None:
+        """The job's profile: its done shards' profiles merged in shard order (so a resumed
+        job merges exactly what an uninterrupted one would); None when no shard has one."""
+        rows = self.db.query(
+            "SELECT profile FROM thresher_shards WHERE job_id = ? AND state = 'done'"
+            " AND profile IS NOT NULL ORDER BY idx",
+            (job_id,),
+        )
+        if not rows:
+            return None
+        return merge_profiles([Profile.from_json(json.loads(text)) for (text,) in rows])
