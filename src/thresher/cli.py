@@ -9,6 +9,7 @@ from typing import NoReturn
 
 import click
 
+from thresher.drift_cli import drift
 from thresher.errors import SpecError, ThresherError
 from thresher.schedule_cli import schedules
 from thresher.trigger_cli import triggers
@@ -300,6 +301,7 @@ def _fail(message: str, code: int) -> NoReturn:
 
 cli.add_command(schedules)
 cli.add_command(triggers)
+cli.add_command(drift)
 
 
 def main() -> None:
