@@ -111,3 +111,23 @@ def test_profiles_compare_directly_and_errors_say_what_to_give(tmp_path: Path) -
     unprofiled = run_job(tmp_path, "quiet", features(1), profile=False)
     with pytest.raises(thresher.MonitorError, match="profile = false"):
         thresher.drift(job, unprofiled)
+
+
+def test_a_reference_file_is_profiled_by_the_jobs_segments(tmp_path: Path) -> None:
+    def with_region(table: pa.Table, north: float, seed: int) -> pa.Table:
+        rng = np.random.default_rng(seed)
+        region = np.where(rng.uniform(size=ROWS) < north, "north", "south")
+        return table.append_column("region", pa.array(region))
+
+    training = tmp_path / "training.parquet"
+    pq.write_table(with_region(features(5), 0.5, 0), training)
+    job = run_job(tmp_path, "scoring", with_region(features(6), 0.8, 1), segment_by="region")
+    report = thresher.drift(str(training), job)
+    assert report.segment_by == "region" and report.verdict == "drift"  # region moved
+    segments = {s.key: s for s in report.segments}
+    assert set(segments) == {"north", "south"}
+    assert segments["north"].row_share.baseline == pytest.approx(0.5, abs=0.02)
+    assert segments["north"].row_share.current == pytest.approx(0.8, abs=0.02)
+    assert {c.name for c in segments["north"].columns} >= {"x", "z"}
+    assert segments["north"].verdict == "ok"
+    assert report.column("region").verdict == "drift"  # the segment column itself moved
