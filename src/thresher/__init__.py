@@ -25,6 +25,7 @@ from thresher.spec import JobSpec, load_spec, parse_spec
 
 if TYPE_CHECKING:
     from thresher.coordinator.job import JobResult
+    from thresher.monitor.profile import Profile
     from thresher.progress import Reporter
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "ThresherError",
     "load_spec",
     "parse_spec",
+    "profile",
     "resume",
     "run",
 ]
@@ -79,3 +81,18 @@ def resume(job_id: str, store: str | None = None, reporter: Reporter | None = No
     from thresher.store import open_store
 
     return resume_job(job_id, open_store(store), reporter)
+
+
+def profile(job_id: str, store: str | None = None) -> Profile:
+    """A succeeded job's profile: every model input and output column as the job saw it,
+    made in the same pass as its predictions.
+
+    >>> p = thresher.profile("20261201-020000-a1b2c3")              # doctest: +SKIP
+    >>> p.columns["age"].moments.mean, p.columns["prediction"].top(2)  # doctest: +SKIP
+    (41.7, [('0', 81234), ('1', 18766)])
+    >>> p.describe()["columns"]["age"]["quantiles"]["p50"]          # doctest: +SKIP
+    40.0
+    """
+    from thresher.store import open_store
+
+    return open_store(store).profiles.of_job(job_id)

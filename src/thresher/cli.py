@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from thresher.errors import SpecError, ThresherError
+from thresher.profile_cli import profile
 from thresher.schedule_cli import schedules
 from thresher.trigger_cli import triggers
 
@@ -311,6 +312,7 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+cli.add_command(profile)
 cli.add_command(schedules)
 cli.add_command(triggers)
 

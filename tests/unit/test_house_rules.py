@@ -128,6 +128,7 @@ PUBLIC: dict[str, list[str]] = {
         "ThresherError",
         "load_spec",
         "parse_spec",
+        "profile",
         "resume",
         "run",
     ],

@@ -126,7 +126,7 @@ class ShardProfiler:
                 profiler = self._segments[key] = ShardProfiler(self._rate, seed)
             profiler.update(
                 inputs.filter(pc.equal(of_inputs, value)),
-                outputs.filter(pc.equal(of_outputs, value)),
+                outputs.filter(pc.equal(of_outputs, value)) if outputs.num_columns else outputs,
             )
 
 
