@@ -26,7 +26,8 @@ from thresher.spec import JobSpec, load_spec, parse_spec
 
 if TYPE_CHECKING:
     from thresher.coordinator.job import JobResult
-    from thresher.monitor import DriftReport, Profile
+    from thresher.monitor.drift_report import DriftReport
+    from thresher.monitor.profile import Profile
     from thresher.progress import Reporter
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "drift",
     "load_spec",
     "parse_spec",
+    "profile",
     "resume",
     "run",
 ]
@@ -116,3 +118,18 @@ def drift(
     now = side(current, None, "current")
     then = side(baseline, now.profile.segment_by, "baseline")
     return compare_subjects(then, now, columns)
+
+
+def profile(job_id: str, store: str | None = None) -> Profile:
+    """A succeeded job's profile: every model input and output column as the job saw it,
+    made in the same pass as its predictions.
+
+    >>> p = thresher.profile("20261201-020000-a1b2c3")              # doctest: +SKIP
+    >>> p.columns["age"].moments.mean, p.columns["prediction"].top(2)  # doctest: +SKIP
+    (41.7, [('0', 81234), ('1', 18766)])
+    >>> p.describe()["columns"]["age"]["quantiles"]["p50"]          # doctest: +SKIP
+    40.0
+    """
+    from thresher.store import open_store
+
+    return open_store(store).profiles.of_job(job_id)

@@ -130,6 +130,7 @@ PUBLIC: dict[str, list[str]] = {
         "drift",
         "load_spec",
         "parse_spec",
+        "profile",
         "resume",
         "run",
     ],

@@ -184,6 +184,18 @@ class WebhookSender:
             self._dispatcher.submit(Delivery(*row))
         return len(rows)
 
+    def settle(self, job_id: str, timeout: float) -> list[dict[str, Any]]:
+        """Wait (up to `timeout` seconds) until none of the job's deliveries is pending,
+        retries included; returns them as they stand. For a process that exits after
+        its job, such as `thresher run`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self._deliveries.of_job(job_id)
+            pending = any(r["state"] == DeliveryState.PENDING.value for r in rows)
+            if not pending or time.monotonic() >= deadline:
+                return rows
+            time.sleep(0.05)
+
     def close(self) -> None:
         """Stop sending; deliveries not yet done stay pending for the next start."""
         self._dispatcher.close()
