@@ -16,6 +16,7 @@ from thresher.errors import (
     JobFailed,
     ModelLoadError,
     ModelOutputError,
+    MonitorError,
     SinkError,
     SourceError,
     SpecError,
@@ -25,6 +26,7 @@ from thresher.spec import JobSpec, load_spec, parse_spec
 
 if TYPE_CHECKING:
     from thresher.coordinator.job import JobResult
+    from thresher.monitor.drift_report import DriftReport
     from thresher.monitor.profile import Profile
     from thresher.progress import Reporter
 
@@ -35,10 +37,12 @@ __all__ = [
     "JobSpec",
     "ModelLoadError",
     "ModelOutputError",
+    "MonitorError",
     "SinkError",
     "SourceError",
     "SpecError",
     "ThresherError",
+    "drift",
     "load_spec",
     "parse_spec",
     "profile",
@@ -81,6 +85,39 @@ def resume(job_id: str, store: str | None = None, reporter: Reporter | None = No
     from thresher.store import open_store
 
     return resume_job(job_id, open_store(store), reporter)
+
+
+def drift(
+    baseline: str | Profile,
+    current: str | Profile,
+    store: str | None = None,
+    columns: list[str] | None = None,
+) -> DriftReport:
+    """How far `current` has moved from `baseline`, column by column, from their profiles
+    alone (see `thresher drift`). Each side is a job id, a job name (its newest succeeded
+    job), a reference file's path (profiled once, then cached in the store) or a
+    `thresher.monitor.Profile`. Raises MonitorError when a side cannot be found.
+
+    >>> report = thresher.drift("nightly", tonight_job_id)   # doctest: +SKIP
+    >>> report.verdict, report.drifted                        # doctest: +SKIP
+    ('drift', ['income'])
+    >>> report.column("income").psi                           # doctest: +SKIP
+    0.31
+    """
+    from thresher.monitor.subjects import Subject, compare_subjects, resolve
+    from thresher.store import open_store
+
+    site = open_store(store) if isinstance(baseline, str) or isinstance(current, str) else None
+
+    def side(what: str | Profile, segment_by: str | None, label: str) -> Subject:
+        if not isinstance(what, str):
+            return Subject(label, what)
+        assert site is not None
+        return resolve(site, what, segment_by)
+
+    now = side(current, None, "current")
+    then = side(baseline, now.profile.segment_by, "baseline")
+    return compare_subjects(then, now, columns)
 
 
 def profile(job_id: str, store: str | None = None) -> Profile:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from thresher.drift_cli import drift
 from thresher.errors import SpecError, ThresherError
 from thresher.profile_cli import profile
 from thresher.schedule_cli import schedules
@@ -315,6 +316,7 @@ def _fail(message: str, code: int) -> NoReturn:
 cli.add_command(profile)
 cli.add_command(schedules)
 cli.add_command(triggers)
+cli.add_command(drift)
 
 
 def main() -> None:

@@ -97,6 +97,13 @@ class JobFailed(ThresherError):
     """The job ran but did not succeed: shards failed or too many rows were bad."""
 
 
+class MonitorError(ThresherError):
+    """A drift comparison (or another monitor question) that cannot be answered: no job,
+    job name or file by that name, or a job without a profile."""
+
+    stage = "monitor"
+
+
 def describe_errors(exc: ValidationError) -> list[str]:
     """One `field.path: what is wrong` line per problem pydantic found (a validator may
     report several, one a line: a plug-in's options)."""

@@ -9,13 +9,32 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ColumnProfile", "Moments", "MonitorSection", "Profile"]
+__all__ = [
+    "Change",
+    "ColumnDrift",
+    "ColumnProfile",
+    "DriftReport",
+    "Moments",
+    "MonitorSection",
+    "Profile",
+    "SegmentDrift",
+    "Share",
+    "Thresholds",
+    "compare_profiles",
+]
 
 _HOMES = {
+    "Change": "thresher.monitor.drift_report",
+    "ColumnDrift": "thresher.monitor.drift_report",
     "ColumnProfile": "thresher.monitor.profile",
+    "DriftReport": "thresher.monitor.drift_report",
     "Moments": "thresher.monitor.profile",
     "MonitorSection": "thresher.monitor.settings",
     "Profile": "thresher.monitor.profile",
+    "SegmentDrift": "thresher.monitor.drift_report",
+    "Share": "thresher.monitor.drift_report",
+    "Thresholds": "thresher.monitor.drift_report",
+    "compare_profiles": "thresher.monitor.drift",
 }
 
 
