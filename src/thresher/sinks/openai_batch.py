@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from thresher.errors import SinkError
+from thresher.faults import crash_point
 from thresher.openai.results import (
     bad_line,
     failed_line,
@@ -132,6 +133,7 @@ def write_answers(
             completed += 1
             usage["input_tokens"] += answer[1]["prompt_tokens"]
             usage["output_tokens"] += answer[1].get("completion_tokens", 0)
+    crash_point("mid_answers")
     failures += [(line, failed_line(batch_id, cid, msg)) for cid, (line, msg) in failed.items()]
     with _replacing(fs, f"{root}/{ERRORS_FILE}") as err:
         for _, text in sorted(failures, key=lambda failure: failure[0]):
