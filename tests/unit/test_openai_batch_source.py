@@ -13,7 +13,7 @@ import pytest
 from thresher.errors import SourceError, SpecError
 from thresher.records import BadRecord
 from thresher.sources import open_source
-from thresher.spec import parse_spec
+from thresher.spec import load_spec, parse_spec
 from thresher.testing import check_source
 
 MODEL = {"kind": "sentence-transformers", "uri": "models/minilm"}
@@ -69,6 +69,7 @@ BAD_LINES = {  # line -> (the line, OpenAI's code, the custom_id its record carr
     13: (request("w", {"model": "m", "input": ["a"] * 2049}), "invalid_input", "w"),
     14: (request("nb", "not a body"), "invalid_body", "nb"),
     15: (request("q", {"model": "m", "input": "\ud800"}), "invalid_input", "q"),
+    16: (request("\udfff", {"model": "m", "input": "a"}), "invalid_input", None),
     30: (request("r1", {"model": "m", "input": "again"}), "duplicate_custom_id", "r1"),
 }  # fmt: skip
 
@@ -166,6 +167,7 @@ def test_a_batch_files_spec_fills_in_what_its_endpoint_implies(tmp_path: Path) -
         ({"id_column": "id"}, MODEL, {}, "source.id_column: a batch file's id is custom_id"),
         ({"columns": ["input"]}, MODEL, {}, "source.columns: a batch file's model inputs follow"),
         ({}, MODEL, {"mode": "append"}, "sink.mode: an openai-batch sink holds one batch's"),
+        ({}, MODEL, {"uri": "answers.jsonl"}, "sink.uri: an openai-batch sink writes a folder"),
         ({}, {"kind": "python", "uri": "m.py:M"}, {},
          "source.options.endpoint: model.kind 'python' has no default"),
         ({"options": {"endpoint": "/v1/images"}}, MODEL, {}, "source.options.endpoint: must be"),
@@ -186,3 +188,12 @@ def test_a_batch_spec_that_contradicts_it_names_the_field(
     with pytest.raises(SpecError) as raised:
         parse_spec(raw)
     assert any(problem.startswith(message) for problem in raised.value.problems), raised.value
+
+
+def test_the_readmes_offline_batch_spec_is_valid(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("#### Offline: `thresher run`", 1)[1]
+    (tmp_path / "batch.toml").write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    spec = load_spec(tmp_path / "batch.toml")
+    assert (spec.source.format, spec.sink.format) == ("openai-batch", "openai-batch")
+    assert spec.source.options == {"endpoint": "/v1/embeddings"}

@@ -10,7 +10,13 @@ request that failed on its own (the model rejected an input or a sampling parame
 `dimensions` the model does not have) is a line of the error
 file with `response.status_code` 400 and `response.body.error`; a request the batch
 never ran (cancelled, expired) is one with `"response": null` and `error.code`
-`batch_cancelled` / `batch_expired`. Every request line is in exactly one of the files.
+`batch_cancelled` / `batch_expired`; offline, a bad line (`thresher run`'s
+`openai-batch` sink, which answers the others) is one with `"response": null` and
+`error` = `{code, message, line}`. Every request line is in exactly one of the files.
+
+The service writes its files with `write_results` (and `partial_lines` while a batch
+runs); the `openai-batch` sink with the pieces: `request_groups` of `output_rows`,
+`request_answer`, `failed_line`, `bad_line`.
 """
 
 from __future__ import annotations

@@ -32,8 +32,10 @@ if TYPE_CHECKING:
     from thresher.spec import JobSpec, ModelSection
 
 __all__ = [
+    "ERRORS_FILE",
     "FORMAT",
     "KEPT",
+    "OUTPUT_FILE",
     "BatchSinkOptions",
     "BatchSourceOptions",
     "complete_batch_spec",
@@ -41,6 +43,7 @@ __all__ = [
 ]
 
 FORMAT = "openai-batch"
+OUTPUT_FILE, ERRORS_FILE = "output.jsonl", "errors.jsonl"  # in the sink's folder
 EMBEDDINGS, CHAT, COMPLETIONS = ENDPOINTS
 Endpoint = Literal["/v1/embeddings", "/v1/chat/completions", "/v1/completions"]
 # What each row keeps for its answer, beside its custom_id.
@@ -107,6 +110,11 @@ def complete_batch_spec(spec: JobSpec) -> None:
     sink.keep_columns = [*kept, *(c for c in sink.keep_columns if c not in kept)]
     _model_defaults(spec.model, endpoint)
     if sink.format == FORMAT:
+        if sink.uri.rstrip("/").lower().endswith(".jsonl"):
+            raise ValueError(
+                f"sink.uri: an {FORMAT} sink writes a folder ({OUTPUT_FILE} and {ERRORS_FILE}"
+                " in it); name a folder, not a .jsonl file"
+            )
         if sink.mode != "overwrite":
             raise ValueError(
                 f"sink.mode: an {FORMAT} sink holds one batch's answers; use overwrite"

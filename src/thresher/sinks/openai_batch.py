@@ -25,6 +25,7 @@ counts and token usage to the manifest (`requests`, `usage`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,16 +42,16 @@ from thresher.openai.results import (
     request_answer,
     request_groups,
 )
+from thresher.openai.settings import ERRORS_FILE, OUTPUT_FILE
 from thresher.sinks.files import FilePartTarget, FileSink
 from thresher.sinks.parts import StagedPart, move, read_error_records
 from thresher.sinks.publish import PUBLISH, PendingOutput
 from thresher.sources.files import filesystem
 from thresher.spec import SinkSection
 
-__all__ = ["ERRORS_FILE", "OUTPUT_FILE", "BatchAnswersSink", "openai_batch_sink"]
+__all__ = ["BatchAnswersSink", "openai_batch_sink", "write_answers"]
 
-OUTPUT_FILE = "output.jsonl"
-ERRORS_FILE = "errors.jsonl"
+COUNTS = ("requests", "usage")  # what finish adds to the manifest
 
 
 def openai_batch_sink(section: SinkSection) -> BatchAnswersSink:
@@ -89,7 +90,11 @@ class BatchAnswersSink:
         job_id = self._job()
         pending = PendingOutput(self.files.root, job_id)
         fs, folder = filesystem(pending.folder)
-        if fs.exists(folder) and not fs.exists(f"{folder}/{PUBLISH}"):
+        if fs.exists(f"{folder}/{PUBLISH}"):  # a publish cut short: its counts are recorded
+            with fs.open(f"{folder}/{PUBLISH}", "r") as f:
+                recorded = json.load(f)["manifest"]
+            manifest.update({key: recorded[key] for key in COUNTS if key in recorded})
+        elif fs.exists(folder):
             parts = self.files.committed_parts(job_id)
             manifest.update(write_answers(pending.folder, parts, (job_id, self.endpoint)))
         self.files.finish(manifest)

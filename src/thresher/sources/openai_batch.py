@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -100,8 +100,9 @@ class BatchFileSource:
         shards: list[Shard] = []
         offset = 0  # lines before the shard
         for lo, hi in self._ranges(url):
-            rows, count = _survey(Shard(len(shards), url, lo, hi, first_row=offset), check, tally)
-            shards.append(Shard(len(shards), url, lo, hi, first_row=offset, rows=rows))
+            shard = Shard(len(shards), url, lo, hi, first_row=offset)
+            rows, count = _survey(shard, check, tally)
+            shards.append(replace(shard, rows=rows))
             offset += count
         tally.refuse(url, self.endpoint)
         assert isinstance(check.ids, SeenIds)
@@ -240,14 +241,23 @@ def _check_line(
     not)."""
     if isinstance(raw, lines.TooLong):
         return [], [LineProblem("line_too_long", raw.message, number)]
-    rows, problems = check.check(raw, number)
-    texts = [v for row in rows for v in row.values() if isinstance(v, str)]
+    found, problems = check.check(raw, number)
+    rows = [{**row, "model": check.model} for row in found]
+    if not all(_unicode(v) for row in rows for v in row.values()):
+        return [], [
+            LineProblem("invalid_input", "a text that is not Unicode (a lone surrogate)", number)
+        ]
+    return rows, problems
+
+
+def _unicode(value: Any) -> bool:
+    """Whether a value is no text, or text that UTF-8 can hold."""
     try:
-        for text in texts:
-            text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return [], [LineProblem("invalid_input", f"text that is not Unicode: {exc.reason}", number)]
-    return [{**row, "model": check.model} for row in rows], problems
+        if isinstance(value, str):
+            value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _bad_line(
@@ -273,4 +283,4 @@ def _custom_id(raw: bytes) -> str | None:
     except (ValueError, RecursionError):
         return None
     custom_id = line.get("custom_id") if isinstance(line, dict) else None
-    return custom_id if isinstance(custom_id, str) and custom_id else None
+    return custom_id if isinstance(custom_id, str) and custom_id and _unicode(custom_id) else None
