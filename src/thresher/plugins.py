@@ -145,10 +145,22 @@ BUILTINS: tuple[Plugin, ...] = (
     _builtin(S, "csv", "sources.text_sources:csv_source", "sources.base:InputOptions"),
     _builtin(S, "jsonl", "sources.text_sources:jsonl_source", "sources.base:InputOptions"),
     _builtin(S, "postgresql", "sources.sql:postgres_source", "plugins:NoOptions", extra="postgres"),
+    _builtin(
+        S,
+        "openai-batch",
+        "sources.openai_batch:openai_batch_source",
+        "openai.settings:BatchSourceOptions",
+    ),
     _builtin(K, "parquet", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "csv", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "jsonl", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "sqlite", "sinks.sqlite:sqlite_sink", "plugins:NoOptions", extra="sqlite"),
+    _builtin(
+        K,
+        "openai-batch",
+        "sinks.openai_batch:openai_batch_sink",
+        "openai.settings:BatchSinkOptions",
+    ),
     _builtin(
         K, "postgresql", "sinks.postgresql:postgresql_sink", "plugins:NoOptions", extra="postgres"
     ),

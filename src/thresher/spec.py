@@ -36,6 +36,7 @@ from pydantic import (
 
 from thresher.errors import SpecError, describe_errors
 from thresher.monitor.settings import MonitorSection
+from thresher.openai.settings import complete_batch_spec, infer_batch_sink
 from thresher.plugins import Kind, check_plugin, option_problems
 from thresher.sizes import MAX_INT64, parse_bytes
 
@@ -261,6 +262,11 @@ class JobSpec(Section):
     notify: NotifySection = Field(default_factory=NotifySection)
     monitor: MonitorSection = Field(default_factory=MonitorSection)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _batch_sink(cls, data: Any) -> Any:
+        return infer_batch_sink(data)  # an OpenAI batch file's answers: openai-batch
+
     @field_validator("sink")
     @classmethod
     def _no_reserved_keep(cls, sink: SinkSection) -> SinkSection:
@@ -276,6 +282,11 @@ class JobSpec(Section):
             raise ValueError(
                 f"source.columns: the id column {source.id_column!r} must not be a model input"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _batch_file(self) -> JobSpec:
+        complete_batch_spec(self)  # what a job over an OpenAI batch file implies
         return self
 
 

@@ -202,6 +202,7 @@ PUBLIC: dict[str, list[str]] = {
     "thresher.service": [],
     "thresher.service.background": [],
     "thresher.service.policies": [],
+    "thresher.openai": [],
     "thresher.service.openai": [],
     "thresher.service.routers": [],
     "thresher.sinks": ["PartLayout", "PartTarget", "PartWriter", "Sink", "StagedPart", "open_sink"],

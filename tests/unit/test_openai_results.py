@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from thresher.openai.results import partial_lines
 from thresher.records import BadRecord
-from thresher.service.openai.results import partial_lines
 from thresher.sinks.files import FileSink
 from thresher.sinks.parts import StagedPart
 

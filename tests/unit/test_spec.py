@@ -157,7 +157,7 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
         (raw_spec(sink={"mode": "upsert"}), "sink.mode: must be one of 'overwrite', 'append'"),
         (
             raw_spec(source={"format": "xml"}),
-            "source.format: must be one of 'parquet', 'csv', 'jsonl', 'postgresql'",
+            "source.format: must be one of 'parquet', 'csv', 'jsonl', 'postgresql', 'openai-batch'",
         ),
         (raw_spec(run={"executor": "ray2"}), "run.executor: must be one of 'local', 'ray'"),
         (

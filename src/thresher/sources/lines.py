@@ -121,6 +121,19 @@ def finish_line(f: Any) -> None:
             return
 
 
+def line_bounds(f: Any, start: int, size: int, shard_bytes: int) -> list[int]:
+    """Offsets that cut bytes [start, size) of seekable `f` into ranges of about
+    `shard_bytes`, each starting a line: [start, ..., size]."""
+    bounds = [start]
+    while bounds[-1] + shard_bytes < size:
+        f.seek(bounds[-1] + shard_bytes)
+        finish_line(f)  # finish the line we landed in
+        if f.tell() >= size:
+            break
+        bounds.append(f.tell())
+    return [*bounds, size]
+
+
 def count_newlines(url: str, stop: int) -> int:
     """How many newlines the first `stop` bytes of `url` hold."""
     newlines = 0

@@ -185,14 +185,7 @@ class TextSource:
                 start = len(header)
             if size is None:
                 return [Shard(first_index, url, start, -1)]  # no seeking inside a stream
-            bounds = [start]
-            while bounds[-1] + shard_bytes < size:
-                f.seek(bounds[-1] + shard_bytes)
-                lines.finish_line(f)  # finish the line we landed in
-                if f.tell() >= size:
-                    break
-                bounds.append(f.tell())
-        bounds.append(size)
+            bounds = lines.line_bounds(f, start, size, shard_bytes)
         return [
             Shard(first_index + i, url, lo, hi)
             for i, (lo, hi) in enumerate(pairwise(bounds))

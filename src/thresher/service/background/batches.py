@@ -1,7 +1,7 @@
 """The batch worker: a background thread that takes each OpenAI-style batch from
 `validating` to its end.
 
-- `validating`: the input file's request lines are checked (`openai/lines.py`); a file
+- `validating`: the input file's request lines are checked (`thresher.openai.lines`); a file
   with problems fails the batch (`errors.data`, each with its code and line), a good one
   becomes the job's input rows and a job, queued under an idempotency key made from the
   batch (so a worker that dies here and runs again makes the same job) → `in_progress`.
@@ -10,7 +10,7 @@
 - `cancelling` (`POST /v1/batches/{id}/cancel`): the job is cancelled; the batch ends
   `cancelled`.
 - when the job has ended, `finalizing`: what its committed shards hold is published and
-  written as OpenAI's output and error files (`openai/results.py`, every request line in
+  written as OpenAI's output and error files (`thresher.openai.results`, every request line in
   exactly one), recorded as `batch_output` files → `completed` (or `cancelled`,
   `expired`, `failed`). Every step can run again after a crash and ends the same.
 """
@@ -24,11 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from thresher.errors import ThresherError
+from thresher.openai.lines import prepare_lines
+from thresher.openai.results import Written, write_results
 from thresher.service import submission
 from thresher.service.background.encoders import counting_tokens
 from thresher.service.downloads import output_of
-from thresher.service.openai.lines import prepare_lines
-from thresher.service.openai.results import Written, write_results
 from thresher.service.state import ServiceState
 from thresher.service.uploads import find_file
 from thresher.sinks import open_sink

@@ -1,8 +1,8 @@
-"""The OpenAI-compatible Batch API: the error envelope its clients read
-(`envelope.py`), the request lines of a batch input file checked and turned into a job's
-input (`lines.py`), and the job's results turned back into OpenAI's output and error
-files (`results.py`). The routes are `routers/batches.py`; the background work that
-takes a batch from `validating` to `completed` is `background/batches.py`."""
+"""The OpenAI-compatible Batch API's HTTP side: the error envelope its clients read
+(`envelope.py`). The request lines of a batch input file and the job's results as
+OpenAI's output and error files are `thresher.openai` (shared with `thresher run`'s
+`openai-batch` source and sink); the routes are `routers/batches.py`; the background
+work that takes a batch from `validating` to `completed` is `background/batches.py`."""
 
 from __future__ import annotations
 

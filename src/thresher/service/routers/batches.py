@@ -19,10 +19,10 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from thresher.openai.lines import ENDPOINTS
+from thresher.openai.results import partial_lines
 from thresher.service.downloads import output_of
 from thresher.service.errors import BadRequest, NotFound
-from thresher.service.openai.lines import ENDPOINTS
-from thresher.service.openai.results import partial_lines
 from thresher.service.policies.auth import Tenant
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.uploads import find_file

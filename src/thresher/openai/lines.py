@@ -9,6 +9,11 @@ without its input, `stream: true`, a model the server does not serve or two mode
 file, an empty file, more lines than the server takes. A file with any of them makes no
 job (OpenAI's behaviour: nothing is half run).
 
+The check of one line is `LineCheck.check`, the same for the service (which needs every
+line good) and for `thresher run`'s `openai-batch` source (which makes each bad line a
+bad record and answers the rest): only how a repeated `custom_id` is known differs, a set
+of those seen so far (`SeenIds`) or the lines a first pass found (`KnownRepeats`).
+
 A good file becomes a JSONL of one row per input: for `/v1/embeddings`, `custom_id`,
 `line`, `index` within the request, `input`, and the line's own `encoding_format` and
 `dimensions` (a request with a list of inputs is several rows, answered together); for
@@ -24,11 +29,22 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["ENDPOINTS", "LineProblem", "Prepared", "prepare_lines"]
+__all__ = [
+    "ENDPOINTS",
+    "MAX_INPUTS",
+    "CustomIds",
+    "KnownRepeats",
+    "LineCheck",
+    "LineProblem",
+    "Prepared",
+    "SeenIds",
+    "prepare_lines",
+]
 
 ENDPOINTS = ("/v1/embeddings", "/v1/chat/completions", "/v1/completions")
+MAX_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
 # The body's members that are the request itself, not its sampling parameters.
 NOT_PARAMS = ("model", "messages", "prompt", "stream", "user")
 MAX_PROBLEMS = 100  # reported per batch; the count says how many more there were
@@ -61,12 +77,82 @@ class Prepared:
             self.more_problems += 1
 
 
+class CustomIds(Protocol):
+    """How a check knows that a line's custom_id is on an earlier line too."""
+
+    def repeated(self, custom_id: str, line: int) -> bool:
+        """Whether `custom_id`, on line `line`, was on an earlier line; called once per
+        line whose custom_id is a non-empty string, in line order."""
+        ...
+
+
+@dataclass
+class SeenIds:
+    """The custom_ids seen so far, for a check of every line in order; `repeats` are the
+    lines whose custom_id was seen before."""
+
+    seen: set[str] = field(default_factory=set)
+    repeats: list[int] = field(default_factory=list)
+
+    def repeated(self, custom_id: str, line: int) -> bool:
+        if custom_id in self.seen:
+            self.repeats.append(line)
+            return True
+        self.seen.add(custom_id)
+        return False
+
+
+@dataclass(frozen=True)
+class KnownRepeats:
+    """The lines a first pass over the file (with SeenIds) found repeating a custom_id:
+    for a check of any stretch of the file, in any order."""
+
+    lines: frozenset[int]
+
+    def repeated(self, custom_id: str, line: int) -> bool:
+        return line in self.lines
+
+
+@dataclass
+class LineCheck:
+    """Checks a batch file's lines against its endpoint. `model` is the file's model:
+    the first line's that names one (set by the check, or given up front)."""
+
+    endpoint: str
+    ids: CustomIds
+    model: str | None = None
+
+    def check(self, raw: bytes, number: int) -> tuple[list[dict[str, Any]], list[LineProblem]]:
+        """The job rows of line `number` (1-based), or its problems (and no rows)."""
+        line = _parse(raw)
+        if line is None:
+            return [], [LineProblem("invalid_json_line", "this line is not a JSON object", number)]
+        problems = list(_line_problems(line, number, self.endpoint, self.ids))
+        given = line.get("body")
+        body: dict[str, Any] = given if isinstance(given, dict) else {}
+        model = body.get("model")
+        if isinstance(model, str) and self.model is None:
+            self.model = model
+        elif isinstance(model, str) and model != self.model:
+            message = (
+                f"model {model!r}: every line of a batch uses one model ({self.model!r} before)"
+            )
+            problems.append(LineProblem("mismatched_model", message, number, "body.model"))
+        rows, problem = _inputs(self.endpoint, body, number)
+        if problem is not None:
+            problems.append(problem)
+        if problems:
+            return [], problems
+        custom_id = str(line["custom_id"])
+        return [{"custom_id": custom_id, "line": number, **row} for row in rows], []
+
+
 def prepare_lines(
     source: Path, dest: Path, endpoint: str, models: set[str], max_requests: int
 ) -> Prepared:
     """Check every line of `source`; write the job's input rows to `dest` if all pass
     (`dest` is removed otherwise)."""
-    seen: set[str] = set()
+    check = LineCheck(endpoint, SeenIds())
     found = Prepared()
     with source.open("rb") as lines, dest.open("w", encoding="utf-8") as out:
         for number, raw in enumerate(lines, start=1):
@@ -82,9 +168,12 @@ def prepare_lines(
                     )
                 )
                 break
-            rows = _rows(raw, number, endpoint, seen, found)
+            rows, problems = check.check(raw, number)
+            for problem in problems:
+                found.add(problem)
             if not found.problems:
                 out.writelines(json.dumps(row) + "\n" for row in rows)
+    found.model = check.model
     if found.requests == 0:
         found.add(LineProblem("empty_file", "the file has no request lines"))
     if found.model is not None and found.model not in models:
@@ -99,40 +188,6 @@ def prepare_lines(
     if found.problems:
         dest.unlink(missing_ok=True)
     return found
-
-
-def _rows(
-    raw: bytes, number: int, endpoint: str, seen: set[str], found: Prepared
-) -> Iterator[dict[str, Any]]:
-    """The job rows of one line, or nothing (its problems added to `found`)."""
-    line = _parse(raw)
-    if line is None:
-        found.add(LineProblem("invalid_json_line", "this line is not a JSON object", number))
-        return iter(())
-    problems = list(_line_problems(line, number, endpoint, seen))
-    given = line.get("body")
-    body: dict[str, Any] = given if isinstance(given, dict) else {}
-    model = body.get("model")
-    if isinstance(model, str) and found.model is None:
-        found.model = model
-    elif isinstance(model, str) and model != found.model:
-        problems.append(
-            LineProblem(
-                "mismatched_model",
-                f"model {model!r}: every line of a batch uses one model ({found.model!r} before)",
-                number,
-                "body.model",
-            )
-        )
-    rows, problem = _inputs(endpoint, body, number)
-    if problem is not None:
-        problems.append(problem)
-    for found_problem in problems:
-        found.add(found_problem)
-    if problems:
-        return iter(())
-    custom_id = str(line["custom_id"])
-    return ({"custom_id": custom_id, "line": number, **row} for row in rows)
 
 
 def _inputs(
@@ -160,6 +215,14 @@ def _inputs(
                 "invalid_input", "body.prompt must be a string", number, "body.prompt"
             )
         return [{"index": 0, "prompt": body["prompt"], "params": params}], None
+    return _embedding_inputs(body, number)
+
+
+def _embedding_inputs(
+    body: dict[str, Any], number: int
+) -> tuple[list[dict[str, Any]], LineProblem | None]:
+    """The rows of an `/v1/embeddings` body: one per input, with the request's own
+    `encoding_format` and `dimensions` (each checked: the rows are typed columns)."""
     inputs = body.get("input")
     texts = [inputs] if isinstance(inputs, str) else inputs
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
@@ -169,7 +232,21 @@ def _inputs(
             number,
             "body.input",
         )
-    extra = {"encoding_format": body.get("encoding_format"), "dimensions": body.get("dimensions")}
+    if len(texts) > MAX_INPUTS:
+        message = f"body.input holds {len(texts):,} inputs, more than the {MAX_INPUTS:,} allowed"
+        return [], LineProblem("invalid_input", message, number, "body.input")
+    encoding, dimensions = body.get("encoding_format"), body.get("dimensions")
+    if encoding not in (None, "float", "base64"):
+        message = 'body.encoding_format must be "float" or "base64"'
+        return [], LineProblem("invalid_input", message, number, "body.encoding_format")
+    if dimensions is not None and (
+        not isinstance(dimensions, int)
+        or isinstance(dimensions, bool)
+        or not 0 < dimensions < 2**31
+    ):
+        message = "body.dimensions must be a positive integer"
+        return [], LineProblem("invalid_input", message, number, "body.dimensions")
+    extra = {"encoding_format": encoding, "dimensions": dimensions}
     return [{"index": i, "input": text, **extra} for i, text in enumerate(texts)], None
 
 
@@ -182,22 +259,20 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
 
 
 def _line_problems(
-    line: dict[str, Any], number: int, endpoint: str, seen: set[str]
+    line: dict[str, Any], number: int, endpoint: str, ids: CustomIds
 ) -> Iterator[LineProblem]:
     custom_id = line.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         yield LineProblem(
             "missing_custom_id", "custom_id must be a non-empty string", number, "custom_id"
         )
-    elif custom_id in seen:
+    elif ids.repeated(custom_id, number):
         yield LineProblem(
             "duplicate_custom_id",
             f"custom_id {custom_id!r} is on an earlier line too",
             number,
             "custom_id",
         )
-    else:
-        seen.add(custom_id)
     if line.get("method") != "POST":
         yield LineProblem("invalid_method", "method must be POST", number, "method")
     if line.get("url") != endpoint:

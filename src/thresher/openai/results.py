@@ -10,7 +10,13 @@ request that failed on its own (the model rejected an input or a sampling parame
 `dimensions` the model does not have) is a line of the error
 file with `response.status_code` 400 and `response.body.error`; a request the batch
 never ran (cancelled, expired) is one with `"response": null` and `error.code`
-`batch_cancelled` / `batch_expired`. Every request line is in exactly one of the files.
+`batch_cancelled` / `batch_expired`; offline, a bad line (`thresher run`'s
+`openai-batch` sink, which answers the others) is one with `"response": null` and
+`error` = `{code, message, line}`. Every request line is in exactly one of the files.
+
+The service writes its files with `write_results` (and `partial_lines` while a batch
+runs); the `openai-batch` sink with the pieces: `request_groups` of `output_rows`,
+`request_answer`, `failed_line`, `bad_line`.
 """
 
 from __future__ import annotations
@@ -33,9 +39,14 @@ from thresher.sinks.parts import read_error_records, read_part
 __all__ = [
     "Written",
     "answers",
+    "bad_line",
     "embedding_answer",
+    "failed_line",
     "generation_body",
+    "output_rows",
     "partial_lines",
+    "request_answer",
+    "request_groups",
     "write_results",
 ]
 
@@ -60,7 +71,7 @@ def write_results(
     `unrun` is the code of requests that were never run (`batch_cancelled`,
     `batch_expired`, `batch_failed`)."""
     failed = {str(r.get("id")): str(r.get("message", "")) for r in sink.read_errors()}
-    rows = _output_rows(sink.published_parts(), sink.file_format)
+    rows = output_rows(sink.published_parts(), sink.file_format)
     answered: set[str] = set()
     prompt_tokens = completion_tokens = 0
     with files[0].open("w", encoding="utf-8") as out:
@@ -80,20 +91,31 @@ def answers(
 ) -> Iterator[tuple[str, str, dict[str, int]]]:
     """(custom_id, output line, usage) of each request its rows answer, in order; a
     request that cannot be answered (its own problem) is added to `failed` instead."""
-    batch_id, model, endpoint = names
-    for custom_id, group in _requests(rows):
+    for custom_id, group in request_groups(rows):
         if custom_id in failed:
             continue
-        if endpoint == "/v1/embeddings":
-            body, problem = _embedding_body(group, model)
-        else:
-            key = _id("gen", batch_id, custom_id)
-            body, problem = generation_body(group[0], model, endpoint, key), None
-        if problem is not None:
-            failed[custom_id] = problem
+        answer = request_answer(custom_id, group, names)
+        if isinstance(answer, str):
+            failed[custom_id] = answer
             continue
-        response = {"status_code": 200, "request_id": _id("req", batch_id, custom_id), "body": body}
-        yield custom_id, _line(batch_id, custom_id, response, None), body["usage"]
+        yield custom_id, *answer
+
+
+def request_answer(
+    custom_id: str, group: list[dict[str, Any]], names: tuple[str, str, str]
+) -> tuple[str, dict[str, int]] | str:
+    """The output line of one request's rows and its usage, or why the request cannot
+    be answered (a `dimensions` the model does not give)."""
+    batch_id, model, endpoint = names
+    if endpoint == "/v1/embeddings":
+        body, problem = _embedding_body(group, model)
+    else:
+        key = _id("gen", batch_id, custom_id)
+        body, problem = generation_body(group[0], model, endpoint, key), None
+    if problem is not None:
+        return problem
+    response = {"status_code": 200, "request_id": _id("req", batch_id, custom_id), "body": body}
+    return _line(batch_id, custom_id, response, None), body["usage"]
 
 
 def partial_lines(
@@ -106,14 +128,14 @@ def partial_lines(
         failed.update(
             {str(r.get("id")): str(r.get("message", "")) for r in read_error_records(path)}
         )
-    answered = answers(_output_rows(parts[0], file_format), failed, names)
+    answered = answers(output_rows(parts[0], file_format), failed, names)
     if not errors:
         yield from (line for _, line, _ in answered)
         return
     for _ in answered:  # its own problems join `failed` as they are found
         pass
     for custom_id, message in failed.items():
-        yield _failed_line(names[0], custom_id, message)
+        yield failed_line(names[0], custom_id, message)
 
 
 def _error_lines(
@@ -130,7 +152,7 @@ def _error_lines(
             continue
         count += 1
         if custom_id in failed:
-            err.write(_failed_line(batch_id, custom_id, failed[custom_id]))
+            err.write(failed_line(batch_id, custom_id, failed[custom_id]))
         else:
             message = f"this request was not run: {unrun.removeprefix('batch_')}"
             err.write(_line(batch_id, custom_id, None, {"code": unrun, "message": message}))
@@ -200,14 +222,25 @@ def generation_body(row: dict[str, Any], model: str, endpoint: str, key: str) ->
     }
 
 
-def _failed_line(batch_id: str, custom_id: str, message: str) -> str:
+def failed_line(batch_id: str, custom_id: str, message: str) -> str:
     error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
     request_id = _id("req", batch_id, custom_id)
     response = {"status_code": 400, "request_id": request_id, "body": {"error": error}}
     return _line(batch_id, custom_id, response, None)
 
 
-def _output_rows(parts: list[str], file_format: str) -> Iterator[dict[str, Any]]:
+def bad_line(batch_id: str, custom_id: str | None, line: int, code: str, message: str) -> str:
+    """The error-file line of a request line never run because it is bad (`thresher
+    run`'s `openai-batch` sink; the service fails such a batch whole): `"response":
+    null`, and `error` with OpenAI's `code` and the 1-based `line`, as in a failed
+    batch's `errors.data`. Its id is the line's: a repeated custom_id has its own."""
+    error = {"code": code, "message": message, "line": line}
+    key = f"{custom_id}\0line {line}"
+    answer = {"id": _id("batch_req", batch_id, key), "custom_id": custom_id, "response": None}
+    return json.dumps({**answer, "error": error}, ensure_ascii=False) + "\n"
+
+
+def output_rows(parts: list[str], file_format: str) -> Iterator[dict[str, Any]]:
     """The job's output rows, part by part in input order (a batch job writes Parquet:
     its vectors stay binary until they are written once, as OpenAI's JSON)."""
     for url in parts:
@@ -227,7 +260,7 @@ def _values(column: Any) -> Any:
     return column.to_pylist()
 
 
-def _requests(rows: Iterator[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def request_groups(rows: Iterator[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """Rows grouped by request: a request's rows are next to each other, in input order."""
     current: str | None = None
     group: list[dict[str, Any]] = []
