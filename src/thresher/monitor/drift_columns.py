@@ -16,7 +16,7 @@ import thresher.monitor.drift_stats as st
 from thresher.monitor.drift_report import Change, ColumnDrift, Share, Thresholds, Verdict
 from thresher.monitor.profile import ColumnProfile
 
-__all__ = ["compare_column", "judge"]
+__all__ = ["bin_labels", "category_counts", "compare_column", "judge"]
 
 MAX_CATEGORIES = 50  # categories listed by pooled count; the rest are one OTHER
 OTHER = "(other)"
@@ -98,7 +98,7 @@ def _numbers(
         edges=tuple(edges),
         shares=tuple(
             Share(label, float(x), float(y))
-            for label, x, y in zip(_bin_labels(edges), shares_b, shares_c, strict=True)
+            for label, x, y in zip(bin_labels(edges), shares_b, shares_c, strict=True)
         ),
         note=None if std > 0 else "baseline is constant: no Wasserstein normalised by its std",
     )
@@ -111,7 +111,7 @@ def _one_side_empty(base: ColumnDrift, baseline_empty: bool, current_empty: bool
     return replace(base, verdict="drift", note=f"no values in the {side}")
 
 
-def _bin_labels(edges: list[float]) -> list[str]:
+def bin_labels(edges: list[float]) -> list[str]:
     if not edges:
         return ["all"]
     inner = [f"[{a:.4g}, {b:.4g})" for a, b in pairwise(edges)]
