@@ -10,6 +10,7 @@ from typing import NoReturn
 import click
 
 from thresher.errors import SpecError, ThresherError
+from thresher.quality_cli import actuals, quality
 from thresher.schedule_cli import schedules
 from thresher.trigger_cli import triggers
 
@@ -300,6 +301,8 @@ def _fail(message: str, code: int) -> NoReturn:
 
 cli.add_command(schedules)
 cli.add_command(triggers)
+cli.add_command(actuals)
+cli.add_command(quality)
 
 
 def main() -> None:

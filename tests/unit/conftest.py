@@ -1,0 +1,54 @@
+"""Fixtures for the unit tests of actuals and quality: a store, and succeeded jobs whose
+published Parquet output is a table the test chose."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from thresher.spec import JobSpec
+from thresher.store import JobState, Store, open_store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return open_store(f"sqlite:///{tmp_path / 'store.db'}")
+
+
+@pytest.fixture
+def finished_job(store: Store, tmp_path: Path) -> Callable[..., str]:
+    """`finished_job(output, name=, id_column=, sink=)`: the id of a succeeded job whose
+    published output (two Parquet parts in `sink`, else a folder of its own) is `output`."""
+
+    def make(
+        output: pa.Table,
+        name: str = "scores",
+        id_column: str | None = "id",
+        sink: Path | None = None,
+    ) -> str:
+        job_id = f"job-{time.monotonic_ns()}"
+        out = sink or tmp_path / job_id
+        out.mkdir(parents=True, exist_ok=True)
+        spec = JobSpec.model_validate(
+            {
+                "job": {"name": name},
+                "model": {"kind": "python", "uri": "model.py:Model"},
+                "source": {"uri": "in.parquet", "id_column": id_column},
+                "sink": {"uri": str(out)},
+            }
+        )
+        half = output.num_rows // 2
+        pq.write_table(output.slice(0, half), out / "part-00000.parquet")
+        pq.write_table(output.slice(half), out / "part-00001.parquet")
+        (out / "_SUCCESS").write_text(json.dumps({"job_id": job_id}))
+        store.create_job(job_id, name, spec, {"shards": [{}]})
+        store.finish(job_id, JobState.SUCCEEDED, {"rows_out": output.num_rows}, None)
+        return job_id
+
+    return make
