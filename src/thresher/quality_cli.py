@@ -48,20 +48,21 @@ def add(
     --query on database --from — to job JOB_ID's predictions by id. Adding the same part
     again changes nothing; an id labelled before keeps its first label (`repeated`); an
     id the job never predicted is counted as `unknown`."""
-    from thresher.monitor.actuals import add_actuals, joinable
-    from thresher.monitor.labels import read_file, read_query
+    from thresher.monitor.actuals import add_actuals, read_part
     from thresher.store import open_store
 
-    if (file is None) == (query is None) or (query is None) != (from_url is None):
+    data = from_url if query is not None else file
+    if (
+        data is None
+        or (file is not None and query is not None)
+        or (query is None) != (from_url is None)
+    ):
         _fail("give FILE, or --query with --from (not both)")
     try:
         store = open_store(store_url)
-        column = id_column or joinable(store.job(job_id))
-        if query is not None and from_url is not None:
-            part = read_query(query, from_url, column, label_column)
-        else:
-            assert file is not None
-            part = read_file(file, column, label_column)
+        part = read_part(
+            store, job_id, data, label_column=label_column, id_column=id_column, query=query
+        )
         added = add_actuals(store, job_id, part)
     except ThresherError as exc:
         _fail(str(exc))

@@ -4,6 +4,7 @@ unknown and repeated ids counted, and errors that name the file, line or row, an
 
 from __future__ import annotations
 
+import gzip
 import sqlite3
 import time
 from collections.abc import Callable
@@ -124,6 +125,16 @@ def test_errors_name_the_file_the_line_and_the_field(
     with pytest.raises(ActualsError) as caught:
         read_file(path, "id", "label")
     assert said in str(caught.value)
+
+
+def test_compressed_text_parts_are_read_and_named_by_line(tmp_path: Path) -> None:
+    path = tmp_path / "labels.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"id": 1, "label": 0}\n\n{"id": 2, "label": null}\n'))
+    with pytest.raises(ActualsError, match=r"labels.jsonl.gz line 3: label column 'label'"):
+        read_file(str(path), "id", "label")
+    csv = tmp_path / "labels.csv.gz"
+    csv.write_bytes(gzip.compress(b"id,label\n1,0\n2,1\n"))
+    assert read_file(str(csv), "id", "label").ids.to_pylist() == ["1", "2"]
 
 
 def test_a_null_id_in_parquet_and_in_records_is_named_by_row(tmp_path: Path) -> None:

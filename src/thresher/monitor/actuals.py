@@ -25,18 +25,25 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher.monitor.labels import ActualsError, LabelledIds
+from thresher.monitor.labels import (
+    ActualsError,
+    LabelledIds,
+    from_records,
+    from_table,
+    read_file,
+    read_query,
+)
 from thresher.store import JobRecord, JobState, Store
 from thresher.store.actuals import NewPart, PartRecord, PredictionInfo
 
-__all__ = ["ActualsPart", "add_actuals", "part_digest"]
+__all__ = ["ActualsPart", "add_actuals", "joinable", "part_digest", "read_part"]
 
 FILE_SINKS = ("parquet", "csv", "jsonl")
 UNKNOWN_SHOWN = 10  # unknown ids a result lists
@@ -60,15 +67,10 @@ class ActualsPart:
     unknown_ids: tuple[str, ...]
     labelled: int
     predicted: int
-
-    @property
-    def coverage(self) -> float | None:
-        """Labelled ids ÷ predicted ids (None when the job predicted none)."""
-        return self.labelled / self.predicted if self.predicted else None
+    coverage: float | None  # labelled ÷ predicted; None when the job predicted none
 
     def to_json(self) -> dict[str, Any]:
-        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        return {**fields, "unknown_ids": list(self.unknown_ids), "coverage": self.coverage}
+        return asdict(self)
 
 
 def add_actuals(store: Store, job_id: str, part: LabelledIds) -> ActualsPart:
@@ -118,6 +120,27 @@ def add_actuals(store: Store, job_id: str, part: LabelledIds) -> ActualsPart:
     return _result(store, record, new=added, unknown_ids=tuple(unknown_ids) if added else ())
 
 
+def read_part(
+    store: Store,
+    job_id: str,
+    data: str | pa.Table | list[dict[str, Any]],
+    *,
+    label_column: str = "label",
+    id_column: str | None = None,
+    query: str | None = None,
+) -> LabelledIds:
+    """A part from `data`: a file (by suffix), a database URL with `query`, a Table, or
+    `{"id", "label"}` records; `id_column` defaults to job `job_id`'s id column."""
+    if isinstance(data, list):
+        return from_records(data)
+    column = id_column or joinable(store.job(job_id))
+    if isinstance(data, pa.Table):
+        return from_table(data, "table", column, label_column)
+    if query is not None:
+        return read_query(query, data, column, label_column)
+    return read_file(str(data), column, label_column)
+
+
 def joinable(job: JobRecord) -> str:
     """The job's id column, if its predictions can take actuals; else ActualsError."""
     if job.spec.source.id_column is None:
@@ -158,6 +181,7 @@ def part_digest(part: LabelledIds) -> str:
 def _result(
     store: Store, record: PartRecord, new: bool, unknown_ids: tuple[str, ...]
 ) -> ActualsPart:
+    labelled, predicted = store.actuals.labelled(record.job_id), record.info.predicted
     return ActualsPart(
         job_id=record.job_id,
         source=record.source,
@@ -169,8 +193,9 @@ def _result(
         unknown=record.unknown,
         repeated=record.repeated,
         unknown_ids=unknown_ids,
-        labelled=store.actuals.labelled(record.job_id),
-        predicted=record.info.predicted,
+        labelled=labelled,
+        predicted=predicted,
+        coverage=labelled / predicted if predicted else None,
     )
 
 

@@ -26,6 +26,7 @@ __all__ = ["ActualsError", "LabelledIds", "from_records", "from_table", "read_fi
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl",
             ".ndjson": "jsonl", ".json": "jsonl"}  # fmt: skip
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}  # Arrow's names
 
 
 class ActualsError(ThresherError):
@@ -46,23 +47,29 @@ class LabelledIds:
     locate: Callable[[int], str]
 
 
-def read_file(uri: str, id_column: str, label_column: str) -> LabelledIds:
-    """A Parquet, CSV or JSONL file (local, or any fsspec URL), by its suffix."""
+def read_file(uri: str, id_column: str, label_column: str, shown: str | None = None) -> LabelledIds:
+    """A Parquet, CSV or JSONL file (local, or any fsspec URL), by its suffix (text may be
+    compressed: `.csv.gz`, `.jsonl.zst`). Messages name it `shown` (default: `uri`)."""
     from thresher.sources.files import filesystem
 
-    fmt = _format(uri)
+    name = shown or uri
+    fmt, compression = _format(uri)
     fs, path = filesystem(uri)
     try:
         with fs.open(path, "rb") as f:
-            table = _read(f, fmt, [id_column, label_column], uri)
+            table = _read(f, fmt, compression, [id_column, label_column], name)
     except FileNotFoundError:
-        raise ActualsError(f"{uri}: no such file") from None
+        raise ActualsError(f"{name}: no such file") from None
     if fmt == "parquet":
-        return from_table(table, uri, id_column, label_column, lambda i: f"{uri} row {i}")
+        return from_table(table, name, id_column, label_column, lambda i: f"{name} row {i}")
     if fmt == "csv":
         # The header is line 1; a quoted field spanning lines would shift later numbers.
-        return from_table(table, uri, id_column, label_column, lambda i: f"{uri} line {i + 2}")
-    return from_table(table, uri, id_column, label_column, lambda i: _jsonl_line(fs, path, uri, i))
+        return from_table(table, name, id_column, label_column, lambda i: f"{name} line {i + 2}")
+
+    def line(record: int) -> str:
+        return _jsonl_line(fs, path, compression, name, record)
+
+    return from_table(table, name, id_column, label_column, line)
 
 
 def read_query(query: str, url: str, id_column: str, label_column: str) -> LabelledIds:
@@ -136,18 +143,21 @@ def _is_text(arrow_type: pa.DataType) -> bool:
     return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
 
 
-def _format(uri: str) -> str:
+def _format(uri: str) -> tuple[str, str | None]:
+    """The file's format and its compression (Arrow's name), by its suffixes."""
     suffixes = [s.lower() for s in PurePath(uri.split("?", maxsplit=1)[0]).suffixes]
-    if suffixes and suffixes[-1] == ".gz":
-        suffixes = suffixes[:-1]  # gzip text is read through a decompressing stream
-    if suffixes and suffixes[-1] in SUFFIXES:
-        return SUFFIXES[suffixes[-1]]
+    compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
+    if compression is not None:
+        suffixes = suffixes[:-1]
+    if suffixes and suffixes[-1] in SUFFIXES and not (compression and suffixes[-1] == ".parquet"):
+        return SUFFIXES[suffixes[-1]], compression
     raise ActualsError(
-        f"{uri}: expected a .parquet, .csv or .jsonl file (.csv.gz, .jsonl.gz too), by its suffix"
+        f"{uri}: expected a .parquet, .csv or .jsonl file (text may end in .gz, .bz2 or .zst),"
+        " by its suffix"
     )
 
 
-def _read(f: Any, fmt: str, columns: list[str], uri: str) -> pa.Table:
+def _read(f: Any, fmt: str, compression: str | None, columns: list[str], name: str) -> pa.Table:
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
@@ -156,25 +166,31 @@ def _read(f: Any, fmt: str, columns: list[str], uri: str) -> pa.Table:
         if fmt == "parquet":
             names = pq.read_schema(f).names
             return pq.read_table(f, columns=[c for c in columns if c in names])
-        stream = pa.input_stream(f, compression="gzip") if uri.endswith(".gz") else f
+        stream = pa.input_stream(f, compression=compression) if compression else f
         if fmt == "csv":
             # Ids as written ("007" stays itself); they are cast to the job's id type later.
             options = pacsv.ConvertOptions(column_types={columns[0]: pa.string()})
             return pacsv.read_csv(stream, convert_options=options)
         return pajson.read_json(stream)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
-        raise ActualsError(f"{uri}: cannot read it as {fmt}: {exc}") from None
+        raise ActualsError(f"{name}: cannot read it as {fmt}: {exc}") from None
 
 
-def _jsonl_line(fs: Any, path: str, uri: str, record: int) -> str:
-    """The 1-based line of the file's `record`-th JSON record (blank lines hold none)."""
+def _jsonl_line(fs: Any, path: str, compression: str | None, name: str, record: int) -> str:
+    """The 1-based line of the file's `record`-th JSON record (blank lines hold none);
+    only asked for a message, so a compressed file may be read whole."""
     seen = -1
-    with fs.open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
+    with fs.open(path, "rb") as raw:
+        lines = (
+            pa.input_stream(raw, compression=compression).read().split(b"\n")
+            if compression
+            else raw
+        )
+        for number, line in enumerate(lines, start=1):
             seen += bool(line.strip())
             if seen == record:
-                return f"{uri} line {number}"
-    return f"{uri} record {record}"
+                return f"{name} line {number}"
+    return f"{name} record {record}"
 
 
 def _query(query: str, url: str) -> pa.Table:

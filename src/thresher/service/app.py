@@ -33,7 +33,16 @@ from thresher.service.config import check_models, check_triggers, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.openai.envelope import envelope, is_openai_path, openai_status
-from thresher.service.routers import batches, embeddings, files, jobs, metrics, schedules, triggers
+from thresher.service.routers import (
+    batches,
+    embeddings,
+    files,
+    jobs,
+    metrics,
+    quality,
+    schedules,
+    triggers,
+)
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
 from thresher.store import open_store
@@ -84,7 +93,7 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         pace=Pace(config.body_timeout, config.body_min_rate),
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
-    routers = (files, jobs, batches, embeddings, schedules, triggers)
+    routers = (files, jobs, quality, batches, embeddings, schedules, triggers)
     for router in (*(r.router for r in routers), buffer_router, metrics.router):
         app.include_router(router)
     return app
