@@ -1,12 +1,14 @@
-"""Fixtures for the unit tests of actuals and quality: a store, and succeeded jobs whose
-published Parquet output is a table the test chose."""
+"""Fixtures for the unit tests of actuals and quality: a store (SQLite, and PostgreSQL
+where a test server is named), and succeeded jobs whose published Parquet output is a
+table the test chose."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,9 +18,19 @@ from thresher.spec import JobSpec
 from thresher.store import JobState, Store, open_store
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return open_store(f"sqlite:///{tmp_path / 'store.db'}")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A store of this test's own: a SQLite file, and a PostgreSQL schema (where
+    THRESHER_TEST_POSTGRES names a server)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        server = request.getfixturevalue("postgres_server")
+        schema = request.getfixturevalue("pg_schema")
+        url = f"{server}?options={quote(f'-csearch_path={schema}')}"
+    opened = open_store(url)
+    yield opened
+    opened.db.close()
 
 
 @pytest.fixture

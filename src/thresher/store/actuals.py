@@ -113,6 +113,9 @@ class ActualsTable:
             joined = part.joined
             stored = _stored_ids(cur, job_id)
             fresh = joined.filter(pc.invert(pc.is_in(joined.column("record_id"), stored)))
+            # In key order, the inserts append to the primary key's B-tree instead of
+            # landing all over it: several times faster for a million ids.
+            fresh = fresh.sort_by("record_id")
             added_at = now()
             _insert(cur, job_id, part.digest, added_at, fresh)
             record = PartRecord(
@@ -140,8 +143,7 @@ class ActualsTable:
         """The job's labelled rows (label, prediction, proba), in pieces of READ_BATCH."""
         with self.db.transaction() as cur:
             cur.execute(
-                "SELECT label, prediction, proba FROM thresher_actuals WHERE job_id = ?"
-                " ORDER BY record_id",
+                "SELECT label, prediction, proba FROM thresher_actuals WHERE job_id = ?",
                 (job_id,),
             )
             while batch := cur.fetchmany(READ_BATCH):
