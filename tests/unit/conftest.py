@@ -35,14 +35,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def finished_job(store: Store, tmp_path: Path) -> Callable[..., str]:
-    """`finished_job(output, name=, id_column=, sink=)`: the id of a succeeded job whose
-    published output (two Parquet parts in `sink`, else a folder of its own) is `output`."""
+    """`finished_job(output, name=, id_column=, sink=, mode=)`: the id of a succeeded job
+    whose published output (two Parquet parts in `sink`, else a folder of its own) is
+    `output`; in mode "append" its parts are named by the job, as the sink names them."""
 
     def make(
         output: pa.Table,
         name: str = "scores",
         id_column: str | None = "id",
         sink: Path | None = None,
+        mode: str = "overwrite",
     ) -> str:
         job_id = f"job-{time.monotonic_ns()}"
         out = sink or tmp_path / job_id
@@ -52,12 +54,12 @@ def finished_job(store: Store, tmp_path: Path) -> Callable[..., str]:
                 "job": {"name": name},
                 "model": {"kind": "python", "uri": "model.py:Model"},
                 "source": {"uri": "in.parquet", "id_column": id_column},
-                "sink": {"uri": str(out)},
+                "sink": {"uri": str(out), "mode": mode},
             }
         )
-        half = output.num_rows // 2
-        pq.write_table(output.slice(0, half), out / "part-00000.parquet")
-        pq.write_table(output.slice(half), out / "part-00001.parquet")
+        half, prefix = output.num_rows // 2, "part-" if mode == "overwrite" else f"part-{job_id}-"
+        pq.write_table(output.slice(0, half), out / f"{prefix}00000.parquet")
+        pq.write_table(output.slice(half), out / f"{prefix}00001.parquet")
         (out / "_SUCCESS").write_text(json.dumps({"job_id": job_id}))
         store.create_job(job_id, name, spec, {"shards": [{}]})
         store.finish(job_id, JobState.SUCCEEDED, {"rows_out": output.num_rows}, None)

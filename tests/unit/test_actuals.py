@@ -160,6 +160,20 @@ def test_a_job_without_ids_or_whose_output_was_replaced_takes_no_actuals(
         add_actuals(store, first, part)
 
 
+def test_in_an_append_folder_a_job_joins_its_own_parts_only(
+    store: Store, tmp_path: Path, finished_job: FinishedJob
+) -> None:
+    shared = tmp_path / "appended"
+    first = finished_job(scores(4), sink=shared, mode="append")
+    later = scores(4).set_column(1, "prediction", pa.array([7, 7, 7, 7], pa.int64()))
+    finished_job(later, sink=shared, mode="append")
+    added = add_actuals(store, first, from_records([{"id": 1, "label": 0}]))
+    assert (added.matched, added.predicted) == (1, 4)
+    assert [r["prediction"] for r in pa.concat_tables(store.actuals.rows(first)).to_pylist()] == [
+        "0"
+    ]
+
+
 def test_a_large_part_is_joined_in_one_go(
     store: Store, tmp_path: Path, finished_job: FinishedJob
 ) -> None:

@@ -152,7 +152,7 @@ def joinable(job: JobRecord) -> str:
         raise ActualsError(
             f"job {job.id} is {job.state.value}; actuals join to the predictions of a succeeded job"
         )
-    if job.spec.sink.format in FILE_SINKS:
+    if job.spec.sink.format in FILE_SINKS and job.spec.sink.mode == "overwrite":
         from thresher.sinks.publish import published_by
 
         owner = published_by(job.spec.sink.uri)
@@ -202,9 +202,7 @@ def _result(
 def _outputs(job: JobRecord, id_column: str) -> Iterator[pa.Table]:
     """The job's published output, part by part, cut to the id, the prediction and the
     class probabilities."""
-    from thresher.sinks import open_sink
-
-    for table in open_sink(job.spec.sink).read_output():
+    for table in _published(job):
         if "prediction" not in table.column_names:
             raise ActualsError(
                 f"job {job.id}'s output has no `prediction` column (it has "
@@ -217,6 +215,22 @@ def _outputs(job: JobRecord, id_column: str) -> Iterator[pa.Table]:
             raise ActualsError(f"job {job.id}'s prediction is {kind}; quality needs one value")
         wanted = [id_column, "prediction", *proba_columns(table.schema)]
         yield table.select(wanted)
+
+
+def _published(job: JobRecord) -> Iterator[pa.Table]:
+    """The job's own published output: in an append-mode folder, its own parts only
+    (`part-<job id>-…`), not the other runs' beside them."""
+    from thresher.sinks import open_sink
+    from thresher.sinks.files import FileSink
+    from thresher.sinks.parts import read_part
+
+    sink = open_sink(job.spec.sink)
+    if not (isinstance(sink, FileSink) and job.spec.sink.mode == "append"):
+        yield from sink.read_output()
+        return
+    for url in sink.published_parts():
+        if url.rsplit("/", 1)[-1].startswith(f"part-{job.id}-"):
+            yield read_part(url, sink.file_format)
 
 
 def proba_columns(schema: pa.Schema) -> list[str]:
