@@ -132,7 +132,9 @@ class ActualsTable:
             info = part.info
             cur.execute(
                 f"INSERT INTO thresher_actual_parts ({_PART_COLUMNS})"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                # The same part added at once from two processes: the first one counts.
+                " ON CONFLICT (job_id, digest) DO NOTHING",
                 (job_id, part.digest, part.source, record.rows_read, record.matched,
                  record.unknown, record.repeated, added_at, info.predicted, info.prediction_type,
                  json.dumps(list(info.proba_columns))),
