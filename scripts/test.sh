@@ -20,6 +20,9 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 # tests/integration/test_postgres.py, which fail in CI without it.
 THRESHER_TEST_POSTGRES="${THRESHER_TEST_POSTGRES:-$(bash scripts/postgres.sh)}"
 export THRESHER_TEST_POSTGRES
+# Debian's Chromium (installed if need be) for the monitoring report's browser test.
+THRESHER_TEST_CHROMIUM="${THRESHER_TEST_CHROMIUM:-$(bash scripts/chromium.sh)}"
+export THRESHER_TEST_CHROMIUM
 
 # pytest exits 5 when it collects nothing: that is a failure here, never a pass.
 # Two test processes (THRESHER_TEST_WORKERS; 0 runs them in this one): the end-to-end

@@ -16,6 +16,7 @@ from thresher.errors import (
     JobFailed,
     ModelLoadError,
     ModelOutputError,
+    MonitorError,
     SinkError,
     SourceError,
     SpecError,
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
     from thresher.coordinator.job import JobResult
     from thresher.monitor.actuals import ActualsPart
+    from thresher.monitor.drift_report import DriftReport
+    from thresher.monitor.profile import Profile
     from thresher.monitor.quality import Quality, QualityTrend, Task
     from thresher.progress import Reporter
 
@@ -38,13 +41,16 @@ __all__ = [
     "JobSpec",
     "ModelLoadError",
     "ModelOutputError",
+    "MonitorError",
     "SinkError",
     "SourceError",
     "SpecError",
     "ThresherError",
     "add_actuals",
+    "drift",
     "load_spec",
     "parse_spec",
+    "profile",
     "quality",
     "resume",
     "run",
@@ -85,6 +91,54 @@ def resume(job_id: str, store: str | None = None, reporter: Reporter | None = No
     from thresher.store import open_store
 
     return resume_job(job_id, open_store(store), reporter)
+
+
+def drift(
+    baseline: str | Profile,
+    current: str | Profile,
+    store: str | None = None,
+    columns: list[str] | None = None,
+) -> DriftReport:
+    """How far `current` has moved from `baseline`, column by column, from their profiles
+    alone (see `thresher drift`). Each side is a job id, a job name (its newest succeeded
+    job), a reference file's path (profiled once, then cached in the store) or a
+    `thresher.monitor.Profile`. Raises MonitorError when a side cannot be found.
+
+    >>> report = thresher.drift("nightly", tonight_job_id)   # doctest: +SKIP
+    >>> report.verdict, report.drifted                        # doctest: +SKIP
+    ('drift', ['income'])
+    >>> report.column("income").psi                           # doctest: +SKIP
+    0.31
+    """
+    from thresher.monitor.subjects import Subject, compare_subjects, resolve
+    from thresher.store import open_store
+
+    site = open_store(store) if isinstance(baseline, str) or isinstance(current, str) else None
+
+    def side(what: str | Profile, segment_by: str | None, label: str) -> Subject:
+        if not isinstance(what, str):
+            return Subject(label, what)
+        assert site is not None
+        return resolve(site, what, segment_by)
+
+    now = side(current, None, "current")
+    then = side(baseline, now.profile.segment_by, "baseline")
+    return compare_subjects(then, now, columns)
+
+
+def profile(job_id: str, store: str | None = None) -> Profile:
+    """A succeeded job's profile: every model input and output column as the job saw it,
+    made in the same pass as its predictions.
+
+    >>> p = thresher.profile("20261201-020000-a1b2c3")              # doctest: +SKIP
+    >>> p.columns["age"].moments.mean, p.columns["prediction"].top(2)  # doctest: +SKIP
+    (41.7, [('0', 81234), ('1', 18766)])
+    >>> p.describe()["columns"]["age"]["quantiles"]["p50"]          # doctest: +SKIP
+    40.0
+    """
+    from thresher.store import open_store
+
+    return open_store(store).profiles.of_job(job_id)
 
 
 def add_actuals(

@@ -5,14 +5,19 @@ from __future__ import annotations
 import faulthandler
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from thresher.drift_cli import drift
 from thresher.errors import SpecError, ThresherError
+from thresher.profile_cli import profile
 from thresher.quality_cli import actuals, quality
 from thresher.schedule_cli import schedules
 from thresher.trigger_cli import triggers
+
+if TYPE_CHECKING:
+    from thresher.store import Store
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -50,18 +55,21 @@ def cli(ctx: click.Context, store: str | None) -> None:
 def run(store_url: str | None, spec_file: Path, overrides: tuple[str, ...]) -> None:
     """Run the job that SPEC_FILE (TOML, YAML or JSON) describes."""
     from thresher.coordinator.job import run_job
+    from thresher.notify import check_notify
     from thresher.progress import reporter_for
     from thresher.spec import load_spec
     from thresher.store import open_store
 
     try:
         spec = load_spec(spec_file, overrides)
-        result = run_job(spec, open_store(store_url), reporter_for(sys.stderr))
+        check_notify(spec)
+        store = open_store(store_url)
+        result = run_job(spec, store, reporter_for(sys.stderr))
     except SpecError as exc:
         _fail(str(exc), EXIT_USAGE)
     except ThresherError as exc:
         _fail(f"job failed ({exc.context}): {exc}", EXIT_FAILED)
-    _report(result)
+    _report(result, store)
 
 
 @cli.command()
@@ -75,10 +83,11 @@ def resume(store_url: str | None, job_id: str, force: bool) -> None:
     from thresher.store import open_store
 
     try:
-        result = resume_job(job_id, open_store(store_url), reporter_for(sys.stderr), force=force)
+        store = open_store(store_url)
+        result = resume_job(job_id, store, reporter_for(sys.stderr), force=force)
     except ThresherError as exc:
         _fail(f"cannot resume ({exc.context}): {exc}", EXIT_FAILED)
-    _report(result)
+    _report(result, store)
 
 
 @cli.command()
@@ -284,11 +293,17 @@ def token_revoke(store_url: str | None, fingerprint: str, own_store: str | None)
     click.echo(f"revoked {info.fingerprint} of tenant {shown(info.tenant)}")
 
 
-def _report(result: object) -> None:
+def _report(result: object, store: Store | None = None) -> None:
+    """Print how the job ended (after sending its webhooks, when `store` is given: a
+    job that ended here is told downstream as the service would)."""
     from thresher.coordinator.job import JobResult
+    from thresher.notify import notify_job_end
+    from thresher.store import JobState
     from thresher.summary import print_result
 
     assert isinstance(result, JobResult)
+    if store is not None and result.state in (JobState.SUCCEEDED, JobState.FAILED):
+        notify_job_end(store, result.job_id, lambda line: click.echo(line, err=True))
     print_result(result)
     if not result.succeeded:
         sys.exit(EXIT_FAILED)
@@ -299,8 +314,10 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+cli.add_command(profile)
 cli.add_command(schedules)
 cli.add_command(triggers)
+cli.add_command(drift)
 cli.add_command(actuals)
 cli.add_command(quality)
 

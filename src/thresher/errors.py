@@ -97,6 +97,14 @@ class JobFailed(ThresherError):
     """The job ran but did not succeed: shards failed or too many rows were bad."""
 
 
+class MonitorError(ThresherError):
+    """A drift comparison (or another monitor question) that cannot be answered: no job,
+    job name or file by that name, or a job without a profile; actuals that cannot be
+    read or joined (naming the part, the row and the field)."""
+
+    stage = "monitor"
+
+
 def describe_errors(exc: ValidationError) -> list[str]:
     """One `field.path: what is wrong` line per problem pydantic found (a validator may
     report several, one a line: a plug-in's options)."""

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from thresher.errors import MonitorError
 from thresher.monitor.actuals import add_actuals
-from thresher.monitor.labels import ActualsError, from_records, read_file, read_query
+from thresher.monitor.labels import from_records, read_file, read_query
 from thresher.store import Store
 
 FinishedJob = Callable[..., str]
@@ -122,7 +123,7 @@ def test_errors_name_the_file_the_line_and_the_field(
     tmp_path: Path, name: str, text: str, said: str
 ) -> None:
     path = write(tmp_path / name, text)
-    with pytest.raises(ActualsError) as caught:
+    with pytest.raises(MonitorError) as caught:
         read_file(path, "id", "label")
     assert said in str(caught.value)
 
@@ -130,7 +131,7 @@ def test_errors_name_the_file_the_line_and_the_field(
 def test_compressed_text_parts_are_read_and_named_by_line(tmp_path: Path) -> None:
     path = tmp_path / "labels.jsonl.gz"
     path.write_bytes(gzip.compress(b'{"id": 1, "label": 0}\n\n{"id": 2, "label": null}\n'))
-    with pytest.raises(ActualsError, match=r"labels.jsonl.gz line 3: label column 'label'"):
+    with pytest.raises(MonitorError, match=r"labels.jsonl.gz line 3: label column 'label'"):
         read_file(str(path), "id", "label")
     csv = tmp_path / "labels.csv.gz"
     csv.write_bytes(gzip.compress(b"id,label\n1,0\n2,1\n"))
@@ -140,9 +141,9 @@ def test_compressed_text_parts_are_read_and_named_by_line(tmp_path: Path) -> Non
 def test_a_null_id_in_parquet_and_in_records_is_named_by_row(tmp_path: Path) -> None:
     path = tmp_path / "p.parquet"
     pq.write_table(pa.table({"id": [1, None], "label": [0, 1]}), path)
-    with pytest.raises(ActualsError, match=r"p.parquet row 1: id column 'id' is empty"):
+    with pytest.raises(MonitorError, match=r"p.parquet row 1: id column 'id' is empty"):
         read_file(str(path), "id", "label")
-    with pytest.raises(ActualsError, match=r"records\[1\]: no 'label' field"):
+    with pytest.raises(MonitorError, match=r"records\[1\]: no 'label' field"):
         from_records([{"id": 1, "label": 0}, {"id": 2}])
 
 
@@ -151,12 +152,12 @@ def test_a_job_without_ids_or_whose_output_was_replaced_takes_no_actuals(
 ) -> None:
     no_ids = finished_job(scores(4), id_column=None)
     part = from_records([{"id": 1, "label": 0}])
-    with pytest.raises(ActualsError, match="has no id column"):
+    with pytest.raises(MonitorError, match="has no id column"):
         add_actuals(store, no_ids, part)
     shared = tmp_path / "shared-out"
     first = finished_job(scores(4), sink=shared)
     finished_job(scores(4), sink=shared)
-    with pytest.raises(ActualsError, match="predictions were replaced"):
+    with pytest.raises(MonitorError, match="predictions were replaced"):
         add_actuals(store, first, part)
 
 

@@ -13,8 +13,9 @@ import pytest
 from sklearn import metrics
 from sklearn.calibration import calibration_curve
 
+from thresher.errors import MonitorError
 from thresher.monitor.actuals import add_actuals
-from thresher.monitor.labels import ActualsError, LabelledIds, from_table
+from thresher.monitor.labels import LabelledIds, from_table
 from thresher.monitor.metrics import ClassificationMetrics, RegressionMetrics
 from thresher.monitor.quality import QualityTrend, job_quality, quality
 from thresher.store import Store
@@ -175,7 +176,7 @@ def test_lag_and_the_trend_across_a_jobs_name(store: Store, finished_job: Finish
     assert [q.job_id for q in trend.jobs] == [older, newer]
     assert [q.labelled for q in trend.jobs] == [2, 0]
     assert trend.to_json()["jobs"][0]["metrics"]["mae"] == pytest.approx(0.25)
-    with pytest.raises(ActualsError, match="no succeeded job named or scheduled 'nope'"):
+    with pytest.raises(MonitorError, match="no succeeded job named or scheduled 'nope'"):
         quality(store, "nope")
 
 
@@ -185,7 +186,7 @@ def test_without_scikit_learn_the_error_says_what_to_install(
     job = finished_job(pa.table({"id": [1, 2], "prediction": [0.5, 0.7]}))
     add_actuals(store, job, label_part(np.array([1]), np.array([1.0])))
     monkeypatch.setitem(sys.modules, "sklearn.metrics", None)
-    with pytest.raises(ActualsError, match=r"pip install 'thresher\[sklearn\]'"):
+    with pytest.raises(MonitorError, match=r"pip install 'thresher\[sklearn\]'"):
         job_quality(store, job)
 
 

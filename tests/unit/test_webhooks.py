@@ -409,3 +409,117 @@ def test_a_missed_tick_is_told_to_on_missed_once(store: Store, receiver: Receive
     }
     assert verify_signature(SECRET, got["headers"]["X-Thresher-Timestamp"], got["body"],
                             got["headers"]["X-Thresher-Signature"])  # fmt: skip
+
+
+def _cli_job(tmp_path: Path, webhook: str, *, failing: bool = False) -> Path:
+    """A small job whose `notify.webhook` is `webhook` (failing, if `failing`: its model
+    rejects every row and no error is allowed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": list(range(50)), "x": [float(i) for i in range(50)]}),
+                   tmp_path / "in.parquet")  # fmt: skip
+    body = "raise RuntimeError('broken')" if failing else "return {'prediction': b['x'] * 2}"
+    (tmp_path / "model.py").write_text(f"class M:\n    def predict(self, b):\n        {body}\n")
+    spec = tmp_path / "job.toml"
+    spec.write_text(
+        '[source]\nuri = "in.parquet"\nid_column = "id"\n'
+        '[model]\nkind = "python"\nuri = "model.py:M"\nbatch_format = "numpy"\n'
+        f'[run]\nworkers = 1\nmax_attempts = 1\n[sink]\nuri = "out/"\n'
+        f'[notify]\nwebhook = "{webhook}"\n'
+        + ("[errors]\nmax_error_rate = 0.0\n" if failing else "")
+    )
+    return spec
+
+
+def _thresher(*args: str, env: dict[str, str]) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    binary = str(Path(sys.executable).parent / "thresher")
+    return subprocess.run(
+        [binary, *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+
+
+def test_thresher_run_sends_the_job_webhook_as_the_service_does(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """The real CLI: the signed `job.completed` event with the manifest's counts, once."""
+    spec = _cli_job(tmp_path, receiver.url())
+    done = _thresher("run", str(spec), env={"THRESHER_WEBHOOK_SECRET": SECRET})
+    assert done.returncode == 0, done.stderr
+    assert "webhook job.completed to http://127.0.0.1" in done.stderr
+    (got,) = receiver.received
+    body = json.loads(got["body"])
+    assert body["event"] == "job.completed" and body["status"] == "succeeded"
+    assert body["request_counts"] == {"total": 50, "completed": 50, "failed": 0}
+    headers = got["headers"]
+    assert verify_signature(SECRET, headers["X-Thresher-Timestamp"], got["body"],
+                            headers["X-Thresher-Signature"])  # fmt: skip
+
+
+def test_thresher_run_tells_a_failed_job_and_needs_the_secret(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    spec = _cli_job(tmp_path, receiver.url(), failing=True)
+    unsigned = _thresher("run", str(spec), env={"THRESHER_WEBHOOK_SECRET": ""})
+    assert unsigned.returncode == 2 and "THRESHER_WEBHOOK_SECRET" in unsigned.stderr
+    assert not (tmp_path / "out").exists()  # refused before any work
+    failed = _thresher("run", str(spec), env={"THRESHER_WEBHOOK_SECRET": SECRET})
+    assert failed.returncode == 1, failed.stderr
+    (got,) = receiver.received
+    assert json.loads(got["body"])["event"] == "job.failed"
+
+
+def _nightly(tmp_path: Path, shift: float, alert: str) -> Path:
+    """Job `nightly` over 2,000 rows of x ~ N(shift, 1), alerting to `alert`."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    x = np.random.default_rng(int(shift * 10) + 1).normal(shift, 1.0, 2_000)
+    pq.write_table(pa.table({"id": np.arange(2_000), "x": x}), tmp_path / f"in-{shift}.parquet")
+    (tmp_path / "model.py").write_text(
+        "class M:\n    def predict(self, b):\n        return {'prediction': b['x'] > 0}\n"
+    )
+    spec = tmp_path / f"job-{shift}.toml"
+    spec.write_text(
+        f'[job]\nname = "nightly"\n[source]\nuri = "in-{shift}.parquet"\nid_column = "id"\n'
+        '[model]\nkind = "python"\nuri = "model.py:M"\nbatch_format = "numpy"\n'
+        f'[run]\nworkers = 1\n[sink]\nuri = "out-{shift}/"\n'
+        f'[monitor]\nalert_webhook = "{alert}"\n'
+    )
+    return spec
+
+
+def test_a_drift_alert_goes_once_a_job_against_the_run_before(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """The real CLI, three nights: the first has no baseline (no alert), the second's
+    feature moved (a signed `monitor.drift` naming it), the third is like the second (none)."""
+    env = {"THRESHER_WEBHOOK_SECRET": SECRET}
+    for shift in (0.0, 1.5, 1.5):
+        done = _thresher("run", str(_nightly(tmp_path, shift, receiver.url())), env=env)
+        assert done.returncode == 0, done.stderr
+    (got,) = receiver.received
+    body = json.loads(got["body"])
+    assert body["event"] == "monitor.drift" and body["verdict"] == "drift"
+    assert body["name"] == "nightly"
+    assert {c["name"] for c in body["columns"]} >= {"x"}
+    assert next(c for c in body["columns"] if c["name"] == "x")["psi"] >= 0.25
+    assert verify_signature(SECRET, got["headers"]["X-Thresher-Timestamp"], got["body"],
+                            got["headers"]["X-Thresher-Signature"])  # fmt: skip
+    # The same job's end seen again (a restarted server, say) sends nothing more.
+    store = open_store(f"sqlite:///{tmp_path / 'thresher-store.db'}")
+    second = store.job(body["job_id"])
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    try:
+        sender.job_finished(second)
+        time.sleep(0.3)
+    finally:
+        sender.close()
+    assert len(receiver.received) == 1
+    assert [d["event"] for d in deliveries(store.db, second.id)] == ["monitor.drift"]

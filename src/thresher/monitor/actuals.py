@@ -32,8 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from thresher.errors import MonitorError
 from thresher.monitor.labels import (
-    ActualsError,
     LabelledIds,
     from_records,
     from_table,
@@ -91,7 +91,7 @@ def add_actuals(store: Store, job_id: str, part: LabelledIds) -> ActualsPart:
     outputs = _outputs(job, id_column)
     first = next(outputs, None)
     if first is None:
-        raise ActualsError(f"job {job_id} has no published output at {job.spec.sink.uri}")
+        raise MonitorError(f"job {job_id} has no published output at {job.spec.sink.uri}")
     ids = _as_type(part.ids, first.schema.field(id_column).type)
     positions = _first_positions(ids)
     distinct = ids.take(positions)
@@ -142,14 +142,14 @@ def read_part(
 
 
 def joinable(job: JobRecord) -> str:
-    """The job's id column, if its predictions can take actuals; else ActualsError."""
+    """The job's id column, if its predictions can take actuals; else MonitorError."""
     if job.spec.source.id_column is None:
-        raise ActualsError(
+        raise MonitorError(
             f"job {job.id} has no id column (source.id_column), so labels cannot be joined "
             "to its predictions; run the job with source.id_column set"
         )
     if job.state != JobState.SUCCEEDED:
-        raise ActualsError(
+        raise MonitorError(
             f"job {job.id} is {job.state.value}; actuals join to the predictions of a succeeded job"
         )
     if job.spec.sink.format in FILE_SINKS and job.spec.sink.mode == "overwrite":
@@ -157,7 +157,7 @@ def joinable(job: JobRecord) -> str:
 
         owner = published_by(job.spec.sink.uri)
         if owner is not None and owner != job.id:
-            raise ActualsError(
+            raise MonitorError(
                 f"{job.spec.sink.uri} now holds job {owner}'s output: job {job.id}'s "
                 "predictions were replaced before its actuals came (give each run its own "
                 "output, such as a {date} in a schedule's sink uri)"
@@ -204,15 +204,15 @@ def _outputs(job: JobRecord, id_column: str) -> Iterator[pa.Table]:
     class probabilities."""
     for table in _published(job):
         if "prediction" not in table.column_names:
-            raise ActualsError(
+            raise MonitorError(
                 f"job {job.id}'s output has no `prediction` column (it has "
                 f"{', '.join(table.column_names)}); quality needs one"
             )
         if id_column not in table.column_names:
-            raise ActualsError(f"job {job.id}'s output has no id column {id_column!r}")
+            raise MonitorError(f"job {job.id}'s output has no id column {id_column!r}")
         kind = table.schema.field("prediction").type
         if pa.types.is_nested(kind):
-            raise ActualsError(f"job {job.id}'s prediction is {kind}; quality needs one value")
+            raise MonitorError(f"job {job.id}'s prediction is {kind}; quality needs one value")
         wanted = [id_column, "prediction", *proba_columns(table.schema)]
         yield table.select(wanted)
 

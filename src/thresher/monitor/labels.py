@@ -20,20 +20,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher.errors import ThresherError
+from thresher.errors import MonitorError
 
-__all__ = ["ActualsError", "LabelledIds", "from_records", "from_table", "read_file", "read_query"]
+__all__ = ["LabelledIds", "from_records", "from_table", "read_file", "read_query"]
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl",
             ".ndjson": "jsonl", ".json": "jsonl"}  # fmt: skip
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}  # Arrow's names
-
-
-class ActualsError(ThresherError):
-    """Actuals that cannot be read or joined; the message names the part, the row and
-    the field."""
-
-    stage = "actuals"
 
 
 @dataclass(frozen=True)
@@ -59,7 +52,7 @@ def read_file(uri: str, id_column: str, label_column: str, shown: str | None = N
         with fs.open(path, "rb") as f:
             table = _read(f, fmt, compression, [id_column, label_column], name)
     except FileNotFoundError:
-        raise ActualsError(f"{name}: no such file") from None
+        raise MonitorError(f"{name}: no such file") from None
     if fmt == "parquet":
         return from_table(table, name, id_column, label_column, lambda i: f"{name} row {i}")
     if fmt == "csv":
@@ -85,7 +78,7 @@ def from_records(records: Sequence[Mapping[str, Any]], source: str = "records") 
     for index, record in enumerate(records):
         missing = [key for key in ("id", "label") if key not in record]
         if missing:
-            raise ActualsError(f"{source}[{index}]: no {missing[0]!r} field")
+            raise MonitorError(f"{source}[{index}]: no {missing[0]!r} field")
     table = pa.table({key: _one_type([r[key] for r in records]) for key in ("id", "label")})
     return from_table(table, source, "id", "label", lambda i: f"{source}[{i}]")
 
@@ -111,7 +104,7 @@ def from_table(
     where = locate or (lambda i: f"{source} row {i}")
     for role, name in (("id", id_column), ("label", label_column)):
         if name not in table.column_names:
-            raise ActualsError(
+            raise MonitorError(
                 f"{source}: no {role} column {name!r} (it has {', '.join(table.column_names)});"
                 f" name it with --{role}-column"
             )
@@ -128,14 +121,14 @@ def _checked(
     if isinstance(values.type, pa.DictionaryType):
         values = values.dictionary_decode()
     if not (pa.types.is_primitive(values.type) or _is_text(values.type)):
-        raise ActualsError(f"{where(0)}: {role} column {name!r} is {values.type}, not a scalar")
+        raise MonitorError(f"{where(0)}: {role} column {name!r} is {values.type}, not a scalar")
     bad = pc.is_null(values, nan_is_null=True)
     if _is_text(values.type):
         bad = pc.or_(bad, pc.equal(pc.utf8_trim_whitespace(values.cast(pa.string())), ""))
     if pc.any(bad).as_py():
         first = pc.index(bad, True).as_py()
         hint = "" if role == "id" else "; leave out rows whose outcome is not known yet"
-        raise ActualsError(f"{where(first)}: {role} column {name!r} is empty{hint}")
+        raise MonitorError(f"{where(first)}: {role} column {name!r} is empty{hint}")
     return values
 
 
@@ -151,7 +144,7 @@ def _format(uri: str) -> tuple[str, str | None]:
         suffixes = suffixes[:-1]
     if suffixes and suffixes[-1] in SUFFIXES and not (compression and suffixes[-1] == ".parquet"):
         return SUFFIXES[suffixes[-1]], compression
-    raise ActualsError(
+    raise MonitorError(
         f"{uri}: expected a .parquet, .csv or .jsonl file (text may end in .gz, .bz2 or .zst),"
         " by its suffix"
     )
@@ -173,7 +166,7 @@ def _read(f: Any, fmt: str, compression: str | None, columns: list[str], name: s
             return pacsv.read_csv(stream, convert_options=options)
         return pajson.read_json(stream)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
-        raise ActualsError(f"{name}: cannot read it as {fmt}: {exc}") from None
+        raise MonitorError(f"{name}: cannot read it as {fmt}: {exc}") from None
 
 
 def _jsonl_line(fs: Any, path: str, compression: str | None, name: str, record: int) -> str:
@@ -200,7 +193,7 @@ def _query(query: str, url: str) -> pa.Table:
             table = cur.fetch_arrow_table()
         except Exception as exc:  # the drivers' error classes differ
             first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-            raise ActualsError(f"--query: {_redacted(url)} refused it: {first}") from None
+            raise MonitorError(f"--query: {_redacted(url)} refused it: {first}") from None
     from thresher.sources.sql import conform, plain_schema
 
     return conform(table, plain_schema(table.schema))
@@ -212,13 +205,13 @@ def _connect(url: str) -> Any:
         try:
             import adbc_driver_sqlite.dbapi as sqlite_adbc
         except ImportError as exc:
-            raise ActualsError("--from: SQLite needs `pip install 'thresher[sqlite]'`") from exc
+            raise MonitorError("--from: SQLite needs `pip install 'thresher[sqlite]'`") from exc
         return sqlite_adbc.connect(url.removeprefix("sqlite://"))
     if url.startswith(("postgresql://", "postgres://")):
         from thresher.postgres import PgUrl
 
-        return PgUrl.parse(url).connect(ActualsError, "--from")
-    raise ActualsError(f"--from: expected sqlite:///path.db or postgresql://…, got {url}")
+        return PgUrl.parse(url).connect(MonitorError, "--from")
+    raise MonitorError(f"--from: expected sqlite:///path.db or postgresql://…, got {url}")
 
 
 def _redacted(url: str) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from thresher.monitor.labels import ActualsError
+from thresher.errors import MonitorError
 
 __all__ = [
     "CALIBRATION_BINS",
@@ -86,7 +86,7 @@ def sklearn_metrics() -> Any:
     try:
         import sklearn.metrics
     except ImportError as exc:
-        raise ActualsError(
+        raise MonitorError(
             "quality metrics need scikit-learn: pip install 'thresher[sklearn]'"
         ) from exc
     return sklearn.metrics

@@ -38,6 +38,7 @@ KLL_K = 200
 FREQUENT_LG_MAP = 10  # up to 768 values counted exactly before the sketch starts to purge
 HLL_LG_K = 12  # about 1.6% relative error on the distinct count
 PROBABILITY_BINS = 20
+QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 
 Kind = Literal["numeric", "categorical", "text", "other"]
 Role = Literal["input", "output"]
@@ -203,6 +204,29 @@ class ColumnProfile:
         column.probability = data.get("probability")
         return column
 
+    def describe(self) -> dict[str, Any]:
+        """The column's statistics as plain JSON (no sketches): what `thresher profile`
+        and `GET /v1/jobs/{id}/profile` show."""
+        m = self.moments
+        out: dict[str, Any] = {"role": self.role, "kind": self.kind, "rows": self.rows}
+        out |= {"nulls": self.nulls, "nan": self.nan, "inf": self.inf, "count": m.count}
+        if m.count:
+            of = "length_" if self.kind in ("text", "categorical") else ""
+            out |= {f"{of}min": m.min, f"{of}max": m.max, f"{of}mean": m.mean}
+            out[f"{of}std"] = m.std
+        if self.quantiles is not None and not self.quantiles.is_empty():
+            values = self.quantiles.get_quantiles(list(QUANTILES))
+            out["quantiles"] = {
+                f"p{round(q * 100):02d}": v for q, v in zip(QUANTILES, values, strict=True)
+            }
+            out["quantile_rank_error"] = self.quantiles.normalized_rank_error(False)
+        if self.kind == "categorical":
+            out["top"] = [{"value": v, "count": n} for v, n in self.top()]
+            out["distinct"] = self.distinct_count
+        if self.probability is not None:
+            out["probability_histogram"] = self.probability
+        return out
+
     @property
     def distinct_count(self) -> float | None:
         return None if self.distinct is None else float(self.distinct.get_estimate())
@@ -262,6 +286,15 @@ class Profile:
             segment_by=data.get("segment_by"),
             segments={k: cls.from_json(s) for k, s in data.get("segments", {}).items()},
         )
+
+    def describe(self) -> dict[str, Any]:
+        """Every column's statistics (`ColumnProfile.describe`), per segment too."""
+        out: dict[str, Any] = {"rows": self.rows, "sample_rate": self.sample_rate}
+        out["columns"] = {name: c.describe() for name, c in self.columns.items()}
+        if self.segment_by:
+            out["segment_by"] = self.segment_by
+            out["segments"] = {key: s.describe() for key, s in self.segments.items()}
+        return out
 
     def summary(self) -> dict[str, Any]:
         """What the manifest shows: per column its kind, nulls and centre."""

@@ -97,11 +97,12 @@ class ShardProfiler:
                 self._profile.columns[name] = column
             add_values(column, table.column(name), sample)
 
-    def _sample(self, rows: int) -> np.ndarray:
-        """Row positions drawn independently with probability `sample_rate`: the gaps
-        between Bernoulli successes are geometric, so this costs the sample, not the rows."""
+    def _sample(self, rows: int) -> np.ndarray | None:
+        """Row positions drawn independently with probability `sample_rate` (None: every
+        row): the gaps between Bernoulli successes are geometric, so this costs the
+        sample, not the rows."""
         if self._rate >= 1.0:
-            return np.arange(rows)
+            return None
         expected = rows * self._rate
         gaps = self._rng.geometric(self._rate, size=int(expected + 6 * np.sqrt(expected) + 16))
         positions = np.cumsum(gaps) - 1
@@ -126,11 +127,11 @@ class ShardProfiler:
                 profiler = self._segments[key] = ShardProfiler(self._rate, seed)
             profiler.update(
                 inputs.filter(pc.equal(of_inputs, value)),
-                outputs.filter(pc.equal(of_outputs, value)),
+                outputs.filter(pc.equal(of_outputs, value)) if outputs.num_columns else outputs,
             )
 
 
-def add_values(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray) -> None:
+def add_values(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray | None) -> None:
     """One chunk's values of a column into its profile."""
     column.rows += len(values)
     column.nulls += values.null_count
@@ -156,11 +157,12 @@ def _add_categories(column: ColumnProfile, values: pa.ChunkedArray) -> None:
             column.distinct.update(text)
 
 
-def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray) -> None:
+def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray | None) -> None:
     if values.null_count:
         valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
         numbers = np.asarray(values.drop_null().to_numpy(), dtype=np.float64)
-        sample = np.cumsum(valid)[sample[valid[sample]]] - 1  # positions among the valid
+        if sample is not None:  # positions among the valid values
+            sample = np.cumsum(valid)[sample[valid[sample]]] - 1
     else:
         numbers = np.asarray(values.to_numpy(), dtype=np.float64)
     total = float(np.dot(numbers, _ones(len(numbers))))  # BLAS: a third of np.sum's time
@@ -174,8 +176,11 @@ def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndar
         finite = numbers[keep]
         total = float(finite.sum())
     column.moments.merge(_moments(finite, total))
-    if column.quantiles is not None and len(sample):
-        picked = numbers[sample]
+    if column.quantiles is not None and (sample is None or len(sample)):
+        if sample is None:  # the sketch takes writable arrays only (Arrow's are not)
+            picked = numbers if numbers.flags.writeable else numbers.copy()
+        else:
+            picked = numbers[sample]
         column.quantiles.update(picked if finite is numbers else picked[np.isfinite(picked)])
     if column.probability is not None and len(finite):
         _add_probabilities(column, finite)

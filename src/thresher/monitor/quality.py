@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher.monitor.labels import ActualsError
+from thresher.errors import MonitorError
 from thresher.monitor.metrics import (
     ClassificationMetrics,
     RegressionMetrics,
@@ -96,7 +96,7 @@ def quality(store: Store, job_or_name: str, task: Task | None = None) -> Quality
 def quality_trend(store: Store, name: str, task: Task | None = None) -> QualityTrend:
     job_ids = succeeded_jobs_named(store.db, name)
     if not job_ids:
-        raise ActualsError(f"no job, and no succeeded job named or scheduled {name!r}")
+        raise MonitorError(f"no job, and no succeeded job named or scheduled {name!r}")
     return QualityTrend(name, tuple(job_quality(store, job_id, task) for job_id in job_ids))
 
 
@@ -158,7 +158,7 @@ def _metrics(
     if task == "regression":
         labels, predictions = _numbers(rows.column("label")), _numbers(rows.column("prediction"))
         if labels is None or predictions is None:
-            raise ActualsError(
+            raise MonitorError(
                 f"job {job.id}: regression needs numeric labels and predictions; "
                 "use --task classification for classes"
             )

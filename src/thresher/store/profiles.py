@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 from thresher.monitor.profile import Profile, merge_profiles
-from thresher.store.db import Database, now
+from thresher.store.db import Database, StoreError, now
 
 __all__ = ["ProfileTable"]
 
@@ -31,6 +31,16 @@ class ProfileTable:
     def get(self, subject: str) -> Profile | None:
         rows = self.db.query("SELECT profile FROM thresher_profiles WHERE subject = ?", (subject,))
         return Profile.from_json(json.loads(rows[0][0])) if rows else None
+
+    def of_job(self, job_id: str) -> Profile:
+        """The job's profile; StoreError naming why there is none."""
+        profile = self.get(job_id)
+        if profile is None:
+            raise StoreError(
+                f"job {job_id!r} has no profile: it has not succeeded, or ran with"
+                " [monitor] profile = false"
+            )
+        return profile
 
     def merge_shards(self, job_id: str) -> Profile | None:
         """The job's profile: its done shards' profiles merged in shard order (so a resumed

@@ -14,6 +14,7 @@ __all__ = [
     "cancel_if_queued",
     "done_row_totals",
     "job_counts",
+    "latest_succeeded",
     "rows_read_since",
     "running_job_progress",
     "running_service_jobs",
@@ -32,6 +33,24 @@ def tenant_job_ids(db: Database, tenant: str, limit: int, after: JobRecord | Non
         params += [after.created_at, after.created_at, after.id]
     rows = db.query(f"{sql} ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit])
     return [str(r[0]) for r in rows]
+
+
+def latest_succeeded(
+    db: Database, name: str, tenant: str | None = None, before: JobRecord | None = None
+) -> str | None:
+    """The id of the newest succeeded job named `name` — of `tenant` when given, of any
+    otherwise — or None: what "last night's run of `nightly`" means. With `before`, the
+    newest that started before that job (the run before it)."""
+    sql = "SELECT id FROM thresher_jobs WHERE name = ? AND state = ?"
+    params: list[Any] = [name, JobState.SUCCEEDED.value]
+    if tenant is not None:
+        sql += " AND tenant = ?"
+        params.append(tenant)
+    if before is not None:
+        sql += " AND id <> ? AND created_at <= ?"
+        params += [before.id, before.created_at]
+    rows = db.query(f"{sql} ORDER BY created_at DESC, id DESC LIMIT 1", params)
+    return str(rows[0][0]) if rows else None
 
 
 def cancel_if_queued(db: Database, job_id: str) -> bool:

@@ -149,14 +149,21 @@ class WebhookSender:
         self._dispatcher = RetryingDispatcher(self._attempt, workers)
 
     def job_finished(self, job: JobRecord) -> None:
-        """Record the job's webhook, once per job and event, and queue it for delivery."""
+        """Record the job's webhook and its drift alert (`[monitor] alert_webhook`, see
+        `thresher.monitor.alerts`), once per job and event, and queue them for delivery."""
         url = webhook_of(job)
-        if url is None or job.state not in EVENTS:
-            return
-        delivery = Delivery(job.id, EVENTS[job.state], url, json.dumps(job_event(job, self._store)))
-        added = self._deliveries.add(delivery.job_id, delivery.event, url, delivery.payload)
-        if added:
-            self._dispatcher.submit(delivery)
+        if url is not None and job.state in EVENTS:
+            self._send(job.id, EVENTS[job.state], url, json.dumps(job_event(job, self._store)))
+        if job.spec.monitor.alert_webhook:
+            from thresher.monitor.alerts import alert_message  # the drift code, when needed
+
+            alert = alert_message(self._store, job)
+            if alert is not None:
+                self._send(job.id, *alert)
+
+    def _send(self, job_id: str, event: str, url: str, payload: str) -> None:
+        if self._deliveries.add(job_id, event, url, payload):
+            self._dispatcher.submit(Delivery(job_id, event, url, payload))
 
     def tick_missed(self, notice: TickNotice) -> None:
         """Record and queue the `notify.on_missed` webhook of a tick that did not start
@@ -183,6 +190,18 @@ class WebhookSender:
         for row in rows:
             self._dispatcher.submit(Delivery(*row))
         return len(rows)
+
+    def settle(self, job_id: str, timeout: float) -> list[dict[str, Any]]:
+        """Wait (up to `timeout` seconds) until none of the job's deliveries is pending,
+        retries included; returns them as they stand. For a process that exits after
+        its job, such as `thresher run`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self._deliveries.of_job(job_id)
+            pending = any(r["state"] == DeliveryState.PENDING.value for r in rows)
+            if not pending or time.monotonic() >= deadline:
+                return rows
+            time.sleep(0.05)
 
     def close(self) -> None:
         """Stop sending; deliveries not yet done stay pending for the next start."""

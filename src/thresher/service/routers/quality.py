@@ -10,8 +10,9 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
+from thresher.errors import MonitorError
 from thresher.monitor.actuals import ActualsPart, add_actuals, joinable
-from thresher.monitor.labels import ActualsError, LabelledIds, from_records, read_file
+from thresher.monitor.labels import LabelledIds, from_records, read_file
 from thresher.monitor.quality import Quality, job_quality
 from thresher.service.errors import Unprocessable
 from thresher.service.limits import Text
@@ -88,7 +89,7 @@ def _add(state: ServiceState, tenant: str, job_id: str, body: ActualsRequest) ->
     job = tenant_job(state, tenant, job_id)
     try:
         return add_actuals(state.store, job.id, _part(state, tenant, job, body))
-    except ActualsError as exc:
+    except MonitorError as exc:
         raise Unprocessable([str(exc)]) from None
 
 
@@ -106,5 +107,5 @@ def _quality(state: ServiceState, tenant: str, job_id: str, task: Any) -> Qualit
     job = tenant_job(state, tenant, job_id)
     try:
         return job_quality(state.store, job.id, task)
-    except ActualsError as exc:
+    except MonitorError as exc:
         raise Unprocessable([str(exc)]) from None

@@ -1,0 +1,126 @@
+"""What `[monitor] profile = true` (the default) costs: the same `thresher run` of the
+tabular (LightGBM) and MLP (ONNX) workloads with profiling on and off, taking turns, best
+of N each, end to end (process start to exit). Also the size of the job's stored profile.
+
+    python benchmarks/profile_overhead.py [--quick] [--repeat 5] [--dir DIR]
+
+Writes benchmarks/results/profile-overhead.md (figures go there, never into docstrings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import systems
+from measure import run_measured
+from workloads import Workload, prepare
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WORKLOADS = ("tabular", "mlp")
+
+
+def one_run(spec: Path, env: dict[str, str], out: Path, profile: bool) -> float:
+    systems._fresh(out)
+    flag = "true" if profile else "false"
+    cmd = [systems.THRESHER, "run", str(spec), "--set", f"monitor.profile={flag}"]
+    measured = run_measured(cmd, env, watch=out, pattern="part-*.parquet")
+    manifest = json.loads((out / "_SUCCESS").read_text())
+    assert ("profile" in manifest) == profile, "the manifest says otherwise"
+    return measured.seconds
+
+
+def profile_bytes(root: Path) -> int:
+    """The stored size of the newest job profile."""
+    with sqlite3.connect(root / "store.db") as db:
+        row = db.execute(
+            "SELECT LENGTH(p.profile) FROM thresher_profiles p JOIN thresher_jobs j"
+            " ON j.id = p.subject ORDER BY j.created_at DESC LIMIT 1"
+        ).fetchone()
+    return int(row[0])
+
+
+@dataclass(frozen=True)
+class Overhead:
+    workload: Workload
+    on: list[float]
+    off: list[float]
+    profile_bytes: int
+
+    @property
+    def best(self) -> float:
+        return min(self.on) / min(self.off)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.on) / statistics.median(self.off)
+
+
+def measure(name: str, root: Path, quick: bool, repeat: int) -> Overhead:
+    workload = prepare(name, root, quick)
+    env = systems.environment(root)
+    systems.compile_trees(workload, env)  # once, so no run below compiles the trees
+    out = root / f"out-{name}-profile"
+    spec = systems.write_spec(workload, root / f"{name}-profile.toml", out)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    size = 0
+    for attempt in range(repeat):
+        for profile in (attempt % 2 == 0, attempt % 2 == 1):  # who goes first alternates
+            times[profile].append(one_run(spec, env, out, profile))
+            if profile:
+                size = profile_bytes(root)
+        print(f"[{name}] run {attempt + 1}: on {times[True][-1]:.2f} s,"
+              f" off {times[False][-1]:.2f} s", flush=True)  # fmt: skip
+    return Overhead(workload, times[True], times[False], size)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="200,000 rows, not 5,000,000")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--dir", type=Path)
+    args = parser.parse_args()
+    root = args.dir or Path(tempfile.mkdtemp(prefix="thresher-profile-"))
+    root.mkdir(parents=True, exist_ok=True)
+    started, load = time.time(), os.getloadavg()[0]
+    found = [measure(name, root, args.quick, args.repeat) for name in WORKLOADS]
+    lines = [
+        f"# Profiling overhead{' (--quick)' if args.quick else ''}",
+        "",
+        f"`python benchmarks/profile_overhead.py{' --quick' if args.quick else ''}"
+        f" --repeat {args.repeat}`, run {time.strftime('%Y-%m-%d %H:%M', time.localtime(started))};"
+        f" load average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
+        "",
+        "`thresher run` end to end (process start to exit) with `[monitor] profile` on and"
+        " off, taking turns; the target is on ÷ off ≤ 1.03.",
+        "",
+        "| workload | rows | on, best (s) | off, best (s) | on ÷ off, best | on ÷ off, median |"
+        " profile stored |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in found:
+        w = f.workload
+        lines.append(
+            f"| {w.name}: {w.title} | {w.rows:,} | {min(f.on):.2f} | {min(f.off):.2f} |"
+            f" {f.best:.3f} | {f.median:.3f} | {f.profile_bytes / 1024:.0f} KiB |"
+        )
+    lines += ["", "All runs (s):"]
+    for f in found:
+        on, off = (", ".join(f"{t:.2f}" for t in ts) for ts in (f.on, f.off))
+        lines.append(f"- {f.workload.name}: on {on}; off {off}")
+    RESULTS.mkdir(exist_ok=True)
+    target = RESULTS / f"profile-overhead{'-quick' if args.quick else ''}.md"
+    target.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Column profiles: exact counts and moments, sketch quantiles within their stated error,
+categories, segments, a JSON round trip, and a size that does not grow with rows."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from thresher.monitor.profile import Profile, merge_profiles
+from thresher.monitor.profiler import MAX_CATEGORIES, ShardProfiler, sample_rate_for
+
+CHUNK = 10_000
+
+
+def profile_of(table: pa.Table, outputs: pa.Table | None = None, rate: float = 1.0,
+               shards: int = 3, segment: str | None = None) -> Profile:  # fmt: skip
+    """`table` profiled as `shards` shards of chunks, the shards' profiles merged."""
+    outputs = outputs if outputs is not None else pa.table({})
+    rows, bounds = table.num_rows, np.linspace(0, table.num_rows, shards + 1).astype(int)
+    profiles = []
+    for index, (start, stop) in enumerate(itertools.pairwise(bounds)):
+        profiler = ShardProfiler(rate, index, segment)
+        for at in range(start, stop, CHUNK):
+            size = min(CHUNK, stop - at)
+            inputs = table.slice(at, size)
+            out = outputs.slice(at, size) if outputs.num_columns else pa.table({})
+            segments = None
+            if segment:
+                column = inputs.column(segment)
+                segments = (column, column)
+            profiler.update(inputs, out, segments)
+        profiles.append(profiler.profile())
+    merged = merge_profiles(profiles)
+    assert merged.rows == rows
+    return merged
+
+
+def test_counts_and_moments_are_exact_through_shards_nulls_nan_and_inf() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(5.0, 2.0, 50_000)
+    x[::97] = np.nan
+    x[::211] = np.inf
+    x[5] = -np.inf
+    mask = np.zeros(len(x), dtype=bool)
+    mask[::13] = True
+    column = pa.array(x, mask=mask)
+    got = profile_of(pa.table({"x": column})).columns["x"]
+    finite = x[~mask & np.isfinite(x)]
+    assert (got.rows, got.nulls) == (len(x), int(mask.sum()))
+    assert got.nan == int(np.isnan(x[~mask]).sum())
+    assert got.inf == int(np.isinf(x[~mask]).sum())
+    m = got.moments
+    assert m.count == len(finite)
+    assert (m.min, m.max) == (finite.min(), finite.max())
+    assert m.mean == pytest.approx(finite.mean(), rel=1e-12)
+    assert m.variance == pytest.approx(finite.var(), rel=1e-9)
+
+
+def test_moments_keep_their_digits_far_from_zero() -> None:
+    x = 1.7e9 + np.random.default_rng(2).normal(0, 1e-2, 30_000)  # timestamps, say
+    m = profile_of(pa.table({"t": x})).columns["t"].moments
+    assert m.variance == pytest.approx(x.var(), rel=1e-6)
+
+
+@pytest.mark.parametrize("rows", [5_000, 400_000])
+def test_sketch_quantiles_are_within_their_stated_rank_error(rows: int) -> None:
+    """Ranks of the sketch's quantiles in the raw data are within the KLL's normalised
+    rank error plus, when sampled, the sample's DKW bound (99%)."""
+    x = np.random.default_rng(3).lognormal(0.0, 1.0, rows)
+    rate = sample_rate_for(rows, 65_536)
+    column = profile_of(pa.table({"x": x}), rate=rate).columns["x"]
+    assert column.quantiles is not None
+    sampled = column.quantiles.n
+    bound = column.quantiles.normalized_rank_error(False)
+    if rate < 1.0:
+        bound += math.sqrt(math.log(2 / 0.01) / (2 * sampled))
+        assert abs(sampled - rows * rate) < 6 * math.sqrt(rows * rate)  # a Bernoulli sample
+    else:
+        assert sampled == rows
+    ordered = np.sort(x)
+    for q in np.linspace(0.01, 0.99, 25):
+        value = column.quantiles.get_quantile(float(q))
+        rank = np.searchsorted(ordered, value, side="right") / rows
+        assert abs(rank - q) <= bound, (q, rank, bound)
+
+
+def test_categories_are_counted_exactly_and_nulls_apart() -> None:
+    rng = np.random.default_rng(4)
+    values = rng.choice(["north", "south", "east"], 30_000, p=[0.6, 0.3, 0.1]).tolist()
+    values[::50] = [None] * len(values[::50])
+    column = profile_of(pa.table({"region": pa.array(values)})).columns["region"]
+    want = {v: values.count(v) for v in ("north", "south", "east")}
+    assert column.kind == "categorical"
+    assert dict(column.top()) == want
+    assert column.nulls == values.count(None)
+    assert column.distinct_count == pytest.approx(3, abs=0.01)
+
+
+def test_text_of_many_values_keeps_its_lengths() -> None:
+    texts = [f"document number {i} " + "word " * (i % 7) for i in range(3 * MAX_CATEGORIES)]
+    column = profile_of(pa.table({"text": texts}), shards=1).columns["text"]
+    lengths = np.array([len(t) for t in texts], dtype=float)
+    assert column.kind == "text" and column.frequent is None
+    assert column.moments.mean == pytest.approx(lengths.mean())
+    assert (column.moments.min, column.moments.max) == (lengths.min(), lengths.max())
+
+
+def test_outputs_class_labels_and_a_probability_histogram() -> None:
+    rng = np.random.default_rng(5)
+    proba = rng.random(20_000)
+    outputs = pa.table({"prediction": (proba > 0.7).astype(np.int64), "proba_1": proba})
+    profile = profile_of(pa.table({"x": rng.random(20_000)}), outputs)
+    label = profile.columns["prediction"]
+    assert (label.role, label.kind) == ("output", "categorical")
+    assert dict(label.top()) == {"0": int((proba <= 0.7).sum()), "1": int((proba > 0.7).sum())}
+    histogram = profile.columns["proba_1"].probability
+    assert histogram == np.histogram(proba, bins=20, range=(0, 1))[0].tolist()
+    assert [c.name for c in profile.inputs()] == ["x"]
+
+
+def test_segments_profile_each_value_apart() -> None:
+    rng = np.random.default_rng(6)
+    region = rng.choice(["a", "b"], 30_000)
+    x = np.where(region == "a", 0.0, 10.0) + rng.normal(size=30_000)
+    profile = profile_of(pa.table({"region": region, "x": x}), segment="region")
+    assert sorted(profile.segments) == ["a", "b"]
+    for key in ("a", "b"):
+        part = profile.segments[key]
+        assert part.rows == int((region == key).sum())
+        assert part.columns["x"].moments.mean == pytest.approx(x[region == key].mean())
+
+
+def test_a_profile_survives_json_and_its_size_does_not_grow_with_rows() -> None:
+    rng = np.random.default_rng(7)
+
+    def size(rows: int) -> int:
+        table = pa.table({"x": rng.normal(size=rows), "c": rng.choice(["p", "q"], rows)})
+        profile = profile_of(table, rate=sample_rate_for(rows, 20_000))
+        text = json.dumps(profile.to_json())
+        again = Profile.from_json(json.loads(text))
+        assert again.describe() == profile.describe()
+        return len(text)
+
+    small, large = size(40_000), size(1_000_000)
+    assert large < 1.3 * small, (small, large)
