@@ -25,9 +25,13 @@ from thresher.errors import (
 from thresher.spec import JobSpec, load_spec, parse_spec
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from thresher.coordinator.job import JobResult
+    from thresher.monitor.actuals import ActualsPart
     from thresher.monitor.drift_report import DriftReport
     from thresher.monitor.profile import Profile
+    from thresher.monitor.quality import Quality, QualityTrend, Task
     from thresher.progress import Reporter
 
 __all__ = [
@@ -42,10 +46,12 @@ __all__ = [
     "SourceError",
     "SpecError",
     "ThresherError",
+    "add_actuals",
     "drift",
     "load_spec",
     "parse_spec",
     "profile",
+    "quality",
     "resume",
     "run",
 ]
@@ -133,3 +139,57 @@ def profile(job_id: str, store: str | None = None) -> Profile:
     from thresher.store import open_store
 
     return open_store(store).profiles.of_job(job_id)
+
+
+def add_actuals(
+    job_id: str,
+    data: str | pa.Table | list[dict[str, Any]],
+    *,
+    label_column: str = "label",
+    id_column: str | None = None,
+    query: str | None = None,
+    store: str | None = None,
+) -> ActualsPart:
+    """Join late labels to job `job_id`'s predictions by id (see `thresher actuals add`).
+
+    `data` is a Parquet, CSV or JSONL file (by suffix; a path or fsspec URL), a database
+    URL (`sqlite:///…`, `postgresql://…`) with `query`, a pyarrow Table, or a list of
+    `{"id": …, "label": …}` records. `id_column` defaults to the job's id column. Adding
+    the same part again changes nothing; an id keeps its first label.
+
+    >>> added = add_actuals("20261130-020304-a1b2c3", "outcomes.csv",  # doctest: +SKIP
+    ...                     label_column="churned")
+    >>> added.matched, added.unknown, f"{added.coverage:.0%}"       # doctest: +SKIP
+    (9812, 3, '98%')
+    """
+    from thresher.monitor.actuals import add_actuals as add
+    from thresher.monitor.actuals import read_part
+    from thresher.store import open_store
+
+    opened = open_store(store)
+    return add(
+        opened,
+        job_id,
+        read_part(
+            opened, job_id, data, label_column=label_column, id_column=id_column, query=query
+        ),
+    )
+
+
+def quality(
+    job_id_or_name: str, store: str | None = None, task: Task | None = None
+) -> Quality | QualityTrend:
+    """A job's quality over the actuals added so far — metrics, counts, coverage, label
+    lag — or, for a job name or schedule, a `QualityTrend` across its succeeded jobs,
+    oldest first. `task` forces "classification" or "regression" (default: inferred).
+
+    >>> q = quality("20261130-020304-a1b2c3")                # doctest: +SKIP
+    >>> q.task, q.coverage, q.metrics.roc_auc                 # doctest: +SKIP
+    ('classification', 0.98, 0.871)
+    >>> [job.metrics.f1 for job in quality("nightly").jobs]   # doctest: +SKIP
+    [0.80, 0.79, 0.74]
+    """
+    from thresher.monitor.quality import quality as measure
+    from thresher.store import open_store
+
+    return measure(open_store(store), job_id_or_name, task)

@@ -12,6 +12,7 @@ import click
 from thresher.drift_cli import drift
 from thresher.errors import SpecError, ThresherError
 from thresher.profile_cli import profile
+from thresher.quality_cli import actuals, quality
 from thresher.schedule_cli import schedules
 from thresher.trigger_cli import triggers
 
@@ -317,6 +318,8 @@ cli.add_command(profile)
 cli.add_command(schedules)
 cli.add_command(triggers)
 cli.add_command(drift)
+cli.add_command(actuals)
+cli.add_command(quality)
 
 
 def main() -> None:

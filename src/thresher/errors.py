@@ -99,7 +99,8 @@ class JobFailed(ThresherError):
 
 class MonitorError(ThresherError):
     """A drift comparison (or another monitor question) that cannot be answered: no job,
-    job name or file by that name, or a job without a profile."""
+    job name or file by that name, or a job without a profile; actuals that cannot be
+    read or joined (naming the part, the row and the field)."""
 
     stage = "monitor"
 

@@ -41,6 +41,7 @@ from thresher.service.routers import (
     jobs,
     metrics,
     profiles,
+    quality,
     schedules,
     triggers,
 )
@@ -94,7 +95,7 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         pace=Pace(config.body_timeout, config.body_min_rate),
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
-    routers = (files, jobs, profiles, drift, batches, embeddings, schedules, triggers)
+    routers = (files, jobs, profiles, drift, quality, batches, embeddings, schedules, triggers)
     for router in (*(r.router for r in routers), buffer_router, metrics.router):
         app.include_router(router)
     return app

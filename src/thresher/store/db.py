@@ -85,6 +85,14 @@ class Cursor:
         self._cursor.execute(sql, tuple(params))
         return self
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for each of `rows` (a batch of inserts, in one round trip
+        where the driver can)."""
+        if self._dialect == "postgresql":
+            sql = numbered_placeholders(sql)
+        if rows:
+            self._cursor.executemany(sql, [tuple(r) for r in rows])
+
     def changed(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run an INSERT or UPDATE and return how many rows it wrote (through RETURNING,
         which both databases answer; a DB-API row count is not reported by every driver)."""
@@ -96,6 +104,10 @@ class Cursor:
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self._cursor.fetchall()]
+
+    def fetchmany(self, size: int) -> list[tuple[Any, ...]]:
+        """Up to `size` more rows of the result: a large one, read in bounded pieces."""
+        return [tuple(r) for r in self._cursor.fetchmany(size)]
 
     def close(self) -> None:
         self._cursor.close()

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from thresher.spec import JobSpec
+from thresher.store.actuals import ActualsTable
 from thresher.store.db import Database, IdempotencyConflict, StoreError, now
 from thresher.store.leases import SlotLeases
 from thresher.store.owners import owner_alive, this_owner
@@ -39,6 +40,7 @@ class Store:
         self.leases = SlotLeases(db)
         self.queue = JobQueue(db)
         self.profiles = ProfileTable(db)
+        self.actuals = ActualsTable(db)
 
     @property
     def url(self) -> str:

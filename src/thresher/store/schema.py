@@ -140,6 +140,17 @@ MIGRATIONS: list[list[str]] = [
             rows_read BIGINT NOT NULL, matched BIGINT NOT NULL, unknown BIGINT NOT NULL,
             repeated BIGINT NOT NULL, added_at TEXT NOT NULL, PRIMARY KEY (job_id, digest))""",
     ],
+    # 10: an actual keeps the prediction it was joined to (its text, and the class
+    # probabilities in the job's `proba_` column order), so a job's quality stays
+    # computable after a later job replaced its output; a part records what the job
+    # predicted (rows, the prediction's Arrow type, the `proba_` columns).
+    [
+        "ALTER TABLE thresher_actuals ADD COLUMN prediction TEXT",
+        "ALTER TABLE thresher_actuals ADD COLUMN proba TEXT",
+        "ALTER TABLE thresher_actual_parts ADD COLUMN predicted BIGINT",
+        "ALTER TABLE thresher_actual_parts ADD COLUMN prediction_type TEXT",
+        "ALTER TABLE thresher_actual_parts ADD COLUMN proba_columns TEXT",
+    ],
 ]
 
 

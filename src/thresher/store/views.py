@@ -4,6 +4,7 @@ daily quota); and the queued job's cancel."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from thresher.store.db import Database, now
@@ -17,6 +18,7 @@ __all__ = [
     "rows_read_since",
     "running_job_progress",
     "running_service_jobs",
+    "succeeded_jobs_named",
     "tenant_job_ids",
     "waiting_by_priority",
 ]
@@ -148,3 +150,17 @@ def waiting_by_priority(db: Database, tenant: str | None = None) -> dict[int, in
         (JobState.QUEUED.value, JobState.PREEMPTED.value, *_as_params(tenant)),
     )
     return {int(priority): int(count) for priority, count in rows}
+
+
+def succeeded_jobs_named(db: Database, name: str) -> list[str]:
+    """The succeeded jobs whose `job.name` or `job.schedule` is `name`, oldest first."""
+    rows = db.query(
+        "SELECT id, name, spec FROM thresher_jobs WHERE state = ? AND (name = ? OR spec LIKE ?)"
+        " ORDER BY created_at, id",
+        (JobState.SUCCEEDED.value, name, f"%{json.dumps(name, ensure_ascii=False)}%"),
+    )
+    return [
+        str(job_id)
+        for job_id, job_name, spec in rows
+        if job_name == name or json.loads(spec).get("job", {}).get("schedule") == name
+    ]
