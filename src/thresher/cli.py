@@ -13,6 +13,7 @@ from thresher.drift_cli import drift
 from thresher.errors import SpecError, ThresherError
 from thresher.profile_cli import profile
 from thresher.quality_cli import actuals, quality
+from thresher.report_cli import report
 from thresher.schedule_cli import schedules
 from thresher.trigger_cli import triggers
 
@@ -315,6 +316,7 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 cli.add_command(profile)
+cli.add_command(report)
 cli.add_command(schedules)
 cli.add_command(triggers)
 cli.add_command(drift)

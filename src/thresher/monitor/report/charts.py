@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["bars", "grouped_bars", "lines", "svg_of"]
 
 BASELINE, CURRENT, ACCENT = "#8c96a8", "#2f6fdf", "#d9822b"
 _HEADER = re.compile(r"^.*?(<svg\b)", re.DOTALL)  # the XML declaration and DOCTYPE go
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)  # and the RDF credits
 
 
 def _pyplot() -> Any:
@@ -34,7 +35,7 @@ def svg_of(figure: Any) -> str:
     out = io.StringIO()
     figure.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(figure)
-    return _HEADER.sub(r"\1", out.getvalue(), count=1)
+    return _METADATA.sub("", _HEADER.sub(r"\1", out.getvalue(), count=1), count=1)
 
 
 def grouped_bars(
@@ -45,14 +46,15 @@ def grouped_bars(
 ) -> str:
     """Bars side by side per label: a baseline beside a current, say."""
     plt = _pyplot()
-    width = max(3.2, min(9.0, 0.45 * len(labels) * max(1, len(series))))
-    figure, axes = plt.subplots(figsize=(width, 2.4))
+    width = max(3.0, min(5.6, 0.28 * len(labels) * max(1, len(series))))
+    figure, axes = plt.subplots(figsize=(width, 2.2))
     step = 0.8 / max(1, len(series))
     colours = [BASELINE, CURRENT, ACCENT]
     for i, (name, values) in enumerate(series.items()):
         xs = [x + (i - (len(series) - 1) / 2) * step for x in range(len(labels))]
         axes.bar(xs, values, width=step, label=name, color=colours[i % len(colours)])
-    axes.set_xticks(range(len(labels)), labels, rotation=30 if len(labels) > 6 else 0, ha="right")
+    axes.set_xticks(range(len(labels)), labels, rotation=40 if len(labels) > 4 else 0, ha="right")
+    axes.tick_params(axis="x", labelsize=7)
     _finish(axes, title, ylabel, legend=len(series) > 1)
     return svg_of(figure)
 
@@ -78,7 +80,7 @@ def bars(
     return svg_of(figure)
 
 
-def lines(labels: Sequence[str], series: dict[str, Sequence[float | None]], title: str) -> str:
+def lines(labels: Sequence[str], series: Mapping[str, Sequence[float | None]], title: str) -> str:
     """One line per series over `labels` (jobs, oldest first)."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.0, 2.4))
@@ -95,5 +97,5 @@ def _finish(axes: Any, title: str, ylabel: str, legend: bool) -> None:
     axes.set_ylabel(ylabel)
     for side in ("top", "right"):
         axes.spines[side].set_visible(False)
-    if legend:
-        axes.legend(frameon=False, fontsize=8)
+    if legend:  # above the plot, where it hides no bar
+        axes.legend(frameon=False, fontsize=8, ncol=3, loc="lower right", bbox_to_anchor=(1, 1))
