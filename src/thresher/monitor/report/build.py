@@ -115,8 +115,8 @@ def _distribution(column: ColumnProfile) -> tuple[list[str], list[float]]:
         total = sum(n for _, n in counts) or 1.0
         top = counts[:MAX_CATEGORIES]
         return [k for k, _ in top], [n / total for _, n in top]
-    if column.probability is not None and sum(column.probability):
-        seen = sum(column.probability)
+    seen = int(np.sum(column.probability)) if column.probability is not None else 0
+    if column.probability is not None and seen:
         step = 1 / PROBABILITY_BINS
         labels = [f"{i * step:.2f}" for i in range(PROBABILITY_BINS)]
         return labels, [n / seen for n in column.probability]
