@@ -246,6 +246,7 @@ class Profile:
     sample_rate: float = 1.0
     segment_by: str | None = None
     segments: dict[str, Profile] = field(default_factory=dict)
+    cpu_seconds: float = 0.0  # what profiling cost the workers, summed
 
     def inputs(self) -> list[ColumnProfile]:
         return [c for c in self.columns.values() if c.role == "input"]
@@ -255,6 +256,7 @@ class Profile:
 
     def merge(self, other: Profile) -> None:
         self.rows += other.rows
+        self.cpu_seconds += other.cpu_seconds
         self.segment_by = self.segment_by or other.segment_by
         for name, column in other.columns.items():
             mine = self.columns.get(name)
@@ -270,6 +272,7 @@ class Profile:
             "version": 1,
             "rows": self.rows,
             "sample_rate": self.sample_rate,
+            "cpu_seconds": self.cpu_seconds,
             "columns": {name: c.to_json() for name, c in self.columns.items()},
         }
         if self.segment_by:
@@ -285,6 +288,7 @@ class Profile:
             sample_rate=float(data.get("sample_rate", 1.0)),
             segment_by=data.get("segment_by"),
             segments={k: cls.from_json(s) for k, s in data.get("segments", {}).items()},
+            cpu_seconds=float(data.get("cpu_seconds", 0.0)),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -306,7 +310,7 @@ class Profile:
             if c.kind == "categorical":
                 entry["top"] = dict(c.top(3))
             columns[name] = entry
-        return {"rows": self.rows, "columns": columns}
+        return {"rows": self.rows, "cpu_seconds": self.cpu_seconds, "columns": columns}
 
 
 def merge_profiles(profiles: list[Profile]) -> Profile:

@@ -27,7 +27,7 @@ class MonitorSection(BaseModel):
     # Rows per job a numeric column's quantile sketch sees: a uniform random sample, so a
     # sketch's cost does not grow with the data (0: every row). Counts, nulls, min, max,
     # mean and variance always see every row.
-    sample_rows: int = Field(default=131_072, ge=0)
+    sample_rows: int = Field(default=32_768, ge=0)
     bins: int = Field(default=10, ge=2, le=100)
     psi_warn: float = Field(default=0.1, gt=0)
     psi_drift: float = Field(default=0.25, gt=0)

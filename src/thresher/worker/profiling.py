@@ -4,10 +4,12 @@ prediction columns (the rows predicted) into the shard's profile, sent with its 
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pyarrow as pa
 
+from thresher.arrays import from_numpy
 from thresher.executors.tasks import WorkerSetup
 from thresher.monitor.profiler import ShardProfiler
 from thresher.sources.base import Chunk
@@ -22,22 +24,29 @@ class ChunkProfiler:
         self._kept = {c for c in (setup.id_column, *setup.keep_columns) if c}
         self._segment_by = setup.profile.segment_by
         self._profiler = ShardProfiler(setup.profile.sample_rate, shard, self._segment_by)
+        self._cpu = 0.0
 
     @classmethod
     def of(cls, setup: WorkerSetup, shard: int) -> ChunkProfiler | None:
         """The shard's profiler, or None when the job does not profile."""
         return cls(setup, shard) if setup.profile is not None else None
 
-    def add(self, chunk: Chunk, output: pa.Table, positions: np.ndarray) -> None:
-        """`output`: the chunk's predicted rows, at `positions` (the chunk's own, which
-        rise through the chunk, so each output row's input row is found by bisection)."""
+    def add(self, item: tuple[Chunk, pa.Table, np.ndarray]) -> None:
+        """One chunk and its `output`, the predicted rows, at `positions` (the chunk's
+        own, which rise through the chunk, so each output row's input row is found by
+        bisection)."""
+        started = time.thread_time()  # this thread's CPU: what profiling costs, alone
+        chunk, output, positions = item
         predictions = output.drop_columns([c for c in output.column_names if c in self._kept])
         segments = None
         if self._segment_by:
             column = chunk.table.column(self._segment_by)
             rows = np.searchsorted(chunk.positions, positions)
-            segments = (column, column.take(pa.array(rows)))
+            segments = (column, column.take(from_numpy(rows)))
         self._profiler.update(chunk.table.select(self._features), predictions, segments)
+        self._cpu += time.thread_time() - started
 
     def result(self) -> str:
-        return json.dumps(self._profiler.profile().to_json())
+        profile = self._profiler.profile()
+        profile.cpu_seconds = self._cpu
+        return json.dumps(profile.to_json())

@@ -6,6 +6,7 @@ local executor and the Ray actor both call `run_shard` with a model loaded once.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -163,6 +164,9 @@ def run_shard(
     with (
         Prefetch(setup.reader.read(shard, setup.batch.read_rows(sorts_by_length(model)))) as chunks,
         WriteBehind(part.write) as writer,
+        # Profiled on a thread of its own, like the write: numpy's passes release the GIL,
+        # so the model goes on with the next chunk meanwhile.
+        WriteBehind(profiler.add) if profiler else contextlib.nullcontext() as profiling,
     ):
         for chunk in chunks:
             rows_in += chunk.table.num_rows + len(chunk.bad)
@@ -170,8 +174,8 @@ def run_shard(
                 errors.add(record)
             output, positions = work.predict_rows(chunk)
             writer.put(output)
-            if profiler:
-                profiler.add(chunk, output, positions)
+            if profiling:
+                profiling.put((chunk, output, positions))
             rows_out += output.num_rows
             report(chunk.table.num_rows + len(chunk.bad))
     return ShardResult(
