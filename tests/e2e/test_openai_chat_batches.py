@@ -81,21 +81,7 @@ options = {{ device = "cpu" }}
         answers = [
             json.loads(x) for x in client.files.content(done.output_file_id).text.splitlines()
         ]
-        assert [a["custom_id"] for a in answers] == ["c0", "c1", "c2"]
-        for answer, messages in zip(answers, CHATS, strict=True):
-            body = answer["response"]["body"]
-            text, prompt_tokens, completion_tokens = greedy(folder, messages)
-            assert body["object"] == "chat.completion" and body["model"] == "tiny"
-            (choice,) = body["choices"]
-            assert choice["message"] == {"role": "assistant", "content": text, "refusal": None}
-            assert choice["finish_reason"] == (
-                "length" if completion_tokens == MAX_TOKENS else "stop"
-            )
-            assert body["usage"] == {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            }
+        check_greedy_answers(answers, folder)
         (error,) = [
             json.loads(x) for x in client.files.content(done.error_file_id).text.splitlines()
         ]
@@ -104,6 +90,24 @@ options = {{ device = "cpu" }}
         assert done.usage is not None and done.usage.output_tokens > 0
     finally:
         server.stop()
+
+
+def check_greedy_answers(answers: list[Any], folder: Path) -> None:
+    """Output lines c0, c1, c2 answer CHATS as transformers' greedy `generate` does,
+    token for token, with its usage."""
+    assert [a["custom_id"] for a in answers] == ["c0", "c1", "c2"]
+    for answer, messages in zip(answers, CHATS, strict=True):
+        body = answer["response"]["body"]
+        text, prompt_tokens, completion_tokens = greedy(folder, messages)
+        assert body["object"] == "chat.completion" and body["model"] == "tiny"
+        (choice,) = body["choices"]
+        assert choice["message"] == {"role": "assistant", "content": text, "refusal": None}
+        assert choice["finish_reason"] == ("length" if completion_tokens == MAX_TOKENS else "stop")
+        assert body["usage"] == {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
 
 
 def _lines(client: OpenAI, file_id: str | None) -> list[Any]:

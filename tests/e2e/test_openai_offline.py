@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from .support import Workspace
-from .test_openai_chat_batches import CHATS, MAX_TOKENS, greedy
+from .test_openai_chat_batches import CHATS, MAX_TOKENS, check_greedy_answers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("hf_offline")]
 
@@ -132,18 +132,7 @@ def test_a_chat_batch_file_is_answered_as_transformers_generate_does(
     result = workspace.run("run", batch_job(workspace, lines, model))
     assert result.returncode == 0, result.stderr
     answers = read_lines(workspace.root / "answers" / "output.jsonl")
-    assert [a["custom_id"] for a in answers] == ["c0", "c1", "c2"]
-    for answer, messages in zip(answers, CHATS, strict=True):
-        body = answer["response"]["body"]
-        text, prompt_tokens, completion_tokens = greedy(folder, messages)
-        assert body["object"] == "chat.completion" and body["model"] == "tiny"
-        (choice,) = body["choices"]
-        assert choice["message"] == {"role": "assistant", "content": text, "refusal": None}
-        assert body["usage"] == {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        }
+    check_greedy_answers(answers, folder)
     odd, repeated = read_lines(workspace.root / "answers" / "errors.jsonl")
     assert odd["custom_id"] == "odd" and odd["response"]["status_code"] == 400
     assert "logit_bias" in odd["response"]["body"]["error"]["message"]
