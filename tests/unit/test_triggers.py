@@ -391,3 +391,24 @@ def test_a_set_over_a_tenant_limit_that_waiting_lifts_is_submitted_again(tmp_pat
     assert TriggerLedger(state.store.db).recent("inbox")[0].outcome == SetOutcome.CLAIMED
     Watcher(state, over_then_under).look(after(20))
     assert calls[0] == calls[1] and job_files(state) == [["a.jsonl"]]
+
+
+def test_a_tenants_trigger_of_a_config_triggers_name_keeps_its_own_files(tmp_path: Path) -> None:
+    from thresher.store.trigger_defs import TriggerDefTable
+
+    state = site(tmp_path, settle_seconds=0, poll_seconds=1)
+    table, w = TriggerDefTable(state.store.db), watcher(state)
+    mine = state.config.triggers["inbox"].model_copy(update={"tenant": "globex"})
+    table.create("globex", "inbox", mine.model_dump_json(), paused=False)
+    arrive(state, "a.jsonl", range(3))
+    w.look(T0)
+    assert job_files(state) == [["a.jsonl"], ["a.jsonl"]]  # one job each: two triggers
+    assert TriggerLedger(state.store.db).files_seen() == {"globex/inbox": 1, "inbox": 1}
+    table.replace("globex", "inbox", mine.model_dump_json(), paused=True)
+    arrive(state, "b.jsonl", range(3, 5))
+    w.look(after(1))
+    assert len(job_files(state)) == 3  # only the config's took b
+    table.delete("globex", "inbox")
+    arrive(state, "c.jsonl", range(5, 7))
+    assert w.look(after(2)) == 1  # the shortest poll left
+    assert len(job_files(state)) == 4

@@ -23,10 +23,11 @@ __all__ = [
 NAME_CHARS = "-_."
 
 
-def valid_name(name: str) -> str:
-    """A schedule's name: letters, digits, '-', '_', '.' (so `tenant/name` is unambiguous)."""
+def valid_name(name: str, what: str = "schedule") -> str:
+    """A schedule's (or trigger's) name: letters, digits, '-', '_', '.' (so `tenant/name`
+    is unambiguous)."""
     if not name or len(name) > 200 or not all(c.isalnum() or c in NAME_CHARS for c in name):
-        raise ValueError(f"schedule names are letters, digits, '-', '_', '.'; not {name!r}")
+        raise ValueError(f"{what} names are letters, digits, '-', '_', '.'; not {name!r}")
     return name
 
 

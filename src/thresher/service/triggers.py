@@ -1,72 +1,125 @@
-"""A trigger checked against the server config it runs under, before the server starts:
-its watch must lie under `allowed_roots` and its `job` must make a job with the files it
-will take. A pattern that matches no file yet is allowed (the files may come later), but
-said."""
+"""Every trigger the server runs: the config's (`[triggers.NAME]`, the operator's) and
+the tenants' own (`/v1/triggers`, kept in the store), under one view (`every_trigger`),
+and a trigger checked against the server config it runs under: its watch must lie under
+`allowed_roots` and its `job` must make a job with the files it will take. A pattern
+that matches no file yet is allowed (the files may come later), but said.
+
+A trigger is known to the ledger of taken files by its key: a config trigger's name, or
+`tenant/name` for a tenant's (`store/trigger_defs.py`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import ValidationError
 
 from thresher.errors import SourceError, describe_errors
 from thresher.sources.files import confine
-from thresher.triggers import TriggerSettings, candidates, list_watch
+from thresher.store.db import Database
+from thresher.store.trigger_defs import TriggerDefRow, TriggerDefTable
+from thresher.triggers import candidates, list_watch
+from thresher.triggers.settings import TriggerFields, TriggerSettings
 
 if TYPE_CHECKING:
     from thresher.service.config import ServerConfig
 
-__all__ = ["trigger_problems", "trigger_warnings"]
+__all__ = [
+    "Watched",
+    "check_trigger",
+    "every_trigger",
+    "trigger_problems",
+    "trigger_warnings",
+    "warn_trigger",
+]
 
 # A first listing at start that finds this many files has found enough to say whether
 # the pattern matches (a prefix of millions is not listed twice at start).
 CHECK_FILES = 10_000
 
 
-def trigger_problems(config: ServerConfig, name: str, trigger: TriggerSettings) -> list[str]:
+@dataclass(frozen=True)
+class Watched:
+    """One trigger as the watcher and the listings see it."""
+
+    key: str  # the ledger's name for it
+    name: str
+    settings: TriggerSettings
+    declared: Literal["config", "tenant"]
+    created_at: str | None = None
+    updated_at: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.settings.paused
+
+
+def every_trigger(config: ServerConfig, db: Database) -> list[Watched]:
+    """The config's triggers, then the tenants' (read from the store each call, so one
+    made, changed, paused or deleted is seen at the next call)."""
+    found = [Watched(name, name, t, "config") for name, t in config.triggers.items()]
+    return found + [_tenants(row) for row in TriggerDefTable(db).every()]
+
+
+def _tenants(row: TriggerDefRow) -> Watched:
+    settings = TriggerSettings.model_validate_json(row.settings)
+    settings = settings.model_copy(update={"paused": row.paused, "tenant": row.tenant})
+    return Watched(row.key, row.name, settings, "tenant", row.created_at, row.updated_at)
+
+
+def trigger_problems(config: ServerConfig, name: str, trigger: TriggerFields) -> list[str]:
     """What keeps the trigger from running, each naming `triggers.<name>.<field>`."""
-    field = f"triggers.{name}"
-    return _watch_problems(config, field, trigger.watch) + _job_problems(config, field, trigger)
+    return [f"triggers.{name}.{p}" for p in check_trigger(config, trigger)]
 
 
-def _job_problems(config: ServerConfig, field: str, trigger: TriggerSettings) -> list[str]:
+def check_trigger(config: ServerConfig, trigger: TriggerFields) -> list[str]:
+    """What keeps the trigger from running, each naming its field (`watch`, `job.model`,
+    …); empty when it would run."""
+    return _watch_problems(config, trigger.watch) + _job_problems(config, trigger)
+
+
+def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
     from thresher.service.submission import JobRequest
 
     source = trigger.job.get("source", {})
     if not isinstance(source, dict):
-        return [f"{field}.job.source: a table with at most `format`"]
+        return ["job.source: a table with at most `format`"]
     given = [f"source.{key}" for key in ("uri", "files") if key in source]
     given += ["input_file_id"] if "input_file_id" in trigger.job else []
     if given:
-        return [f"{field}.job.{key}: the trigger gives its job the files it takes; remove it"
+        return [f"job.{key}: the trigger gives its job the files it takes; remove it"
                 for key in given]  # fmt: skip
     example = {**source, "files": [f"{trigger.watch.rstrip('/')}/example"]}
     try:
         request = JobRequest.model_validate({**trigger.job, "source": example})
     except ValidationError as exc:
-        return [f"{field}.job.{p}" for p in describe_errors(exc)]
+        return [f"job.{p}" for p in describe_errors(exc)]
     if request.model not in config.models:
-        return [f"{field}.job.model: no model named {request.model!r}"]
+        return [f"job.model: no model named {request.model!r}"]
     return []
 
 
-def _watch_problems(config: ServerConfig, field: str, watch: str) -> list[str]:
+def _watch_problems(config: ServerConfig, watch: str) -> list[str]:
     roots = config.allowed_roots
     local = "://" not in watch or watch.startswith("file://")
     if local and not watch.removeprefix("file://").startswith("/"):
-        return [f"{field}.watch: {watch} is not an absolute path"]
+        return [f"watch: {watch} is not an absolute path"]
     try:
         confine([watch.rstrip("/") + "/" if not local else watch], roots)
     except SourceError:
         shown = ", ".join(roots) or "none"
-        return [f"{field}.watch: {watch} is outside the server's allowed_roots ({shown})"]
+        return [f"watch: {watch} is outside the server's allowed_roots ({shown})"]
     return []
 
 
-def trigger_warnings(name: str, trigger: TriggerSettings) -> list[str]:
+def trigger_warnings(name: str, trigger: TriggerFields) -> list[str]:
+    """What is odd but allowed, each naming `triggers.<name>.<field>`."""
+    return [f"triggers.{name}.{w}" for w in warn_trigger(trigger)]
+
+
+def warn_trigger(trigger: TriggerFields) -> list[str]:
     """What is odd but allowed: a watch that cannot be listed yet, or whose pattern
     matches no file yet."""
-    field = f"triggers.{name}"
     files = []
     try:
         for count, found in enumerate(list_watch(trigger.watch)):
@@ -74,8 +127,8 @@ def trigger_warnings(name: str, trigger: TriggerSettings) -> list[str]:
             if count >= CHECK_FILES:
                 break
     except Exception as exc:  # any filesystem's error (botocore's are not OSErrors)
-        return [f"{field}.watch: cannot be listed yet ({exc}); the trigger will keep looking"]
+        return [f"watch: cannot be listed yet ({exc}); the trigger will keep looking"]
     data, _ = candidates(files, {}, trigger)
     if not data:
-        return [f"{field}.pattern: {trigger.pattern!r} matches no file under {trigger.watch} yet"]
+        return [f"pattern: {trigger.pattern!r} matches no file under {trigger.watch} yet"]
     return []

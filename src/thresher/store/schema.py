@@ -151,6 +151,13 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE thresher_actual_parts ADD COLUMN prediction_type TEXT",
         "ALTER TABLE thresher_actual_parts ADD COLUMN proba_columns TEXT",
     ],
+    # 11: tenants' own dataset-arrival triggers (`/v1/triggers`), keyed `tenant/name`.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_trigger_defs (
+            key TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL,
+            settings TEXT NOT NULL, paused INTEGER NOT NULL,
+            created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    ],
 ]
 
 

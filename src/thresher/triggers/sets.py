@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 
 from thresher.triggers.listing import FileSeen
-from thresher.triggers.settings import TriggerSettings
+from thresher.triggers.settings import TriggerFields, TriggerSettings
 
 __all__ = ["FileSet", "Settling", "Taken", "candidates", "complete_sets"]
 
@@ -102,7 +102,7 @@ def below(watch: str, path: str) -> str:
 
 
 def candidates(
-    files: Sequence[FileSeen], taken: Taken, rule: TriggerSettings
+    files: Sequence[FileSeen], taken: Taken, rule: TriggerFields
 ) -> tuple[list[FileSeen], list[FileSeen]]:
     """The new data files and the new markers among `files`."""
     data, markers = [], []

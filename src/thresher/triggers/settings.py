@@ -1,18 +1,22 @@
-"""A dataset-arrival trigger as the server config declares it (`[triggers.NAME]`)."""
+"""A dataset-arrival trigger: as the server config declares it (`[triggers.NAME]`, with
+the tenant its jobs run for) and as a tenant sends it (`POST /v1/triggers`, with its
+name; the tenant is the caller's, whatever the body says)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-__all__ = ["TriggerSettings"]
+from thresher.schedules.settings import valid_name
+
+__all__ = ["TriggerFields", "TriggerRequest", "TriggerSettings"]
 
 # With no marker, a set is complete when nothing was added or changed for this long.
 DEFAULT_SETTLE_SECONDS = 30.0
 
 
-class TriggerSettings(BaseModel):
+class TriggerFields(BaseModel):
     """Which files a trigger watches for, when a set of new ones is complete, and the job
     each set starts: the body of a `POST /v1/jobs` with no input of its own (the trigger
     gives it `source.files`), submitted for `tenant`.
@@ -32,7 +36,6 @@ class TriggerSettings(BaseModel):
     settle_seconds: float | None = Field(default=None, ge=0, le=7 * 86400)
     reprocess_changed: StrictBool = False
     poll_seconds: float = Field(default=10.0, ge=0.05, le=86400)
-    tenant: str = Field(min_length=1, max_length=200)
     job: dict[str, Any]
     paused: StrictBool = False
 
@@ -41,3 +44,26 @@ class TriggerSettings(BaseModel):
         if self.settle_seconds is not None:
             return self.settle_seconds
         return 0.0 if self.marker else DEFAULT_SETTLE_SECONDS
+
+
+class TriggerSettings(TriggerFields):
+    """A trigger as the watcher runs it: its fields and the tenant its jobs are for."""
+
+    tenant: str = Field(min_length=1, max_length=200)
+
+
+class TriggerRequest(TriggerFields):
+    """The body of `POST /v1/triggers`: a trigger's fields and its name. A `tenant` sent
+    is ignored: the trigger is the caller's."""
+
+    name: str = Field(min_length=1, max_length=200)
+    tenant: str | None = None  # ignored
+
+    @model_validator(mode="after")
+    def _valid_name(self) -> TriggerRequest:
+        valid_name(self.name, "trigger")
+        return self
+
+    def settings(self, tenant: str) -> TriggerSettings:
+        fields = self.model_dump(exclude={"name", "tenant"})
+        return TriggerSettings.model_validate({**fields, "tenant": tenant})

@@ -1,9 +1,11 @@
 """The watcher: a background thread that starts a job for each complete set of new files
-in the config's watched folders and prefixes (`[triggers.NAME]`).
+in the watched folders and prefixes of the config's triggers (`[triggers.NAME]`) and of
+the tenants' own (`/v1/triggers`, ledger key `tenant/name`).
 
 At each look (`look(now)`; the thread calls it with the real clock, tests with any
-clock and listing they like) and for each trigger not paused whose `poll_seconds` have
-passed since its last look:
+clock and listing they like) the triggers are read again (`every_trigger`: a tenant's
+trigger made, changed, paused or deleted counts from this look on, without a restart),
+and for each trigger not paused whose `poll_seconds` have passed since its last look:
 
 1. sets left claimed by a watcher that died are finished first (same key, same job);
 2. the watch is listed (page by page, `triggers.list_watch`), the files already taken
@@ -31,6 +33,7 @@ from typing import Any
 
 from thresher.service.errors import ServiceError, TooManyRequests
 from thresher.service.state import ServiceState
+from thresher.service.triggers import Watched, every_trigger
 from thresher.store.owners import this_owner
 from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
 from thresher.triggers import FileSeen, FileSet, Settling, TriggerSettings, complete_sets
@@ -43,14 +46,16 @@ log = logging.getLogger("thresher.service.background.watcher")
 Listing = Callable[[str], Iterable[FileSeen]]
 # Queues a job: (tenant, POST /v1/jobs body, idempotency key) -> its id.
 Submit = Callable[[str, dict[str, object], str], str]
+# The longest the thread waits between looks, so a tenant's new trigger is seen soon.
+IDLE_SECONDS = 1.0
 # A local file this small is hashed when taken (cheap); larger ones and objects rely on
 # size and mtime or ETag.
 HASH_BYTES = 8 * 1024 * 1024
 
 
 class Watcher:
-    """Takes complete sets of new files for `state.config.triggers`; `submit` queues a
-    job (tenant, body, idempotency key) and returns its id."""
+    """Takes complete sets of new files for every trigger (`every_trigger`); `submit`
+    queues a job (tenant, body, idempotency key) and returns its id."""
 
     def __init__(
         self, state: ServiceState, submit: Submit, listing: Listing = default_listing
@@ -61,38 +66,51 @@ class Watcher:
         self.memory: dict[str, Settling] = {}
         self.next_look: dict[str, datetime] = {}
 
-    def look(self, now: datetime) -> None:
-        """Look at every trigger that is due at `now`."""
-        for name, trigger in self.state.config.triggers.items():
-            if trigger.paused or now < self.next_look.get(name, now):
+    def look(self, now: datetime) -> float:
+        """Look at every trigger that is due at `now`; returns the seconds to the next
+        look (the shortest `poll_seconds`, at most IDLE_SECONDS)."""
+        try:
+            triggers = every_trigger(self.state.config, self.state.store.db)
+        except Exception:  # the store busy: the next look tries again
+            log.exception("the triggers could not be read now")
+            return IDLE_SECONDS
+        keys = {t.key for t in triggers}
+        for gone in (set(self.memory) | set(self.next_look)) - keys:  # deleted: forget it
+            self.memory.pop(gone, None)
+            self.next_look.pop(gone, None)
+        for watched in triggers:
+            if watched.paused or now < self.next_look.get(watched.key, now):
                 continue
-            self.next_look[name] = now + timedelta(seconds=trigger.poll_seconds)
+            self.next_look[watched.key] = now + timedelta(seconds=watched.settings.poll_seconds)
             try:
-                self._look_at(name, trigger, now)
+                self._look_at(watched, now)
             except Exception:  # a store or listing hiccup, or a bug: the next look tries again
-                log.exception("trigger %s: its files could not be looked at now", name)
+                log.exception("trigger %s: its files could not be looked at now", watched.key)
+        return min([t.settings.poll_seconds for t in triggers] + [IDLE_SECONDS])
 
-    def _look_at(self, name: str, trigger: TriggerSettings, now: datetime) -> None:
-        for key in self.ledger.unsettled(name):
-            self._start(name, trigger, key)
+    def _look_at(self, watched: Watched, now: datetime) -> None:
+        key_of, trigger = watched.key, watched.settings
+        for key in self.ledger.unsettled(key_of):
+            self._start(watched, key)
         files = list(self.listing(trigger.watch))
-        taken = self.ledger.taken(name)
-        memory = self.memory.setdefault(name, Settling())
-        epoch = self.ledger.epoch(name)
+        taken = self.ledger.taken(key_of)
+        memory = self.memory.setdefault(key_of, Settling())
+        epoch = self.ledger.epoch(key_of)
         for found in complete_sets(files, taken, trigger, memory, now):
             key = found.key(epoch)
-            if self.ledger.claim(name, key, _taken_files(found), self.owner):
-                log.info("trigger %s: took %d new files as set %s", name, len(found.files), key)
-                self._start(name, trigger, key)
+            if self.ledger.claim(key_of, key, _taken_files(found), self.owner):
+                log.info("trigger %s: took %d new files as set %s", key_of, len(found.files), key)
+                self._start(watched, key)
 
-    def _start(self, name: str, trigger: TriggerSettings, key: str) -> None:
+    def _start(self, watched: Watched, key: str) -> None:
         """Queue a claimed set's job (none for a set of no files) and settle the set."""
+        name, trigger = watched.key, watched.settings
         files = self.ledger.set_files(name, key)
         if not files:
             self.ledger.settle(name, key, SetOutcome.EMPTY, message="a marker with no new files")
             return
         try:
-            job_id = self.submit(trigger.tenant, job_body(name, trigger, key, files),
+            job_id = self.submit(trigger.tenant, job_body(watched.name, trigger, key, files),
                                  set_job_key(name, key))  # fmt: skip
         except ServiceError as exc:  # the submission is refused: trying again would be too
             if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
@@ -130,16 +148,13 @@ def _sha256(f: FileSeen) -> str | None:
 
 
 def start_watcher(state: ServiceState, submit: Submit) -> Callable[[], None]:
-    """Start the watcher's thread (if the config has triggers); returns its stop."""
-    if not state.config.triggers:
-        return lambda: None
+    """Start the watcher's thread (always: a tenant may make a trigger at any time);
+    returns its stop."""
     watcher, stopping = Watcher(state, submit), threading.Event()
-    wait = min(t.poll_seconds for t in state.config.triggers.values())
 
     def loop() -> None:
         while not stopping.is_set():
-            watcher.look(datetime.now(UTC))
-            stopping.wait(wait)
+            stopping.wait(watcher.look(datetime.now(UTC)))
 
     thread = threading.Thread(target=loop, name="thresher-watcher", daemon=True)
     thread.start()

@@ -140,13 +140,17 @@ def _label(value: str) -> str:
 
 
 def _trigger_files(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
-    """Files each of the config's triggers has taken (those of the tenant's triggers)."""
+    """Files each trigger has taken (those of the tenant's triggers), by its ledger key
+    (a config trigger's name, `tenant/name` for a tenant's own)."""
+    from thresher.service.triggers import every_trigger
+
     seen = TriggerLedger(state.store.db).files_seen()
     _metric(lines, "thresher_trigger_files_seen_total", "counter", "Files taken by each trigger.")
-    for name, trigger in state.config.triggers.items():
-        if tenant is None or trigger.tenant == tenant:
+    for watched in every_trigger(state.config, state.store.db):
+        if tenant is None or watched.settings.tenant == tenant:
+            key = _label(watched.key)
             lines.append(
-                f'thresher_trigger_files_seen_total{{trigger="{name}"}} {seen.get(name, 0)}'
+                f'thresher_trigger_files_seen_total{{trigger="{key}"}} {seen.get(watched.key, 0)}'
             )
 
 

@@ -1,16 +1,26 @@
-"""`/v1/triggers`: the caller's dataset-arrival triggers (read-only; they are declared in
-the server's config), each with the files it has taken and its last set. Another
-tenant's trigger answers 404, exactly as one that never was."""
+"""`/v1/triggers`: the caller's dataset-arrival triggers — the config's that start its
+jobs (read-only: only the operator changes them, 409) and its own, which it creates,
+changes, pauses, resumes and deletes here — each with the files it has taken and its
+last set. Another tenant's trigger answers 404, exactly as one that never was.
+
+A tenant's trigger takes effect at the watcher's next look, without a restart. Deleting
+one stops it; the files it took stay taken (re-creating it does not take them again)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-from pydantic import BaseModel
+from typing import Annotated, Any, Literal
 
-from thresher.service.errors import NotFound
+from fastapi import APIRouter, Body, Response
+from pydantic import BaseModel, ValidationError
+
+from thresher.errors import describe_errors
+from thresher.service.errors import Conflict, NotFound, Unprocessable
 from thresher.service.policies.auth import Tenant
 from thresher.service.state import ServiceState, StateDep
+from thresher.service.triggers import Watched, check_trigger, every_trigger, warn_trigger
+from thresher.store.trigger_defs import TriggerDefTable, TriggerExists
 from thresher.store.triggers import TriggerLedger
+from thresher.triggers.settings import TriggerRequest, TriggerSettings
 
 router = APIRouter(prefix="/v1/triggers", tags=["triggers"])
 
@@ -26,6 +36,7 @@ class TriggerSetInfo(BaseModel):
 
 class TriggerInfo(BaseModel):
     name: str
+    declared: Literal["config", "tenant"]
     watch: str
     pattern: str
     marker: str | None
@@ -33,34 +44,132 @@ class TriggerInfo(BaseModel):
     poll_seconds: float
     reprocess_changed: bool
     paused: bool
+    job: dict[str, Any]
     files_seen: int
     last_set: TriggerSetInfo | None
+    created_at: str | None = None
+    updated_at: str | None = None
+    warnings: list[str] = []  # odd but allowed (a pattern that matches no file yet)
 
 
 class TriggerList(BaseModel):
     data: list[TriggerInfo]
 
 
+def _visible(state: ServiceState, tenant: str) -> list[Watched]:
+    found = every_trigger(state.config, state.store.db)
+    return [t for t in found if t.settings.tenant == tenant]
+
+
+def _find(state: ServiceState, tenant: str, name: str) -> Watched:
+    for watched in _visible(state, tenant):
+        if watched.name == name:
+            return watched
+    raise NotFound(f"no trigger named {name!r}")
+
+
+def _own(state: ServiceState, tenant: str, name: str) -> Watched:
+    """The tenant's own trigger `name`: Conflict for a config trigger."""
+    watched = _find(state, tenant, name)
+    if watched.declared == "config":
+        raise Conflict(
+            f"trigger {name!r} is declared in the server config; only its operator changes it"
+        )
+    return watched
+
+
+def _checked(state: ServiceState, request: TriggerRequest, tenant: str) -> TriggerSettings:
+    """The request's settings for `tenant`; Unprocessable naming each field in trouble."""
+    problems = check_trigger(state.config, request)
+    if problems:
+        raise Unprocessable(problems)
+    return request.settings(tenant)
+
+
 @router.get("", summary="List the caller's triggers")
 def list_triggers(state: StateDep, tenant: Tenant) -> TriggerList:
-    """Every trigger of the server's config that starts the caller's jobs."""
-    seen = TriggerLedger(state.store.db).files_seen()
-    names = [n for n, t in state.config.triggers.items() if t.tenant == tenant]
-    return TriggerList(data=[_describe(state, n, seen.get(n, 0)) for n in names])
+    """The config's triggers that start the caller's jobs, then its own, by name."""
+    found = sorted(_visible(state, tenant), key=lambda t: (t.declared, t.name))
+    return TriggerList(data=[_describe(state, t) for t in found])
 
 
 @router.get("/{name}", summary="One of the caller's triggers")
 def get_trigger(name: str, state: StateDep, tenant: Tenant) -> TriggerInfo:
     """Its rule, how many files it has taken, and its last set (with its job)."""
-    trigger = state.config.triggers.get(name)
-    if trigger is None or trigger.tenant != tenant:
-        raise NotFound(f"no trigger named {name!r}")
-    return _describe(state, name, TriggerLedger(state.store.db).files_seen().get(name, 0))
+    return _describe(state, _find(state, tenant, name))
 
 
-def _describe(state: ServiceState, name: str, files_seen: int) -> TriggerInfo:
-    t = state.config.triggers[name]
-    recent = TriggerLedger(state.store.db).recent(name, limit=1)
+@router.post("", status_code=201, summary="Create a trigger")
+def create_trigger(request: TriggerRequest, state: StateDep, tenant: Tenant) -> TriggerInfo:
+    """A trigger that starts `job` (a POST /v1/jobs body with no input: the trigger gives
+    it `source.files`) for each complete set of new files under `watch`, for the caller.
+    422 naming the field (`watch` outside `allowed_roots`, `job.model` unknown); 409 if
+    the caller has a trigger of that name. `warnings` says what is odd but allowed."""
+    settings = _checked(state, request, tenant)
+    if any(t.name == request.name for t in _visible(state, tenant)):
+        raise Conflict(f"name: there is already a trigger {request.name!r}")
+    try:
+        TriggerDefTable(state.store.db).create(
+            tenant, request.name, settings.model_dump_json(), settings.paused
+        )
+    except TriggerExists as exc:
+        raise Conflict(str(exc)) from None
+    return _describe(state, _find(state, tenant, request.name), warn_trigger(settings))
+
+
+@router.patch("/{name}", summary="Change a trigger")
+def change_trigger(
+    name: str, state: StateDep, tenant: Tenant, changes: Annotated[dict[str, Any], Body()]
+) -> TriggerInfo:
+    """Replace the fields given (`job` as a whole); the rest stay. Files it took stay
+    taken; a new pattern counts from the next look."""
+    current = _own(state, tenant, name)
+    if changes.get("name", name) != name:
+        raise Unprocessable(["name: a trigger cannot be renamed; create a new one"])
+    fields = {**current.settings.model_dump(mode="json", exclude={"tenant"}), **changes}
+    try:
+        request = TriggerRequest.model_validate({**fields, "name": name})
+    except ValidationError as exc:
+        raise Unprocessable(describe_errors(exc)) from None
+    settings = _checked(state, request, tenant)
+    TriggerDefTable(state.store.db).replace(
+        tenant, name, settings.model_dump_json(), settings.paused
+    )
+    return _describe(state, _find(state, tenant, name), warn_trigger(settings))
+
+
+@router.delete("/{name}", status_code=204, summary="Delete a trigger")
+def delete_trigger(name: str, state: StateDep, tenant: Tenant) -> Response:
+    """No more sets from the next look on; jobs it started are left as they are, and the
+    files it took stay taken (a trigger made again by this name does not take them)."""
+    _own(state, tenant, name)
+    TriggerDefTable(state.store.db).delete(tenant, name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/pause", summary="Pause a trigger")
+def pause_trigger(name: str, state: StateDep, tenant: Tenant) -> TriggerInfo:
+    """No set is taken while paused; files that arrive meanwhile are taken on resume."""
+    return _set_paused(state, _own(state, tenant, name), True)
+
+
+@router.post("/{name}/resume", summary="Resume a trigger")
+def resume_trigger(name: str, state: StateDep, tenant: Tenant) -> TriggerInfo:
+    """Sets are taken again from the next look on."""
+    return _set_paused(state, _own(state, tenant, name), False)
+
+
+def _set_paused(state: ServiceState, watched: Watched, paused: bool) -> TriggerInfo:
+    s = watched.settings.model_copy(update={"paused": paused})
+    TriggerDefTable(state.store.db).replace(s.tenant, watched.name, s.model_dump_json(), paused)
+    return _describe(state, _find(state, s.tenant, watched.name))
+
+
+def _describe(
+    state: ServiceState, watched: Watched, warnings: list[str] | None = None
+) -> TriggerInfo:
+    ledger, t = TriggerLedger(state.store.db), watched.settings
+    recent = ledger.recent(watched.key, limit=1)
     last = None
     if recent:
         r = recent[0]
@@ -69,7 +178,9 @@ def _describe(state: ServiceState, name: str, files_seen: int) -> TriggerInfo:
             message=r.message, claimed_at=r.claimed_at,
         )  # fmt: skip
     return TriggerInfo(
-        name=name, watch=t.watch, pattern=t.pattern, marker=t.marker, settle_seconds=t.settle,
-        poll_seconds=t.poll_seconds, reprocess_changed=t.reprocess_changed, paused=t.paused,
-        files_seen=files_seen, last_set=last,
+        name=watched.name, declared=watched.declared, watch=t.watch, pattern=t.pattern,
+        marker=t.marker, settle_seconds=t.settle, poll_seconds=t.poll_seconds,
+        reprocess_changed=t.reprocess_changed, paused=t.paused, job=t.job,
+        files_seen=ledger.files_seen().get(watched.key, 0), last_set=last,
+        created_at=watched.created_at, updated_at=watched.updated_at, warnings=warnings or [],
     )  # fmt: skip
