@@ -123,6 +123,31 @@ def test_outputs_class_labels_and_a_probability_histogram() -> None:
     assert [c.name for c in profile.inputs()] == ["x"]
 
 
+@pytest.mark.parametrize(
+    "labels",
+    [
+        pa.array([-3, 7, None, 7, -3, 7] * 2_000, pa.int8()),  # nulls, negatives, int8 span
+        pa.array([0, 1 << 40, 5, 1 << 40] * 3_000, pa.int64()),  # too wide: hashed
+        pa.array([2**64 - 1, 2**64 - 2, 2**64 - 1] * 3_000, pa.uint64()),  # past int64
+    ],
+    ids=["narrow-int8-with-nulls", "wide-int64", "huge-uint64"],
+)
+def test_integer_class_labels_are_counted_exactly_by_either_counter(labels: pa.Array) -> None:
+    outputs = pa.table({"label": labels})
+    profile = profile_of(pa.table({"x": np.zeros(len(labels))}), outputs)
+    values = [v for v in labels.to_pylist() if v is not None]
+    assert dict(profile.columns["label"].top()) == {str(v): values.count(v) for v in set(values)}
+    assert profile.columns["label"].nulls == labels.null_count
+
+
+def test_a_probability_of_exactly_one_is_in_the_last_bin() -> None:
+    proba = np.array([0.0, 0.05, 0.999, 1.0, 1.0, 0.5] * 100)
+    outputs = pa.table({"proba_1": proba})
+    histogram = profile_of(pa.table({"x": proba}), outputs).columns["proba_1"].probability
+    assert histogram == np.histogram(proba, bins=20, range=(0, 1))[0].tolist()
+    assert histogram is not None and histogram[-1] == 300
+
+
 def test_segments_profile_each_value_apart() -> None:
     rng = np.random.default_rng(6)
     region = rng.choice(["a", "b"], 30_000)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import zlib
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +31,7 @@ from thresher.monitor.profile import (
 __all__ = ["ShardProfiler", "column_kind", "sample_rate_for"]
 
 MAX_CATEGORIES = 1024  # more distinct values in one chunk: the column is text, not a category
+BINCOUNT_SPAN = 1 << 16  # integer values spread wider than this are counted by hashing
 MAX_SEGMENTS = 32  # segment values profiled apart; the rest are one "(other)" segment
 OTHER_SEGMENT = "(other)"
 
@@ -145,17 +147,33 @@ def add_values(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarra
 
 
 def _add_categories(column: ColumnProfile, values: pa.ChunkedArray) -> None:
-    counts = pc.value_counts(values)
-    if len(counts) > MAX_CATEGORIES and pa.types.is_string(values.type):
+    items, counts = _value_counts(values)
+    if len(items) > MAX_CATEGORIES and pa.types.is_string(values.type):
         column.become_text()
         return
     assert column.frequent is not None and column.distinct is not None
-    items = counts.field("values").to_pylist()
-    for item, count in zip(items, counts.field("counts").to_pylist(), strict=True):
-        if item is not None:
-            text = str(item).lower() if isinstance(item, bool) else str(item)
-            column.frequent.update(text, count)
-            column.distinct.update(text)
+    for item, count in zip(items, counts, strict=True):
+        text = str(item).lower() if isinstance(item, bool) else str(item)
+        column.frequent.update(text, count)
+        column.distinct.update(text)
+
+
+def _value_counts(values: pa.ChunkedArray) -> tuple[list[Any], list[int]]:
+    """The distinct non-null values and how often each occurs. Integers of a narrow range
+    (class labels) are counted with `np.bincount`: a tenth of Arrow's hash-based
+    `value_counts`, which was the largest single cost of profiling a classifier's output."""
+    if pa.types.is_integer(values.type) and len(values) > values.null_count:
+        numbers = _numpy(values.drop_null() if values.null_count else values)
+        low, high = int(numbers.min()), int(numbers.max())
+        if high - low < BINCOUNT_SPAN and low > -(1 << 62) and high < 1 << 62:
+            shifted = numbers.astype(np.int64, copy=False)
+            counts = np.bincount(shifted - low if low else shifted)
+            present = np.flatnonzero(counts)
+            return (present + low).tolist(), counts[present].tolist()
+    found = pc.value_counts(values)
+    pairs = zip(found.field("values").to_pylist(), found.field("counts").to_pylist(), strict=True)
+    kept = [(item, count) for item, count in pairs if item is not None]
+    return [item for item, _ in kept], [count for _, count in kept]
 
 
 def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray | None) -> None:
@@ -176,15 +194,16 @@ def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndar
         column.inf += len(numbers) - int(keep.sum()) - nan
         finite = numbers[keep]
         total = float(finite.sum())
-    column.moments.merge(_moments(finite, total))
+    moments = _moments(finite, total)
+    column.moments.merge(moments)
     if column.quantiles is not None and (sample is None or len(sample)):
         if sample is None:  # the sketch takes writable arrays only (Arrow's are not)
             picked = numbers if numbers.flags.writeable else numbers.copy()
         else:
             picked = numbers[sample]
         column.quantiles.update(picked if finite is numbers else picked[np.isfinite(picked)])
-    if column.probability is not None and len(finite):
-        _add_probabilities(column, finite)
+    if column.probability is not None and moments.count:
+        _add_probabilities(column, finite, moments)
 
 
 def _numpy(values: pa.ChunkedArray, dtype: type | None = None) -> np.ndarray:
@@ -217,11 +236,17 @@ def _moments(finite: np.ndarray, total: float) -> Moments:
     return Moments(count, float(finite.min()), float(finite.max()), mean, max(m2, 0.0))
 
 
-def _add_probabilities(column: ColumnProfile, finite: np.ndarray) -> None:
-    if finite.min() < 0.0 or finite.max() > 1.0:
+def _add_probabilities(column: ColumnProfile, finite: np.ndarray, moments: Moments) -> None:
+    if moments.min < 0.0 or moments.max > 1.0:
         column.probability = None  # not a probability
         return
-    bins = np.minimum((finite * PROBABILITY_BINS).astype(np.int64), PROBABILITY_BINS - 1)
-    counts = np.bincount(bins, minlength=PROBABILITY_BINS)
+    # Bin k holds [k/B, (k+1)/B); a probability of exactly 1 lands in bin B, folded into
+    # the last one after counting (cheaper than clipping every value first).
+    counts = np.bincount(
+        (finite * PROBABILITY_BINS).astype(np.intp), minlength=PROBABILITY_BINS + 1
+    )
+    counts[PROBABILITY_BINS - 1] += counts[PROBABILITY_BINS]
     assert column.probability is not None
-    column.probability = [a + int(b) for a, b in zip(column.probability, counts, strict=True)]
+    column.probability = [
+        a + int(b) for a, b in zip(column.probability, counts[:PROBABILITY_BINS], strict=True)
+    ]
