@@ -158,6 +158,14 @@ MIGRATIONS: list[list[str]] = [
             settings TEXT NOT NULL, paused INTEGER NOT NULL,
             created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
     ],
+    # 12: owners' heartbeats: each server (and each command-line coordinator) refreshes
+    # its row, so an owner on another host is known dead once its row grows old.
+    # `seen_at` is the database's clock, in seconds since the epoch.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_owners (
+            owner TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL,
+            seen_at DOUBLE PRECISION NOT NULL, started_at TEXT NOT NULL)""",
+    ],
 ]
 
 
