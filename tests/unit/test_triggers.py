@@ -19,6 +19,7 @@ from thresher.service.errors import Forbidden
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
 from thresher.store import open_store
+from thresher.store.trigger_defs import TriggerDefTable
 from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
 from thresher.triggers import FileSeen, Settling, TriggerSettings, complete_sets, list_watch
 
@@ -300,12 +301,33 @@ def test_the_cli_lists_triggers_and_records_a_reset(tmp_path: Path) -> None:
     assert done.exit_code == 0 and "1 files taken since" in done.output
     shown = CliRunner().invoke(cli, ["triggers", "--config", str(config), *store])
     assert "files seen: 0" in shown.output and "last reset: " in shown.output
+    check_tenant_trigger_in_the_cli(state, [*store, "--config", str(config)])
     bad = CliRunner().invoke(cli, ["triggers", "reset", "nope", "--since", "2000-01-01", *store])
     assert bad.exit_code == 2 and "'nope' has taken no files" in bad.output
     roots = f'allowed_roots = ["{tmp_path / "shared"}"]'
     config.write_text(config.read_text().replace(roots, 'allowed_roots = ["/elsewhere"]'))
     refused = CliRunner().invoke(cli, ["triggers", "--config", str(config), *store])
     assert refused.exit_code == 2 and "triggers.inbox.watch" in refused.output
+
+
+def check_tenant_trigger_in_the_cli(state: ServiceState, options: list[str]) -> None:
+    """A tenant's own trigger (kept in the store) is listed as `tenant/name` beside the
+    config's, and reset by that name."""
+    from click.testing import CliRunner
+
+    from thresher.cli import cli
+
+    own = state.config.triggers["inbox"]
+    TriggerDefTable(state.store.db).create("acme", "mine", own.model_dump_json(), paused=False)
+    arrive(state, "b.jsonl", range(2))
+    watcher(state).look(after(1))  # its own manifest: it takes a.jsonl and b.jsonl
+    shown = CliRunner().invoke(cli, ["triggers", *options])
+    assert shown.exit_code == 0, shown.output
+    listing = shown.output.split("acme/mine: ")[1]
+    assert listing.startswith(f"watch {own.watch}") and "files seen: 2" in listing
+    args = ["triggers", "reset", "acme/mine", "--since", "2000-01-01", *options[:2]]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0 and "2 files taken since" in done.output, done.output
 
 
 def test_get_v1_triggers_shows_a_tenant_its_own_triggers_alone(tmp_path: Path) -> None:
