@@ -166,6 +166,11 @@ MIGRATIONS: list[list[str]] = [
             owner TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL,
             seen_at DOUBLE PRECISION NOT NULL, started_at TEXT NOT NULL)""",
     ],
+    # 13: a watcher reads only the files its triggers took since its last look.
+    [
+        "CREATE INDEX IF NOT EXISTS thresher_trigger_files_taken"
+        " ON thresher_trigger_files (trigger_name, taken_at)",
+    ],
 ]
 
 
