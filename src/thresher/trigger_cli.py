@@ -1,5 +1,10 @@
-"""`thresher triggers`: show the server config's triggers with what they have taken, and
-`thresher triggers reset`, the one way to make a trigger take files again."""
+"""`thresher triggers`: show the server's triggers — the config's and the tenants' own —
+with what they have taken, and `thresher triggers reset`, the one way to make a trigger
+take files again.
+
+A config trigger is named as in the config (`inbox`); a tenant's own as `tenant/name`
+(`acme/inbox`), as `thresher schedules` names schedules.
+"""
 
 from __future__ import annotations
 
@@ -27,12 +32,14 @@ EXIT_USAGE = 2
 @click.option("--store", "own_store", metavar="URL", help="The job store (as `thresher --store`).")
 @click.pass_context
 def triggers(ctx: click.Context, config_file: Path | None, own_store: str | None) -> None:
-    """List the server's triggers: each one's rule, files seen, last set and job, and
-    last reset (`thresher triggers --config server.toml`)."""
+    """List the server's triggers — the config's, then the tenants' own (`tenant/name`) —
+    with each one's rule, files seen, last set and job, and last reset
+    (`thresher triggers --config server.toml`)."""
     ctx.obj = own_store or ctx.obj  # the store for `reset` too
     if ctx.invoked_subcommand is not None:
         return
     from thresher.service.config import ConfigError, check_triggers, load_config
+    from thresher.service.triggers import every_trigger
     from thresher.store import open_store
     from thresher.store.triggers import TriggerLedger
     from thresher.triggers.preview import describe_triggers
@@ -44,8 +51,9 @@ def triggers(ctx: click.Context, config_file: Path | None, own_store: str | None
         warnings = check_triggers(config)
     except ConfigError as exc:
         _fail(str(exc))
-    ledger = TriggerLedger(open_store(ctx.obj).db)
-    for line in describe_triggers(config.triggers, ledger) or ["none"]:
+    db = open_store(ctx.obj).db
+    found = {watched.key: watched.settings for watched in every_trigger(config, db)}
+    for line in describe_triggers(found, TriggerLedger(db)) or ["none"]:
         click.echo(line)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -62,8 +70,9 @@ def triggers(ctx: click.Context, config_file: Path | None, own_store: str | None
 def reset(
     ctx: click.Context, name: str, since: str, reset_by: str | None, own_store: str | None
 ) -> None:
-    """Forget the files trigger NAME took at or after --since, so they are taken again
-    in new sets and jobs; the reset is recorded (who, when, since, how many)."""
+    """Forget the files trigger NAME (`inbox`, or a tenant's `acme/inbox`) took at or after
+    --since, so they are taken again in new sets and jobs; the reset is recorded (who,
+    when, since, how many)."""
     from thresher.store import open_store
     from thresher.store.triggers import TriggerLedger
 
@@ -76,7 +85,10 @@ def reset(
     try:
         ledger = TriggerLedger(open_store(store_url).db)
         if not ledger.recent(name, limit=1):
-            _fail(f"NAME: trigger {name!r} has taken no files in this store")
+            _fail(
+                f"NAME: trigger {name!r} has taken no files in this store (a tenant's"
+                " trigger is named tenant/name)"
+            )
         by = reset_by or f"{getpass.getuser()}@{socket.gethostname()}"
         forgotten = ledger.reset(name, moment.astimezone(UTC), by)
     except ThresherError as exc:

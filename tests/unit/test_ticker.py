@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,22 @@ def test_a_claim_of_a_live_scheduler_is_left_to_it(tmp_path: Path) -> None:
     ticker(state).look(at(2, 1))
     assert [t.outcome for t in ledger.recent("hourly")] == [TickOutcome.CLAIMED]
     assert state.store.jobs() == []
+
+
+def test_a_claim_of_a_server_on_another_host_is_taken_over_once_its_heartbeat_is_old(
+    tmp_path: Path,
+) -> None:
+    state = site(tmp_path)
+    state.store.owners.timeout = 0.3
+    ledger, nominal = TickLedger(state.store.db), at(2).replace(second=0)
+    state.store.owners.beat("other-host:7")
+    assert ledger.claim("hourly", nominal, "other-host:7")
+    ticker(state).look(at(2, 1))
+    assert [t.outcome for t in ledger.recent("hourly")] == [TickOutcome.CLAIMED]  # alive
+    time.sleep(0.5)  # its heartbeat stops: that server died
+    ticker(state).look(at(2, 2))
+    assert [t.outcome for t in ledger.recent("hourly")] == [TickOutcome.STARTED]
+    assert len(state.store.jobs()) == 1
 
 
 def this_owner_elsewhere() -> str:

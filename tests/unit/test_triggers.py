@@ -5,6 +5,7 @@ watchers on one store and a recorded reset."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,8 +20,11 @@ from thresher.service.errors import Forbidden
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
 from thresher.store import open_store
+from thresher.store.trigger_defs import TriggerDefTable
 from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
 from thresher.triggers import FileSeen, Settling, TriggerSettings, complete_sets, list_watch
+from thresher.triggers import taken as taken_module
+from thresher.triggers.taken import TakenFiles
 
 MODEL = "class M:\n    def predict(self, batch):\n        return {'prediction': batch['x']}\n"
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -300,12 +304,33 @@ def test_the_cli_lists_triggers_and_records_a_reset(tmp_path: Path) -> None:
     assert done.exit_code == 0 and "1 files taken since" in done.output
     shown = CliRunner().invoke(cli, ["triggers", "--config", str(config), *store])
     assert "files seen: 0" in shown.output and "last reset: " in shown.output
+    check_tenant_trigger_in_the_cli(state, [*store, "--config", str(config)])
     bad = CliRunner().invoke(cli, ["triggers", "reset", "nope", "--since", "2000-01-01", *store])
     assert bad.exit_code == 2 and "'nope' has taken no files" in bad.output
     roots = f'allowed_roots = ["{tmp_path / "shared"}"]'
     config.write_text(config.read_text().replace(roots, 'allowed_roots = ["/elsewhere"]'))
     refused = CliRunner().invoke(cli, ["triggers", "--config", str(config), *store])
     assert refused.exit_code == 2 and "triggers.inbox.watch" in refused.output
+
+
+def check_tenant_trigger_in_the_cli(state: ServiceState, options: list[str]) -> None:
+    """A tenant's own trigger (kept in the store) is listed as `tenant/name` beside the
+    config's, and reset by that name."""
+    from click.testing import CliRunner
+
+    from thresher.cli import cli
+
+    own = state.config.triggers["inbox"]
+    TriggerDefTable(state.store.db).create("acme", "mine", own.model_dump_json(), paused=False)
+    arrive(state, "b.jsonl", range(2))
+    watcher(state).look(after(1))  # its own manifest: it takes a.jsonl and b.jsonl
+    shown = CliRunner().invoke(cli, ["triggers", *options])
+    assert shown.exit_code == 0, shown.output
+    listing = shown.output.split("acme/mine: ")[1]
+    assert listing.startswith(f"watch {own.watch}") and "files seen: 2" in listing
+    args = ["triggers", "reset", "acme/mine", "--since", "2000-01-01", *options[:2]]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0 and "2 files taken since" in done.output, done.output
 
 
 def test_get_v1_triggers_shows_a_tenant_its_own_triggers_alone(tmp_path: Path) -> None:
@@ -412,3 +437,35 @@ def test_a_tenants_trigger_of_a_config_triggers_name_keeps_its_own_files(tmp_pat
     arrive(state, "c.jsonl", range(5, 7))
     assert w.look(after(2)) == 1  # the shortest poll left
     assert len(job_files(state)) == 4
+
+
+@dataclasses.dataclass(frozen=True)
+class CountingLedger(TriggerLedger):
+    """The real ledger, noting how many manifest rows each read brought back."""
+
+    reads: list[int] = dataclasses.field(default_factory=list)
+
+    def taken_since(self, trigger: str, since: str | None) -> list[tuple[str, int, str, str]]:
+        rows = super().taken_since(trigger, since)
+        self.reads.append(len(rows))
+        return rows
+
+
+def test_a_look_reads_only_the_files_taken_since_the_last_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(taken_module, "OVERLAP", timedelta(0))  # no clock slack to re-read
+    ledger = CountingLedger(open_store(f"sqlite:///{tmp_path / 'store.db'}").db)
+    many = [TakenFile(f"/in/{i:05d}.csv", 1, "1") for i in range(3000)]
+    assert ledger.claim("inbox", "s1", many, "me")
+    assert ledger.claim("inbox", "s2", [TakenFile("/in/last.csv", 1, "1")], "me")
+    remembered = TakenFiles(ledger, "inbox")
+    assert len(remembered.current(epoch=0)) == 3001 and ledger.reads == [3001]
+    assert ledger.claim("inbox", "s3", [TakenFile("/in/new.csv", 1, "1")], "me")
+    taken = remembered.current(epoch=0)
+    assert len(taken) == 3002 and "/in/new.csv" in taken
+    assert ledger.reads[-1] <= 2  # the new file, and the newest one remembered
+    for key in ("s1", "s2", "s3"):
+        ledger.settle("inbox", key, SetOutcome.STARTED, job_id=key)
+    ledger.reset("inbox", T0, "ops")  # forgets them all: the epoch changes
+    assert remembered.current(epoch=ledger.epoch("inbox")) == {}

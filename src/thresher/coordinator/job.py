@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
 from thresher.store import JobState, ShardState, Store, open_store
+from thresher.store.owners import beating, this_owner
 
 
 @dataclass
@@ -70,6 +72,13 @@ def run_job(
     claimed from the store's queue). Raises SpecError before any work if the spec does not
     fit the data; otherwise returns a JobResult, succeeded or not."""
     store = store or open_store()
+    with _beating(store):
+        return _run_job(spec, store, reporter, queued_id)
+
+
+def _run_job(
+    spec: JobSpec, store: Store, reporter: Reporter | None, queued_id: str | None
+) -> JobResult:
     try:
         check_model(spec)
         crash_point("plan_input")
@@ -104,6 +113,13 @@ def resume_job(
     stored plan: done shards are kept, the rest are run again (by `workers` workers, when
     given: the slots the service leased it this time)."""
     store = store or open_store()
+    with _beating(store):
+        return _resume_job(job_id, store, reporter, force, workers)
+
+
+def _resume_job(
+    job_id: str, store: Store, reporter: Reporter | None, force: bool, workers: int | None
+) -> JobResult:
     record = store.claim(job_id, force=force)
     crash_point("resume_start")
     spec = record.spec if workers is None else with_workers(record.spec, workers)
@@ -116,6 +132,15 @@ def resume_job(
     errors = sink.start(job_id, len(plan.shards), resume=bool(done))
     remaining = [s for s in plan.shards if s.index not in done]
     return _drive(job, (sink, errors), remaining, reporter or QuietReporter())
+
+
+def _beating(store: Store) -> AbstractContextManager[None]:
+    """A coordinator that owns its job itself beats its heartbeat row while it runs, so a
+    `thresher resume` on another host knows when it died; one that runs a service job in
+    its server's name leaves that to the server (`store/owners.py`)."""
+    if store.owner != this_owner():
+        return nullcontext()
+    return beating(store.url, store.owner)
 
 
 def _drive(job: Job, output: tuple[Sink, str], shards: list[Any], reporter: Reporter) -> JobResult:

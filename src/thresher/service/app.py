@@ -48,6 +48,7 @@ from thresher.service.routers import (
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
 from thresher.store import open_store
+from thresher.store.owners import BEAT_SECONDS, keep_beating, this_owner
 
 log = logging.getLogger("thresher.service")
 
@@ -104,8 +105,10 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
 def start_background(state: ServiceState) -> list[Callable[[], None]]:
     """Start the webhook sender, the request buffer, the batch worker, the scheduler, the
     ticker and the trigger watcher (in that order, so every `on_job_finished` hook is in
-    place before a job can end); returns their stops."""
-    stops = [start_webhooks(state), start_flusher(state), start_batches(state)]
+    place before a job can end), after the server's first heartbeat (before it owns
+    anything); returns their stops."""
+    stops = [start_heartbeat(state)]
+    stops += [start_webhooks(state), start_flusher(state), start_batches(state)]
     scheduler = Scheduler(state)
     scheduler.start()
     stops.append(scheduler.stop)
@@ -119,6 +122,16 @@ def start_background(state: ServiceState) -> list[Callable[[], None]]:
     stops.append(start_ticker(state, submit))
     stops.append(start_watcher(state, submit_set))
     return stops
+
+
+def start_heartbeat(state: ServiceState) -> Callable[[], None]:
+    """Judge other servers by the config's `owner_timeout`, and beat this one's heartbeat
+    four times per timeout (at least every `BEAT_SECONDS`); returns its stop. Stopping
+    does not remove the row: the server's job processes may still be ending, so peers
+    take its jobs over only once the row is `owner_timeout` old."""
+    timeout = state.config.owner_timeout
+    state.store.owners.timeout = timeout
+    return keep_beating(state.store.url, this_owner(), min(BEAT_SECONDS, timeout / 4))
 
 
 async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:

@@ -139,6 +139,9 @@ class ServerConfig(BaseModel):
     # A job is not preempted again within this many seconds of (re)starting, so two
     # jobs cannot take turns preempting each other without doing any work.
     min_run_seconds: float = Field(default=30.0, ge=0)
+    # A server on another host whose heartbeat is this many seconds old is dead: its
+    # running jobs are resumed, its tick claims taken over, its slot leases reclaimed.
+    owner_timeout: float = Field(default=60.0, gt=0)
 
     def limits(self, tenant: str) -> TenantLimits:
         """The tenant's limits (none for a tenant the config does not list)."""

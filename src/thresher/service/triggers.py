@@ -119,16 +119,14 @@ def trigger_warnings(name: str, trigger: TriggerFields) -> list[str]:
 
 def warn_trigger(trigger: TriggerFields) -> list[str]:
     """What is odd but allowed: a watch that cannot be listed yet, or whose pattern
-    matches no file yet."""
-    files = []
+    matches no file yet. The listing stops at the first file the pattern matches (or
+    after CHECK_FILES files)."""
     try:
         for count, found in enumerate(list_watch(trigger.watch)):
-            files.append(found)
-            if count >= CHECK_FILES:
+            if candidates([found], {}, trigger)[0]:
+                return []
+            if count + 1 >= CHECK_FILES:
                 break
     except Exception as exc:  # any filesystem's error (botocore's are not OSErrors)
         return [f"watch: cannot be listed yet ({exc}); the trigger will keep looking"]
-    data, _ = candidates(files, {}, trigger)
-    if not data:
-        return [f"pattern: {trigger.pattern!r} matches no file under {trigger.watch} yet"]
-    return []
+    return [f"pattern: {trigger.pattern!r} matches no file under {trigger.watch} yet"]

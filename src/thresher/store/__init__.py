@@ -36,6 +36,7 @@ def default_store_url() -> str:
     return f"sqlite:///{data_home / 'thresher' / 'store.db'}"
 
 
-def open_store(url: str | None = None) -> Store:
-    """The store at `url` (or the default one), its tables created if needed."""
-    return Store(Database(url or default_store_url()))
+def open_store(url: str | None = None, owner: str | None = None) -> Store:
+    """The store at `url` (or the default one), its tables created if needed; the jobs it
+    starts or resumes are recorded under `owner` (default: this process)."""
+    return Store(Database(url or default_store_url()), owner)

@@ -9,7 +9,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,14 @@ class Database:
             finally:
                 cursor.close()
 
+    @property
+    def clock(self) -> str:
+        """A SQL expression for the database's own time, in seconds since the epoch: one
+        clock for every host sharing the store, however far their own clocks drift."""
+        if self.dialect == "postgresql":
+            return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+        return "((julianday('now') - 2440587.5) * 86400.0)"
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.transaction() as cur:
             return cur.execute(sql, params).fetchall()
@@ -116,8 +124,13 @@ class Cursor:
 def _connect_sqlite(path: str) -> sqlite3.Connection:
     Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     # The store holds specs, tenants and token digests: a new one is the user's alone
-    # (SQLite gives its -wal and -shm files the same mode).
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    # (SQLite gives its -wal and -shm files the same mode). Only a file not there yet is
+    # opened here: closing any descriptor of a file drops every POSIX lock this process
+    # holds on it, so reopening a store another connection of this process has open
+    # would let a third process see it unused, checkpoint and delete the WAL under it
+    # (a "malformed" store, seen with a heartbeat thread's second connection).
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     # isolation_level=None + explicit BEGIN would also do; the default deferred
     # transactions plus WAL let `thresher status` read while a job writes.
     conn = sqlite3.connect(path, timeout=30, check_same_thread=False)

@@ -15,7 +15,7 @@ from thresher.spec import JobSpec
 from thresher.store.actuals import ActualsTable
 from thresher.store.db import Database, IdempotencyConflict, StoreError, now
 from thresher.store.leases import SlotLeases
-from thresher.store.owners import owner_alive, this_owner
+from thresher.store.owners import DEFAULT_OWNER_TIMEOUT, OwnerTable, this_owner
 from thresher.store.profiles import ProfileTable
 from thresher.store.queue import JobQueue
 from thresher.store.records import (
@@ -31,13 +31,23 @@ from thresher.store.schema import migrate
 
 
 class Store:
-    """Jobs and shards in a Database. Every method is one transaction."""
+    """Jobs and shards in a Database. Every method is one transaction.
 
-    def __init__(self, db: Database) -> None:
+    `owner` is whom the jobs this store starts or resumes are recorded under: this
+    process, or the server a service job's coordinator runs for (`owners.py`)."""
+
+    def __init__(
+        self,
+        db: Database,
+        owner: str | None = None,
+        owner_timeout: float = DEFAULT_OWNER_TIMEOUT,
+    ) -> None:
         self.db = db
         migrate(db)
+        self.owner = owner or this_owner()
+        self.owners = OwnerTable(db, owner_timeout)
         self.retries = RetryLog(db)
-        self.leases = SlotLeases(db)
+        self.leases = SlotLeases(db, self.owners)
         self.queue = JobQueue(db)
         self.profiles = ProfileTable(db)
         self.actuals = ActualsTable(db)
@@ -60,7 +70,7 @@ class Store:
                     json.dumps(plan),
                     shard_count,
                     now(),
-                    this_owner(),
+                    self.owner,
                     now(),
                 ),
             )
@@ -123,7 +133,7 @@ class Store:
                     " WHERE id = ? AND state = ?",
                     (
                         JobState.RUNNING.value,
-                        this_owner(),
+                        self.owner,
                         now(),
                         rows[0][0],
                         JobState.QUEUED.value,
@@ -143,7 +153,7 @@ class Store:
                 (
                     json.dumps(plan),
                     shard_count,
-                    this_owner(),
+                    self.owner,
                     now(),
                     JobState.CANCELLED.value,
                     JobState.PREEMPTED.value,
@@ -184,12 +194,12 @@ class Store:
 
     def claim(self, job_id: str, force: bool = False, finished_ok: bool = False) -> JobRecord:
         """Make this process the job's coordinator (to resume it, or with `finished_ok` to
-        retry its failed rows). Refused while another live process on this host
+        retry its failed rows). Refused while another owner that lives (`owners.py`)
         coordinates it, unless forced."""
         job = self.job(job_id)
         if job.state == JobState.SUCCEEDED and not finished_ok:
             raise StoreError(f"job {job_id} already succeeded; nothing to resume")
-        if job.state == JobState.RUNNING and not force and owner_alive(job.owner):
+        if job.state == JobState.RUNNING and not force and self.owners.alive(job.owner):
             raise StoreError(
                 f"job {job_id} is being run by {job.owner}; wait for it, cancel it, "
                 "or resume with --force if that process is gone"
@@ -198,9 +208,21 @@ class Store:
             cur.execute(
                 "UPDATE thresher_jobs SET state = ?, owner = ?, heartbeat_at = ?,"
                 " finished_at = NULL, message = NULL WHERE id = ?",
-                (JobState.RUNNING.value, this_owner(), now(), job_id),
+                (JobState.RUNNING.value, self.owner, now(), job_id),
             )
         return self.job(job_id)
+
+    def take_over(self, job_id: str, dead_owner: str | None) -> bool:
+        """Make this store's owner the coordinator of a job still `running` under
+        `dead_owner` (judged dead); False when someone took it first (one conditional
+        update: of servers sharing the store, one wins) or it is no longer running."""
+        with self.db.transaction() as cur:
+            won = cur.changed(
+                "UPDATE thresher_jobs SET owner = ?, heartbeat_at = ?"
+                " WHERE id = ? AND state = ? AND COALESCE(owner, '') = ?",
+                (self.owner, now(), job_id, JobState.RUNNING.value, dead_owner or ""),
+            )
+        return won > 0
 
     def heartbeat(self, job_id: str) -> JobState:
         """Note that the coordinator is alive; returns the job's state (to see a cancel)."""

@@ -6,9 +6,10 @@ servers sharing a store (and a host) never hand out the same slot. PostgreSQL se
 the check with an advisory lock, SQLite with its write lock, taken before the sum is read.
 
 A lease is released when its job's coordinator ends, and reclaimed by the next taker when
-the server that holds it is dead (the same liveness rule as orphaned jobs: `owners.py`),
-so a server killed with SIGKILL leaks no slot. Capacity is per host: a lease held on
-another host uses that host's slots, not this one's.
+the server that holds it is dead (the same liveness rule as orphaned jobs and tick
+claims: `owners.py`; on another host, a heartbeat older than `owner_timeout`), so a
+server killed with SIGKILL leaks no slot, on this host or any other. Capacity is per
+host: a lease held on another host uses that host's slots, not this one's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thresher.store.db import Cursor, Database, now
-from thresher.store.owners import owner_alive, owner_host, this_host, this_owner
+from thresher.store.owners import OwnerTable, owner_host, this_host, this_owner
 
 # Any number, the same in every thresher: PostgreSQL advisory lock of the lease table.
 _LEASE_LOCK = 7305062
@@ -80,8 +81,8 @@ class Grant:
 class SlotLeases:
     """The lease table. Every method is one transaction."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, db: Database, owners: OwnerTable) -> None:
+        self.db, self.owners = db, owners
 
     def acquire(self, request: SlotRequest, capacity: Slots) -> Grant:
         """Lease what `request` wants of this host's free slots, or what is free down to
@@ -132,9 +133,9 @@ class SlotLeases:
             cur.execute("DELETE FROM thresher_leases WHERE 1 = 0")
 
     def _reclaim_dead(self, cur: Cursor) -> list[Lease]:
-        live = []
+        live, liveness = [], self.owners.judge(cur)
         for lease in _all(cur):
-            if owner_alive(lease.owner):
+            if liveness.alive(lease.owner):
                 live.append(lease)
             else:
                 cur.execute("DELETE FROM thresher_leases WHERE job_id = ?", (lease.job_id,))

@@ -158,6 +158,19 @@ MIGRATIONS: list[list[str]] = [
             settings TEXT NOT NULL, paused INTEGER NOT NULL,
             created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
     ],
+    # 12: owners' heartbeats: each server (and each command-line coordinator) refreshes
+    # its row, so an owner on another host is known dead once its row grows old.
+    # `seen_at` is the database's clock, in seconds since the epoch.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_owners (
+            owner TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL,
+            seen_at DOUBLE PRECISION NOT NULL, started_at TEXT NOT NULL)""",
+    ],
+    # 13: a watcher reads only the files its triggers took since its last look.
+    [
+        "CREATE INDEX IF NOT EXISTS thresher_trigger_files_taken"
+        " ON thresher_trigger_files (trigger_name, taken_at)",
+    ],
 ]
 
 

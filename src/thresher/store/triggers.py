@@ -147,12 +147,17 @@ class TriggerLedger:
     def taken(self, trigger: str) -> dict[str, set[tuple[int, str]]]:
         """Every file the trigger has taken: path -> its (size, version) pairs."""
         taken: dict[str, set[tuple[int, str]]] = {}
-        for path, size, version in self.db.query(
-            "SELECT path, size, version FROM thresher_trigger_files WHERE trigger_name = ?",
-            (trigger,),
-        ):
-            taken.setdefault(str(path), set()).add((int(size), str(version)))
+        for path, size, version, _ in self.taken_since(trigger, None):
+            taken.setdefault(path, set()).add((size, version))
         return taken
+
+    def taken_since(self, trigger: str, since: str | None) -> list[tuple[str, int, str, str]]:
+        """The files the trigger took at or after `since` (all with None), as (path,
+        size, version, taken_at): what a watcher's memory of them lacks."""
+        sql = "SELECT path, size, version, taken_at FROM thresher_trigger_files"
+        sql += " WHERE trigger_name = ?" + (" AND taken_at >= ?" if since else "")
+        rows = self.db.query(sql, (trigger, since) if since else (trigger,))
+        return [(str(p), int(n), str(v), str(at)) for p, n, v, at in rows]
 
     def epoch(self, trigger: str) -> int:
         """How many times the trigger was reset (part of every set's key)."""

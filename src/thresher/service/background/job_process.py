@@ -32,6 +32,7 @@ from thresher.errors import SourceError, ThresherError
 from thresher.sources import open_source
 from thresher.spec import SourceSection
 from thresher.store import JobState, Store, open_store
+from thresher.store.owners import this_owner
 
 log = logging.getLogger("thresher.service.background.job_process")
 
@@ -67,21 +68,25 @@ def start_job_process(
 ) -> BaseProcess:
     """Start the process that coordinates job `job_id` (resume its stored plan if it has
     one and `resume` is set; otherwise plan and run it) to its end, with `workers`
-    workers when given (the slots its lease holds)."""
+    workers when given (the slots its lease holds), in this server's name: the job's
+    owner is the server, whose heartbeat says it lives (`store/owners.py`)."""
     process = children_context.Process(
         target=coordinate,
-        args=(store_url, job_id, resume, workers),
+        args=(store_url, job_id, resume, workers, this_owner()),
         name=f"thresher-job-{job_id}",
     )
     process.start()
     return process
 
 
-def coordinate(store_url: str, job_id: str, resume: bool, workers: int | None = None) -> None:
-    """The job process: run the job, and record any failure the engine did not."""
+def coordinate(
+    store_url: str, job_id: str, resume: bool, workers: int | None = None, owner: str | None = None
+) -> None:
+    """The job process: run the job (recorded under `owner`, its server), and record any
+    failure the engine did not."""
     die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    store = open_store(store_url)
+    store = open_store(store_url, owner)
     record = store.job(job_id)
     pin_leased_gpus(store, job_id)
     try:

@@ -7,9 +7,11 @@ a thread here that records how it ended. The store's queue decides the order (hi
 starts once. A coordinator that dies (a crash in a native reader, the OOM killer) fails
 its job alone; the job runs again until it has crashed `MAX_CRASHES` times.
 
-When the server starts, jobs still marked `running` by a server process that is gone
-(killed, crashed) are resumed from their stored plan: committed shards are kept, the rest
-run again, so every row still lands exactly once.
+Jobs still marked `running` by a server that is dead (killed, crashed, on this host or
+another: `store/owners.py`) are taken over, each by one live server (a conditional update
+in the store), and resumed from their stored plan: committed shards are kept, the rest
+run again, so every row still lands exactly once. A server looks for them when it starts
+and then four times per `owner_timeout` (at least every 5 s) while it runs.
 
 Each job runs on a slot lease (`store/leases.py`): it starts only when the machine's
 `[capacity]` has the worker slots it asks for free (or enough down to a minimum; see
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from thresher.service.background.job_process import (
     MAX_CRASHES,
@@ -36,6 +39,7 @@ from thresher.service.background.slots import capacity, choose_victim, slot_requ
 from thresher.service.state import ServiceState
 from thresher.store import JobRecord, JobState, StoreError
 from thresher.store.leases import Lease, Slots
+from thresher.store.owners import BEAT_SECONDS
 from thresher.store.queue import WaitingJob
 from thresher.store.views import running_service_jobs
 
@@ -51,6 +55,8 @@ class Scheduler:
     def __init__(self, state: ServiceState) -> None:
         self.state = state
         self.limit = state.config.max_concurrent_jobs
+        self.orphan_seconds = min(BEAT_SECONDS, state.config.owner_timeout / 4)
+        self._next_orphan_look = 0.0
         self._running: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -60,8 +66,7 @@ class Scheduler:
         """Reclaim dead servers' leases, resume orphaned jobs, then take waiting ones."""
         start_fork_server()
         self.state.store.leases.reclaim_dead()
-        for record in self._claim_orphans():
-            self._start_orphan(record)
+        self._resume_orphans()
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -76,12 +81,14 @@ class Scheduler:
         while not self._stopping.is_set():
             self.state.jobs_waiting.clear()
             try:
+                if time.monotonic() >= self._next_orphan_look:
+                    self._resume_orphans()
                 self.state.store.leases.reclaim_dead()
                 while not self._stopping.is_set() and self._start_next():
                     pass
             except Exception:
                 log.exception("cannot read the job queue")
-            self.state.jobs_waiting.wait(POLL_SECONDS)
+            self.state.jobs_waiting.wait(min(POLL_SECONDS, self.orphan_seconds))
 
     def _start_next(self) -> bool:
         """Start the first waiting job that may start now; True if one did. A job held
@@ -215,17 +222,22 @@ class Scheduler:
                 return
             resume = True
 
-    def _claim_orphans(self) -> list[JobRecord]:
-        """Service jobs left running by a server process that is gone, now claimed by this
-        one. The store refuses to hand over a job whose coordinator is alive (another
-        server on this host, or any on another host), and those are left alone."""
-        claimed = []
-        for job_id in running_service_jobs(self.state.store.db):
-            try:
-                claimed.append(self.state.store.claim(str(job_id)))
-            except StoreError as exc:
-                log.info("not resuming job %s: %s", job_id, exc)
-        return claimed
+    def _resume_orphans(self) -> None:
+        """Take over the service jobs left running by a dead owner (judged by one look at
+        the heartbeats) and resume them. `Store.take_over` is a conditional update, so of
+        the servers that find one orphan, one takes it; the others leave it be."""
+        self._next_orphan_look = time.monotonic() + self.orphan_seconds
+        store = self.state.store
+        liveness = store.owners.judge()
+        for job_id in running_service_jobs(store.db):
+            with self._lock:
+                if job_id in self._running:
+                    continue  # this server's (a crashed coordinator being run again)
+            record = store.job(job_id)
+            if liveness.alive(record.owner) or not store.take_over(job_id, record.owner):
+                continue
+            log.info("job %s: its owner %s is dead; taking it over", job_id, record.owner)
+            self._start_orphan(store.job(job_id))
 
     def _release(self, job_id: str) -> None:
         try:

@@ -38,7 +38,7 @@ from thresher.schedules.templates import fill_in
 from thresher.service.schedules import Scheduled, TickNotice, every_schedule
 from thresher.service.state import ServiceState
 from thresher.store import StoreError
-from thresher.store.owners import owner_alive, this_owner
+from thresher.store.owners import this_owner
 from thresher.store.ticks import MANUAL, TickLedger, TickOutcome, tick_key
 
 log = logging.getLogger("thresher.service.background.ticker")
@@ -113,7 +113,7 @@ class Ticker:
         failed half-way), or one it takes over from MANUAL or a dead scheduler."""
         if claimant == self.owner:
             return True
-        if claimant != MANUAL and owner_alive(claimant):
+        if claimant != MANUAL and self.state.store.owners.alive(claimant):
             return False  # another scheduler is at work on it
         return self.ledger.take_over(key, nominal, claimant, self.owner)
 

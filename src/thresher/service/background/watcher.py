@@ -9,7 +9,8 @@ and for each trigger not paused whose `poll_seconds` have passed since its last 
 
 1. sets left claimed by a watcher that died are finished first (same key, same job);
 2. the watch is listed (page by page, `triggers.list_watch`), the files already taken
-   are read from the store, and `triggers.complete_sets` says which new ones are complete;
+   are brought up to date from the store (only those taken since the last look:
+   `triggers/taken.py`), and `triggers.complete_sets` says which new ones are complete;
 3. each set is claimed in the store with its files, in one transaction (one claim wins,
    across threads, restarts and servers on one store); only the winner queues the job —
    the trigger's `job` with `source.files` set to exactly the set's files, under an
@@ -38,6 +39,7 @@ from thresher.store.owners import this_owner
 from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
 from thresher.triggers import FileSeen, FileSet, Settling, TriggerSettings, complete_sets
 from thresher.triggers import list_watch as default_listing
+from thresher.triggers.taken import TakenFiles
 
 __all__ = ["Watcher", "job_body", "start_watcher"]
 
@@ -64,6 +66,7 @@ class Watcher:
         self.ledger = TriggerLedger(state.store.db)
         self.owner = this_owner()
         self.memory: dict[str, Settling] = {}
+        self.taken: dict[str, TakenFiles] = {}
         self.next_look: dict[str, datetime] = {}
 
     def look(self, now: datetime) -> float:
@@ -78,6 +81,7 @@ class Watcher:
         for gone in (set(self.memory) | set(self.next_look)) - keys:  # deleted: forget it
             self.memory.pop(gone, None)
             self.next_look.pop(gone, None)
+            self.taken.pop(gone, None)
         for watched in triggers:
             if watched.paused or now < self.next_look.get(watched.key, now):
                 continue
@@ -93,14 +97,17 @@ class Watcher:
         for key in self.ledger.unsettled(key_of):
             self._start(watched, key)
         files = list(self.listing(trigger.watch))
-        taken = self.ledger.taken(key_of)
-        memory = self.memory.setdefault(key_of, Settling())
         epoch = self.ledger.epoch(key_of)
+        remembered = self.taken.setdefault(key_of, TakenFiles(self.ledger, key_of))
+        taken = remembered.current(epoch)
+        memory = self.memory.setdefault(key_of, Settling())
         for found in complete_sets(files, taken, trigger, memory, now):
             key = found.key(epoch)
             if self.ledger.claim(key_of, key, _taken_files(found), self.owner):
                 log.info("trigger %s: took %d new files as set %s", key_of, len(found.files), key)
                 self._start(watched, key)
+            else:  # another claim took some of its files: read the whole manifest again
+                remembered.forget()
 
     def _start(self, watched: Watched, key: str) -> None:
         """Queue a claimed set's job (none for a set of no files) and settle the set."""
