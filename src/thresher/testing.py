@@ -7,9 +7,9 @@ A third party runs the same checks against its own plug-in that every built-in p
     >>> check_sink(lambda: my_sink(section))                # doctest: +SKIP
     >>> check_model(my_model, batch)                        # doctest: +SKIP
 
-Each raises `ContractError` saying which promise was broken. `InProcessExecutor` runs shard
-tasks in this process (no workers to spawn: a unit test drives the coordinator with it),
-and `MemorySink` keeps a job's output in memory (`sink.format =
+Each raises `ContractError` saying which promise was broken. `in_process_executor` runs
+shard tasks in this process (no workers to spawn: a unit test drives the coordinator with
+it), and `MemorySink` keeps a job's output in memory (`sink.format =
 "thresher.testing:memory_sink"`, with the in-process executor).
 """
 
@@ -27,16 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.errors import SinkError
-from thresher.executors.tasks import (
-    NOT_RETRYABLE,
-    Event,
-    Progress,
-    ShardDone,
-    ShardFailed,
-    Task,
-    WorkerBroken,
-    WorkerSetup,
-)
+from thresher.executors.inline import InlineExecutor
 from thresher.models.base import Model
 from thresher.plan.placement import Placement
 from thresher.sinks.base import Sink
@@ -47,7 +38,6 @@ from thresher.spec import RunSection, SinkSection
 
 __all__ = [
     "ContractError",
-    "InProcessExecutor",
     "MemorySink",
     "check_model",
     "check_sink",
@@ -196,65 +186,12 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
         return bool((a == b).all())
 
 
-@dataclass
-class InProcessExecutor:
-    """Runs shard tasks one after another in this process, the model loaded once: the
-    coordinator's loop without worker processes, for fast tests. No shard timeout."""
-
-    queue: list[Task] = field(default_factory=list)
-    setup: WorkerSetup | None = None
-    model: Model | None = None
-    broken: WorkerBroken | None = None
-
-    def start(self, setup: WorkerSetup) -> None:
-        from thresher.models import load_model
-
-        self.setup = setup
-        try:
-            self.model = load_model(setup.model, setup.context)
-        except Exception as exc:
-            self.broken = WorkerBroken(type(exc).__name__, str(exc))
-
-    def submit(self, task: Task) -> None:
-        self.queue.append(task)
-
-    def pending(self) -> int:
-        return len(self.queue) + (self.broken is not None)
-
-    def events(self, timeout: float = 1.0) -> Iterator[Event]:
-        from thresher.worker.run import run_task
-
-        if self.broken is not None:
-            broken, self.broken = self.broken, None
-            self.queue.clear()
-            yield broken
-            return
-        if not self.queue or self.setup is None or self.model is None:
-            return
-        task = self.queue.pop(0)
-        progress: list[Progress] = []
-        try:
-            result = run_task(
-                self.setup,
-                self.model,
-                task,
-                lambda rows: progress.append(Progress(task.shard.index, rows)),
-            )
-        except Exception as exc:
-            yield ShardFailed(
-                task, type(exc).__name__, str(exc), not isinstance(exc, NOT_RETRYABLE)
-            )
-            return
-        yield from progress
-        yield ShardDone(result)
-
-    def shutdown(self) -> None:
-        self.queue.clear()
-
-
-def in_process_executor(run: RunSection, placement: Placement) -> InProcessExecutor:
-    """The executor factory (`run.executor = "thresher.testing:in_process_executor"`)."""
-    return InProcessExecutor()
+def in_process_executor(run: RunSection, placement: Placement) -> InlineExecutor:
+    """Every shard of a job on one thread of this process, the model loaded once: the
+    executor `local` uses for a job of one shard, for any job (`run.executor =
+    "thresher.testing:in_process_executor"`), so a unit test drives the coordinator with
+    no worker process to spawn."""
+    return InlineExecutor(threads=placement.threads, shard_timeout=run.shard_timeout)
 
 
 @dataclass

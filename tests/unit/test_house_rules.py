@@ -186,7 +186,6 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "thresher.testing": [
         "ContractError",
-        "InProcessExecutor",
         "MemorySink",
         "check_model",
         "check_sink",

@@ -47,6 +47,7 @@ def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) ->
         "batch_size_setting": spec.batch.size,
         "workers": run.placement.workers,
         "threads_per_worker": run.placement.threads,
+        "worker_in_process": run.placement.inline,
         "device": run.placement.device,
         "started_at": run.started.isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),

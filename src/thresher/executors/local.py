@@ -14,7 +14,6 @@ import multiprocessing as mp
 import os
 import sys
 import time
-import traceback
 import uuid
 from collections import deque
 from collections.abc import Iterator
@@ -25,17 +24,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from thresher.children import die_with_parent
-from thresher.executors.tasks import (
-    NOT_RETRYABLE,
-    Event,
-    Progress,
-    ShardDone,
-    ShardFailed,
-    Task,
-    WorkerBroken,
-    WorkerSetup,
-)
-from thresher.faults import crash_point
+from thresher.executors.inline import InlineExecutor
+from thresher.executors.serve import READY, serve_tasks
+from thresher.executors.tasks import Event, ShardDone, ShardFailed, Task, WorkerSetup
 from thresher.plan.placement import Placement
 from thresher.spec import RunSection
 
@@ -46,7 +37,6 @@ THREAD_VARIABLES = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
-READY = "ready"  # a worker's first message: its model is loaded, shard clocks may run
 
 
 @dataclass
@@ -192,35 +182,8 @@ def _environment(variables: dict[str, str]) -> Iterator[None]:
 
 def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     """A worker process: load the model once, then run shards until told to stop."""
-    import pyarrow as pa
-
-    from thresher.models import load_model
-    from thresher.worker.run import run_task
-    from thresher.worker.shard import tuner_for
-
     die_with_parent()
-    pa.set_cpu_count(max(1, threads))
-    try:
-        model = load_model(setup.model, setup.context)
-    except Exception as exc:
-        conn.send(WorkerBroken(type(exc).__name__, str(exc)))
-        return
-    conn.send(READY)
-    tuner = tuner_for(setup.batch, model)  # kept across shards: later shards start settled
-    while (task := conn.recv()) is not None:
-
-        def report(rows: int, shard: int = task.shard.index) -> None:
-            conn.send(Progress(shard, rows))
-
-        try:
-            result = run_task(setup, model, task, report, tuner)
-            crash_point("worker_after_stage", task.shard.index)
-            conn.send(ShardDone(result))
-        except Exception as exc:
-            message = str(exc) or traceback.format_exc(limit=3)
-            conn.send(
-                ShardFailed(task, type(exc).__name__, message, not isinstance(exc, NOT_RETRYABLE))
-            )
+    serve_tasks(setup, threads, conn.recv, conn.send)
     _leave()
 
 
@@ -238,8 +201,11 @@ def _leave() -> None:
     os._exit(0)
 
 
-def local_executor(run: RunSection, placement: Placement) -> LocalExecutor:
-    """The `local` executor plug-in: a worker process per slot of the placement."""
+def local_executor(run: RunSection, placement: Placement) -> LocalExecutor | InlineExecutor:
+    """The `local` executor plug-in: a worker process per slot of the placement, or, for a
+    placement whose one worker is `inline`, a thread of this process."""
+    if placement.inline:
+        return InlineExecutor(threads=placement.threads, shard_timeout=run.shard_timeout)
     return LocalExecutor(
         workers=placement.workers,
         threads=placement.threads,

@@ -17,6 +17,9 @@ class Placement:
     workers: int
     threads: int
     devices: tuple[str, ...] | None = None
+    # The one worker is a thread of the coordinator (executors/inline.py): a job of one
+    # shard on the CPU, where a worker process would cost its start and gain nothing.
+    inline: bool = False
 
     @property
     def device(self) -> str:
@@ -24,6 +27,8 @@ class Placement:
 
     def describe(self) -> str:
         where = f", GPU {', '.join(self.devices or ())}" if self.device == "cuda" else ""
+        if self.inline:
+            return f"1 worker in this process x {self.threads} thread(s)"
         return f"{self.workers} worker(s) x {self.threads} thread(s){where}"
 
 
@@ -39,7 +44,9 @@ def plan_placement(run: RunSection, shard_count: int) -> Placement:
     than shards; the cores are shared out as threads so none is oversubscribed. (Planning
     cuts an input into at least `worker_slots` shards when it is big enough: a process per
     core beats the same cores as threads of one process, by 10% for MiniLM on two cores.)
-    GPU workers take the GPUs in turn; a `cpu` run hides them from its workers."""
+    GPU workers take the GPUs in turn; a `cpu` run hides them from its workers. A job of
+    one shard with no GPU to place runs its worker in the coordinator's process (`inline`).
+    """
     cores = os.cpu_count() or 1
     gpus = run_gpus(run)
     workers = max(1, min(worker_slots(run, gpus), max(shard_count, 1)))
@@ -48,4 +55,5 @@ def plan_placement(run: RunSection, shard_count: int) -> Placement:
         devices = tuple(gpus[slot % len(gpus)] for slot in range(workers))
     elif run.device == "cpu":
         devices = (HIDDEN,) * workers
-    return Placement(workers=workers, threads=max(1, cores // workers), devices=devices)
+    threads = max(1, cores // workers)
+    return Placement(workers, threads, devices, inline=shard_count == 1 and devices is None)
