@@ -28,7 +28,7 @@ export THRESHER_TEST_CHROMIUM
 # Two test processes (THRESHER_TEST_WORKERS; 0 runs them in this one): the end-to-end
 # tests spend most of their time waiting on servers and workers they started.
 set +e
-.venv/bin/python -m pytest -n "${THRESHER_TEST_WORKERS:-2}" "$@"
+.venv/bin/python -m pytest -n "${THRESHER_TEST_WORKERS:-2}" --durations=25 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
