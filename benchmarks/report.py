@@ -27,24 +27,26 @@ PEERS = (RAY, DAFT, SPARK)
 # are in raydata.py, daftjob.py and sparkjob.py.
 PEER_SETUP = [
     "Every peer reads the same Parquet file, loads the model once per worker, and writes"
-    " `id` + prediction as Parquet; its start-up is part of its time. Workers and threads"
-    " are thresher's placement for the job (2 workers x 1 thread on 2 cores: one intra-op"
-    " thread per worker for LightGBM, onnxruntime and torch, so workers do not fight over"
-    " the cores; 1 x 2 for the 1,000-row job). Batch size: thresher tuned's for the matrix"
-    " models (the size the model runs fastest at here), 64 for MiniLM.",
+    " `id` + prediction as Parquet; its start-up is part of its time. Ray Data's and Daft's"
+    " workers and threads are thresher's placement for the job (2 x 1 thread on 2 cores:"
+    " one intra-op thread per worker for LightGBM, onnxruntime and torch, so workers do not"
+    " fight over the cores; 1 x 2 for the 1,000-row job). Batch size: thresher tuned's for"
+    " the matrix models (the size the model runs fastest at here), 64 for MiniLM.",
+    "",
     "- **Ray Data**: `read_parquet` -> `map_batches` with an actor class (`ActorPoolStrategy`"
     " of the placement's size, half a CPU per actor so the read and write tasks get CPUs)"
     " -> `write_parquet`. The text input is repartitioned into 8 blocks per actor: Ray reads"
     " it as one block otherwise, and one actor idles.",
-    "- **Daft**: `read_parquet` -> a `@daft.cls(max_concurrency=workers, use_process=True)`"
-    " class with a `@daft.method.batch(batch_size=...)` method -> `write_parquet`, native"
-    " runner. Its own processes run the Python around the model in parallel; Daft streams"
-    " the file in morsels to whichever instance is free, so both have work.",
+    "- **Daft**: `read_parquet` -> a `@daft.cls(max_concurrency=workers)` class with a"
+    " `@daft.method.batch(batch_size=...)` method -> `write_parquet`, native runner;"
+    " `use_process` left to Daft, which picks threads or processes by measuring. Daft"
+    " streams the file in morsels to whichever instance is free, so both have work.",
     "- **Spark**: `local[cores]`, `predict_batch_udf` (its `make_predict_fn` runs once per"
     " Python worker, reused across tasks), the features as one `struct` (one `to_numpy()`"
     " per batch), `write.parquet`; web UI off. Spark splits the matrix file at row groups,"
     " at least a partition per core; the text input is repartitioned into 4 partitions per"
-    " core.",
+    " core. Threads per Python worker: cores ÷ the partitions that run at once (Spark's"
+    " own parallelism, not thresher's placement).",
 ]
 PACKAGES = (
     "thresher",

@@ -1,6 +1,6 @@
 """Spark doing the same job, run as its own process so it is measured like the rest.
 
-    python benchmarks/sparkjob.py WORKLOAD.json OUT_DIR --batch-size N --cores 2 --threads 1
+    python benchmarks/sparkjob.py WORKLOAD.json OUT_DIR --batch-size N --cores 2
 
 `spark.read.parquet` -> `pyspark.ml.functions.predict_batch_udf`, whose `make_predict_fn`
 loads the model; Spark calls it once per Python worker and caches the predict function
@@ -9,9 +9,9 @@ there (Python workers are reused across tasks, `spark.python.worker.reuse`, on b
 also stated in results.md):
 
 - `local[cores]`: one task slot per core, so two Python workers each run one partition at
-  a time; `threads` is thresher's placement for the job (1 on 2 cores when there are two or
-  more partitions: one intra-op thread per worker, so the workers do not fight over the
-  cores; 2 for the 1,000-row job, whose one partition runs alone).
+  a time. Intra-op threads per worker: cores / the partitions that run at once (1 on 2
+  cores with two or more partitions, so the workers do not fight over the cores; 2 for the
+  1,000-row job, whose one partition runs alone).
 - Partitions: Spark splits the Parquet file at row groups into `maxPartitionBytes` (128 MB)
   pieces, at least one per core, which gives every slot work for the matrix inputs. The
   text input is a few MB in one or two row groups, so it is repartitioned round-robin into
@@ -69,7 +69,6 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     workload_json = args.workload.read_text()
     workload = Workload.from_json(workload_json)
@@ -92,14 +91,17 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    predict = predict_batch_udf(
-        make_predict_fn(workload_json, args.threads),
-        return_type=ArrayType(FloatType()) if text else LongType(),
-        batch_size=args.batch_size,
-    )
     df = spark.read.parquet(workload.data)
     if text:
         df = df.repartition(args.cores * TEXT_PARTITIONS_PER_CORE)
+    partitions = df.rdd.getNumPartitions()
+    threads = max(1, args.cores // min(args.cores, partitions))
+    print(f"{partitions} partitions, {threads} thread(s) per worker")
+    predict = predict_batch_udf(
+        make_predict_fn(workload_json, threads),
+        return_type=ArrayType(FloatType()) if text else LongType(),
+        batch_size=args.batch_size,
+    )
     inputs = workload.features[0] if text else struct(*workload.features)
     out = df.select("id", predict(inputs).alias(workload.output))
     out.write.mode("overwrite").parquet(str(args.out))

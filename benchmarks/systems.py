@@ -207,8 +207,8 @@ def daft(workload: Workload, root: Path, env: dict[str, str], tuning: Tuning) ->
     cmd += ["--threads", str(tuning.threads)]
     measured = run_measured(cmd, env, watch=out)
     note = (
-        f"{tuning.workers} instance(s) in their own processes, {tuning.threads} thread(s)"
-        f" each; batch {size}; start-up included"
+        f"{tuning.workers} instance(s), {tuning.threads} thread(s) each; batch {size};"
+        " start-up included"
     )
     return Result(
         "Daft", measured.seconds, workload.rows, measured, out, _peer_note(workload, note)
@@ -221,12 +221,10 @@ def spark(workload: Workload, root: Path, env: dict[str, str], tuning: Tuning) -
     _fresh(out)
     size = _peer_batch(workload, tuning)
     cmd = [PYTHON, str(HERE / "sparkjob.py"), _workload_file(workload, root), str(out)]
-    cmd += ["--batch-size", str(size), "--cores", str(CORES), "--threads", str(tuning.threads)]
+    cmd += ["--batch-size", str(size), "--cores", str(CORES)]
     measured = run_measured(cmd, env, watch=out)
-    note = (
-        f"local[{CORES}], {tuning.threads} thread(s) per Python worker; batch {size};"
-        " JVM start-up included"
-    )
+    partitions = measured.stdout.strip().splitlines()[-1]  # "N partitions, T thread(s) ..."
+    note = f"local[{CORES}], {partitions}; batch {size}; JVM start-up included"
     return Result(
         "Spark", measured.seconds, workload.rows, measured, out, _peer_note(workload, note)
     )
