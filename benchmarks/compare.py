@@ -1,8 +1,9 @@
 """Are the systems' outputs the same? Same ids, predictions allclose (embeddings atol 1e-4).
 
 The hand-written optimum is the reference. thresher promises input order, so its ids must
-match in order; Ray Data does not, so its rows are sorted by id first; the per-row loop
-covers the first rows only.
+match in order; the peers (Ray Data, Daft, Spark) do not, so their rows are sorted by id
+first; the per-row loop covers the first rows only. An embedding is a fixed-size list
+(thresher, the baselines, Daft) or a list of equal lengths (Spark writes `array<float>`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 EMBEDDING_ATOL = 1e-4
@@ -30,6 +32,12 @@ def read_output(out: Path, column: str) -> tuple[np.ndarray, np.ndarray]:
     values = table.column(column).combine_chunks()
     if isinstance(values.type, pa.FixedSizeListType):
         width = values.type.list_size
+        return ids, values.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+        lengths = np.unique(pc.list_value_length(values).to_numpy(zero_copy_only=False))
+        if len(lengths) > 1:
+            raise OutputMismatch(f"{out}: {column} lists of lengths {lengths.tolist()}")
+        width = int(lengths[0]) if len(lengths) else 0
         return ids, values.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
     return ids, values.to_numpy(zero_copy_only=False)
 

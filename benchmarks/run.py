@@ -1,22 +1,26 @@
-"""thresher beside the hand-written optimum, a per-row loop and Ray Data, on the same data.
+"""thresher beside the hand-written optimum, a per-row loop and its peers (Ray Data, Daft,
+Spark), on the same data.
 
     python benchmarks/run.py                   # full sizes (tens of minutes on 2 cores)
     python benchmarks/run.py --quick           # small sizes, a few minutes
     python benchmarks/run.py --only minilm     # one workload (repeatable)
-    python benchmarks/run.py --repeat 2        # thresher and the optimum: best of 2 runs
+    python benchmarks/run.py --big             # and the 10M-row tabular job
+    python benchmarks/run.py --repeat 2        # thresher, the optimum, Daft: best of 2 runs
 
 For each workload it generates the input and model (seeded; reused from --dir), then runs,
 each as a subprocess measured the same way (wall time, time to first output, peak RSS of
 the process tree, time -v max RSS): thresher with its defaults, thresher at the batch size
 `thresher tune` recommends, the hand-written optimum (stage by stage), a per-row loop on a
-sample (extrapolated) and Ray Data. It checks every output against the optimum's and stops
-if any differs, then writes `results/results.md` and `results/chart.png`.
+sample (extrapolated), Ray Data, Daft and Spark (each set up as its docs advise for this
+machine: raydata.py, daftjob.py, sparkjob.py say how). It checks every output against the
+optimum's and stops if any differs, then writes `results/results.md` and
+`results/chart.png`.
 
-`--repeat N` runs thresher (defaults and tuned) and the optimum N times, taking turns, and
-keeps each one's fastest run: the ratios between them (the MiniLM target's 0.95 above all)
-are then not at the mercy of one run's share of a busy machine, where identical runs
-differ by 15%. Ray Data and the per-row loop run once (their ratios to thresher are far
-from the targets; Ray Data on MiniLM takes eight minutes a run).
+`--repeat N` runs thresher (defaults and tuned), the optimum and Daft N times, taking
+turns, and keeps each one's fastest run: the ratios between them (the MiniLM target's 0.95,
+the 1.1 over Daft) are then not at the mercy of one run's share of a busy machine, where
+identical runs differ by 15%. Ray Data, Spark and the per-row loop run once (their ratios
+to thresher are far from the targets; Ray Data on MiniLM takes minutes a run).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 import report
 import systems
 from compare import check_same
-from workloads import SIZES, Workload, prepare
+from workloads import DEFAULT_WORKLOADS, SIZES, Workload, prepare
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARM_CHUNK = 64 * 2**20
@@ -50,6 +54,7 @@ def run_workload(workload: Workload, root: Path, repeat: int) -> report.Workload
         report.DEFAULT: [],
         report.TUNED: [],
         report.OPTIMUM: [],
+        report.DAFT: [],
     }
     for attempt in range(1, repeat + 1):
         of = f" [run {attempt} of {repeat}]" if repeat > 1 else ""
@@ -60,17 +65,21 @@ def run_workload(workload: Workload, root: Path, repeat: int) -> report.Workload
         runs[report.TUNED].append(systems.thresher(workload, root, env, size))
         print(f"[{workload.name}] hand-written optimum{of}", flush=True)
         runs[report.OPTIMUM].append(systems.optimum(workload, root, env, tuning.fastest))
+        print(f"[{workload.name}] Daft{of}", flush=True)
+        runs[report.DAFT].append(systems.daft(workload, root, env, tuning))
     results = {system: _fastest(attempts) for system, attempts in runs.items()}
     print(f"[{workload.name}] thresher on Ray (batch.size = {tuning.recommended})", flush=True)
     results[report.ON_RAY] = systems.thresher(workload, root, env, tuning.recommended, on_ray=True)
     print(f"[{workload.name}] Ray Data", flush=True)
     results[report.RAY] = systems.ray_data(workload, root, env, tuning)
+    print(f"[{workload.name}] Spark", flush=True)
+    results[report.SPARK] = systems.spark(workload, root, env, tuning)
     print(f"[{workload.name}] per-row loop", flush=True)
     results[report.NAIVE] = systems.naive(workload, root, env)
     reference = results[report.OPTIMUM].out
     for result in results.values():
         if result.system != report.OPTIMUM:
-            ordered = result.system != report.RAY
+            ordered = result.system not in report.PEERS  # the peers keep no input order
             check_same(result.system, reference, result.out, workload.output, ordered)
     print(f"[{workload.name}] outputs equal across systems", flush=True)
     return report.WorkloadRun(workload, tuning, results, compile_seconds)
@@ -96,6 +105,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
     parser.add_argument("--only", action="append", choices=list(SIZES), help="one workload")
+    parser.add_argument(
+        "--big", action="store_true", help="add the 10M-row tabular job (about 8 min more)"
+    )
     parser.add_argument("--dir", type=Path, help="where data, models and outputs go")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument(
@@ -106,7 +118,8 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     started, load = time.time(), os.getloadavg()[0]
     runs = {}
-    for name in args.only or list(SIZES):
+    names = args.only or [*DEFAULT_WORKLOADS, *(["tabular-10m"] if args.big else [])]
+    for name in names:
         print(f"[{name}] preparing data and model in {root}", flush=True)
         runs[name] = run_workload(prepare(name, root, args.quick), root, max(1, args.repeat))
     found = report.targets(runs)
@@ -138,6 +151,7 @@ def _flags(args: argparse.Namespace) -> str:
     """The command-line flags that shaped the results, as typed."""
     flags = [" --quick"] if args.quick else []
     flags += [f" --only {name}" for name in args.only or []]
+    flags += [" --big"] if args.big else []
     flags += [f" --repeat {args.repeat}"] if args.repeat > 1 else []
     return "".join(flags)
 

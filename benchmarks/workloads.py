@@ -240,12 +240,16 @@ SIZES = {
     "mlp": ("ONNX MLP classifier, 30 float features", 5_000_000, 200_000, 20_000, 1_000),
     "minilm": ("all-MiniLM-L6-v2 sentence embeddings", 20_000, 1_000, 200, 100),
     "overhead": ("1,000-row job (fixed overhead), the ONNX MLP", 1_000, 1_000, 1_000, 1_000),
+    "tabular-10m": ("LightGBM classifier, 30 float features", 10_000_000, 400_000, 20_000, 1_000),
 }
+# What `run.py` runs unless told (`--only`, `--big`): the 10M-row job adds about 8 minutes.
+DEFAULT_WORKLOADS = ("tabular", "mlp", "minilm", "overhead")
 TEXT_TUNE_SIZES = {False: [16, 32, 64, 128], True: [16, 64]}
 TRAINERS = {
     "tabular": ("lightgbm", train_lightgbm),
     "mlp": ("onnx", train_mlp),
     "overhead": ("onnx", train_mlp),
+    "tabular-10m": ("lightgbm", train_lightgbm),
 }
 
 
@@ -281,3 +285,14 @@ def prepare(name: str, root: Path, quick: bool) -> Workload:
         tune_sizes=[],
         whole_process=name == "overhead",
     )
+
+
+def log_batch(rows: int) -> None:
+    """Append "pid rows" to the file `BENCH_BATCH_LOG` names, if set: a check that every
+    worker of a peer (Ray Data, Daft, Spark) had work. Unset in measured runs."""
+    import os
+
+    path = os.environ.get("BENCH_BATCH_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(f"{os.getpid()} {rows}\n")
