@@ -10,7 +10,7 @@ Points: `worker_after_stage` (a worker staged its part, the coordinator has not 
 `plan_input` (a job is about to read its input to plan it),
 `before_commit`, `mid_commit` (data part renamed, error part not yet), `after_commit`
 (committed, not yet recorded in the store), `mid_answers` (an `openai-batch` sink wrote
-its output file among the pending parts, not yet its error file), `mid_publish` (a
+its output file, not yet its error file, and replaced neither), `mid_publish` (a
 finishing job removed the previous output, and has not moved all of its own in),
 `resume_start` (a resume claimed the job),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows

@@ -14,7 +14,9 @@ RAW_LIMIT = 1024
 class BadRecord:
     """One line of `_errors/`: where the record came from and why it failed.
 
-    `line` is 1-based for text formats; `row` is 0-based within the file for Parquet.
+    `line` is 1-based for text formats; `row` is 0-based within the file for Parquet;
+    `index`, for a line that holds several rows (an OpenAI embeddings request's inputs),
+    is the row's 0-based place among them (left out of the JSON otherwise).
     """
 
     source: str
@@ -25,6 +27,7 @@ class BadRecord:
     line: int | None = None
     row: int | None = None
     id: Any = None
+    index: int | None = None
 
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v is not None or k == "id"}

@@ -168,3 +168,71 @@ def test_a_failed_batch_job_leaves_the_previous_answers_as_they_were(workspace: 
     failed = workspace.run("run", spec, "--set", "errors.max_error_rate=0.0")
     assert failed.returncode == 1, failed.stderr
     assert {name: (answers / name).read_bytes() for name in before} == before
+
+
+# Fails on "flaky" inputs while a file named `broken` stands beside this module, and
+# on "always" inputs for good.
+FLAKY = """
+from pathlib import Path
+
+import numpy as np
+
+
+class Embed:
+    def predict(self, batch):
+        broken = Path(__file__).with_name("broken").exists()
+        for text in batch["input"]:
+            if "always" in text or (broken and "flaky" in text):
+                raise ValueError(f"cannot embed {text!r}")
+        lengths = np.array([len(t) for t in batch["input"]], dtype=np.float32)
+        return {"embedding": np.stack([lengths, lengths * 2], axis=1)}
+"""
+
+
+def test_retry_errors_answers_the_requests_the_model_failed_once_in_input_order(
+    workspace: Workspace,
+) -> None:
+    import pyarrow.parquet as pq
+
+    (workspace.root / "embed.py").write_text(FLAKY)
+    (workspace.root / "broken").touch()
+    inputs: list[Any] = [f"text {'x' * i}" for i in range(1, 31)]
+    inputs[4], inputs[19], inputs[24] = "flaky five", "flaky twenty", "always 25"
+    inputs[11] = ["twelve a", "flaky twelve b", "twelve c"]  # one input of three fails
+    lines = [request(f"r{i}", {"model": "toy", "input": text}) for i, text in enumerate(inputs)]
+    lines.insert(7, "{not json")
+    lines.insert(15, request("r3", {"model": "toy", "input": "again"}))  # duplicate custom_id
+    model = {"kind": "python", "uri": "embed.py:Embed", "batch_format": "numpy"}
+    spec = batch_job(workspace, lines, model, options={"endpoint": "/v1/embeddings"})
+    with spec.open("a") as f:
+        f.write("\n[batch]\nsize = 4\n")
+    first = workspace.run("run", spec)
+    assert first.returncode == 0, first.stderr
+    answers = workspace.root / "answers"
+    failed = [e["custom_id"] for e in read_lines(answers / "errors.jsonl") if e["response"]]
+    assert failed == ["r4", "r11", "r19", "r24"]
+    (workspace.root / "broken").unlink()
+    job = next(line.split()[1] for line in first.stdout.splitlines() if line.startswith("job "))
+    retry = workspace.run("retry-errors", job)
+    assert retry.returncode == 0, retry.stderr
+    output, errors = read_lines(answers / "output.jsonl"), read_lines(answers / "errors.jsonl")
+    # the model's failures now answered, in input order; the bad lines and "always" stay
+    assert [a["custom_id"] for a in output] == [f"r{i}" for i in range(30) if i != 24]
+    assert [(e["custom_id"], e["response"] and e["response"]["status_code"]) for e in errors] == [
+        (None, None),
+        ("r3", None),
+        ("r24", 400),
+    ]
+    assert len(output) + len(errors) == len(lines)
+    assert Counter(a["id"] for a in output + errors).most_common(1)[0][1] == 1
+    for answer, text in zip(output, [t for i, t in enumerate(inputs) if i != 24], strict=True):
+        texts = text if isinstance(text, list) else [text]
+        data = answer["response"]["body"]["data"]
+        assert [d["index"] for d in data] == list(range(len(texts)))
+        assert [d["embedding"] for d in data] == [[len(t), 2 * len(t)] for t in texts]
+    rows = [pq.read_table(p).select(["line", "index"]) for p in sorted(answers.glob("part-*"))]
+    places = [(r["line"], r["index"]) for t in rows for r in t.to_pylist()]
+    assert len(places) == len(set(places)) == 32 - 1  # every input once but "always"'s
+    manifest = json.loads((answers / "_SUCCESS").read_text())
+    assert manifest["requests"] == {"total": 32, "completed": 29, "failed": 3}
+    assert (manifest["rows_out"], manifest["rows_error"]) == (31, 3)

@@ -2,7 +2,9 @@
 commit step, between writing the output and the error file, or in the middle of
 publishing them, `thresher resume` finishes the
 job, and the output and error files hold every request line exactly once — the same
-answers as an uninterrupted run's, no line lost, none twice, no stray files."""
+answers as an uninterrupted run's, no line lost, none twice, no stray files. The same
+for `thresher retry-errors` killed between a shard's commit steps or between writing
+the two files again, and run once more."""
 
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ from harness import FIGURES, THRESHER
 
 LINES = 60
 # Every seventh line is bad (not JSON, or a repeated custom_id); one input makes the
-# model raise, so the model's own failures are answered too.
+# model raise (until a file named `fixed` stands beside it), so the model's own failures
+# are answered too.
 MODEL = """
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -30,7 +34,8 @@ import numpy as np
 class Embed:
     def predict(self, batch):
         time.sleep(0.05)
-        if any("boom" in text for text in batch["input"]):
+        fixed = Path(__file__).with_name("fixed").exists()
+        if not fixed and any("boom" in text for text in batch["input"]):
             raise ValueError("boom")
         lengths = np.array([len(t) for t in batch["input"]], dtype=np.float32)
         return {"embedding": np.stack([lengths, -lengths], axis=1)}
@@ -155,3 +160,44 @@ def test_a_killed_batch_job_resumed_answers_every_line_once(
     assert (output, errors) == golden
     assert max((lines + ids).values()) == 1
     assert stray_files(root) == []
+
+
+@pytest.fixture(scope="module")
+def golden_retried(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], list[Any]]:
+    root = make_batch(tmp_path_factory.mktemp("golden-retried"))
+    assert thresher(root, "run", "job.toml").returncode == 0
+    (root / "fixed").touch()
+    retried = thresher(root, "retry-errors", job_of(root))
+    assert retried.returncode == 0, retried.stderr
+    output, errors = answers(root)
+    assert "r30" in [a["custom_id"] for a in output]
+    assert all(e["response"] is None for e in errors)  # only the bad lines stay
+    return output, errors
+
+
+@pytest.mark.parametrize("fault", ["retry_after_output", "mid_answers"])
+def test_a_killed_retry_of_a_batch_job_run_again_answers_every_line_once(
+    tmp_path: Path, fault: str, golden_retried: tuple[list[Any], list[Any]]
+) -> None:
+    root = make_batch(tmp_path)
+    assert thresher(root, "run", "job.toml").returncode == 0
+    (root / "fixed").touch()
+    killed = thresher(root, "retry-errors", job_of(root), fault=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    again = thresher(root, "retry-errors", job_of(root))
+    assert again.returncode == 0, again.stderr
+    output, errors = answers(root)
+    lines = Counter(e["error"]["line"] for e in errors)
+    ids = Counter(a["custom_id"] for a in output)
+    FIGURES.append(
+        f"openai-batch retry@{fault:<16} lines={len(output) + len(errors):>4} "
+        f"twice={sum(n - 1 for n in (lines + ids).values())} stray_files={len(stray_files(root))}"
+    )
+    assert (output, errors) == golden_retried
+    assert stray_files(root) == []
+
+
+def job_of(root: Path) -> str:
+    with sqlite3.connect(root / "store.db") as db:
+        (job_id,) = db.execute("SELECT id FROM thresher_jobs").fetchone()
+    return str(job_id)

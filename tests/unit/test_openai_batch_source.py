@@ -197,3 +197,33 @@ def test_the_readmes_offline_batch_spec_is_valid(tmp_path: Path) -> None:
     spec = load_spec(tmp_path / "batch.toml")
     assert (spec.source.format, spec.sink.format) == ("openai-batch", "openai-batch")
     assert spec.source.options == {"endpoint": "/v1/embeddings"}
+
+
+@pytest.mark.parametrize(("rows", "slots", "shards"), [(2000, 2, 2), (2000, 4, 3), (500, 2, 1)])
+def test_the_service_cuts_a_batch_s_request_rows_into_a_shard_per_worker_slot(
+    tmp_path: Path, rows: int, slots: int, shards: int
+) -> None:
+    from thresher.service.background.batches import request_shard_bytes
+
+    prepared = tmp_path / "rows.jsonl"
+    text = "batch inference runs a model over every record exactly once " * 4
+    line = {"custom_id": "r", "line": 1, "index": 0, "input": text, "dimensions": None}
+    prepared.write_text(
+        "".join(json.dumps({**line, "custom_id": f"r{i}"}) + "\n" for i in range(rows))
+    )
+
+    def planned(**source: Any) -> int:
+        job = parse_spec(
+            {
+                "source": {"uri": str(prepared), "format": "jsonl", **source},
+                "model": MODEL,
+                "sink": {"uri": str(tmp_path / "out")},
+            }
+        )
+        return len(open_source(job.source, min_shards=slots).plan().shards)
+
+    # a plain JSONL input this small (under 1 MiB) is one shard, whatever the workers
+    assert planned() == 1
+    # request rows: one shard a worker slot, but shards of 256 KiB at least (2000 rows:
+    # about 650 KiB, 500 rows: about 160 KiB)
+    assert planned(shard_bytes=request_shard_bytes(prepared, slots)) == shards

@@ -91,7 +91,10 @@ class RetryLedger:
     sink: Sink  # started for the round: parts under names of their own
     number: int
     progress: dict[int, RetryShard]
-    work: dict[int, tuple[frozenset[int], tuple[str, ...]]] = field(default_factory=dict)
+    # shard -> (its rows to retry, its other bad records as JSON lines)
+    work: dict[int, tuple[frozenset[tuple[int, int]], tuple[str, ...]]] = field(
+        default_factory=dict
+    )
 
     def plan(self) -> list[Shard]:
         """The job's shards with rejected rows this round has not finished, from the
@@ -131,8 +134,10 @@ class RetryLedger:
         )
 
 
-def _where(record: dict[str, Any]) -> int:
-    return int(record["line"] if record.get("line") is not None else record["row"])
+def _where(record: dict[str, Any]) -> tuple[int, int]:
+    """A rejected row as a retry task names it: (line or row, place in its line)."""
+    number = record["line"] if record.get("line") is not None else record["row"]
+    return int(number), int(record.get("index") or 0)
 
 
 def _spec(spec: JobSpec, overrides: Sequence[str]) -> JobSpec:

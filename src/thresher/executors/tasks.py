@@ -52,14 +52,15 @@ class ShardTask:
 
 @dataclass(frozen=True)
 class RetryTask:
-    """One attempt at a shard's rejected rows in a retry round: `rows` are the line (text)
-    or row (Parquet) numbers to predict again, `kept` the shard's other bad records (JSON
-    lines), which go into its new error part as they were."""
+    """One attempt at a shard's rejected rows in a retry round: `rows` are the rows to
+    predict again, each as (line (text) or row (Parquet) number, place among its line's
+    rows: 0 but for a reader with `ManyRowsPerLine`), `kept` the shard's other bad
+    records (JSON lines), which go into its new error part as they were."""
 
     shard: Shard
     attempt: str
     number: int
-    rows: frozenset[int]
+    rows: frozenset[tuple[int, int]]
     kept: tuple[str, ...] = ()
 
 

@@ -129,6 +129,7 @@ def submit_job(
     tick: tuple[str, datetime] | None = None,
     *,
     model_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
 ) -> str:
     """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id`,
     `source.uri` or `source.files`, `model` by registered name, optional `columns`,
@@ -137,7 +138,8 @@ def submit_job(
     id; with an `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
     that job was submitted with a different body). `tick` is the (schedule, fire time) of
     a scheduled job, recorded in its spec and manifest. `model_options` are added to the
-    registered model's options (the batch worker asks an encoder for token counts).
+    registered model's options (the batch worker asks an encoder for token counts), and
+    `source_options` set `[source]` keys (the batch worker's shard size).
 
     Raises `Unprocessable` (422) for a body that does not make a job (naming each
     field), `NotFound` (404) for an input file the tenant does not own, `Forbidden`
@@ -155,6 +157,8 @@ def submit_job(
     if model_options:
         options = {**spec.model.options, **model_options}
         spec = spec.model_copy(update={"model": spec.model.model_copy(update={"options": options})})
+    if source_options:
+        spec = spec.model_copy(update={"source": spec.source.model_copy(update=source_options)})
     if tick is not None:
         schedule, nominal = tick
         origin = {"schedule": schedule, "nominal_time": nominal.isoformat()}

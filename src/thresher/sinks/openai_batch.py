@@ -21,14 +21,24 @@ answers as they were, and a finish cut short by a crash is finished by `thresher
 resume` (the files are written again from the same parts, until the publish is
 recorded; from then on they are moved, never written again). `finish` adds the request
 counts and token usage to the manifest (`requests`, `usage`).
+
+`thresher retry-errors` runs the requests the model failed on again (the error lines
+with a 400 `response`; a bad line cannot pass a second time and stays), as for a
+parquet sink: a shard's rows that now pass are a part of the round's own
+(`part-00003.r1.parquet`), its error part is replaced. The round's finish writes both
+files again from all the parts, a shard's rows merged back into input order, and
+replaces them (`_SUCCESS` is away meanwhile: a crash then is finished by running
+`retry-errors` again).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 import pyarrow as pa
@@ -45,7 +55,7 @@ from thresher.openai.results import (
 from thresher.openai.settings import ERRORS_FILE, OUTPUT_FILE
 from thresher.sinks.files import FilePartTarget, FileSink
 from thresher.sinks.parts import StagedPart, move, read_error_records
-from thresher.sinks.publish import PUBLISH, PendingOutput
+from thresher.sinks.publish import PUBLISH, SUCCESS, PendingOutput
 from thresher.sources.files import filesystem
 from thresher.spec import SinkSection
 
@@ -69,13 +79,8 @@ class BatchAnswersSink:
     def start(
         self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
     ) -> str:
-        if retry_round is not None:
-            raise SinkError(
-                "retry-errors: an openai-batch sink's files answer the batch file once; run"
-                " the batch again (a bad line fails the same way again)"
-            )
         self.job_id = job_id
-        self.files.start(job_id, shard_count, resume)
+        self.files.start(job_id, shard_count, resume, retry_round)
         return f"{self.files.root}/{ERRORS_FILE}"
 
     def part_target(self) -> FilePartTarget:
@@ -86,8 +91,12 @@ class BatchAnswersSink:
 
     def finish(self, manifest: dict[str, Any]) -> None:
         """Write the output and error files among the job's pending parts (unless its
-        publish is recorded already: then they are there), then publish them all."""
+        publish is recorded already: then they are there), then publish them all; after
+        a retry round, write them again from the published parts."""
         job_id = self._job()
+        if self.files.retry_round is not None:
+            self._rewrite(manifest)
+            return
         pending = PendingOutput(self.files.root, job_id)
         fs, folder = filesystem(pending.folder)
         if fs.exists(f"{folder}/{PUBLISH}"):  # a publish cut short: its counts are recorded
@@ -97,6 +106,15 @@ class BatchAnswersSink:
         elif fs.exists(folder):
             parts = self.files.committed_parts(job_id)
             manifest.update(write_answers(pending.folder, parts, (job_id, self.endpoint)))
+        self.files.finish(manifest)
+
+    def _rewrite(self, manifest: dict[str, Any]) -> None:
+        """A retry round's end: both files from every published part, then `_SUCCESS`."""
+        fs, root = filesystem(self.files.root)
+        if fs.exists(f"{root}/{SUCCESS}"):
+            fs.rm(f"{root}/{SUCCESS}")
+        parts = (self.files.published_parts(), self.files.published_error_parts())
+        manifest.update(write_answers(self.files.root, parts, (self._job(), self.endpoint)))
         self.files.finish(manifest)
 
     def abort(self) -> None:
@@ -125,8 +143,8 @@ def write_answers(
     fs, root = filesystem(folder)
     usage = {"input_tokens": 0, "output_tokens": 0}
     completed = 0
-    with _replacing(fs, f"{root}/{OUTPUT_FILE}") as out:
-        for custom_id, group in request_groups(output_rows(parts[0], "parquet")):
+    with _replacing(fs, [f"{root}/{OUTPUT_FILE}", f"{root}/{ERRORS_FILE}"]) as (out, err):
+        for custom_id, group in request_groups(_in_input_order(parts[0])):
             if custom_id in failed:
                 continue
             first = group[0]
@@ -138,15 +156,27 @@ def write_answers(
             completed += 1
             usage["input_tokens"] += answer[1]["prompt_tokens"]
             usage["output_tokens"] += answer[1].get("completion_tokens", 0)
-    crash_point("mid_answers")
-    failures += [(line, failed_line(batch_id, cid, msg)) for cid, (line, msg) in failed.items()]
-    with _replacing(fs, f"{root}/{ERRORS_FILE}") as err:
+        crash_point("mid_answers")
+        failures += [(line, failed_line(batch_id, cid, msg)) for cid, (line, msg) in failed.items()]
         for _, text in sorted(failures, key=lambda failure: failure[0]):
             err.write(text.encode("utf-8"))
     usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
     total = completed + len(failures)
     requests = {"total": total, "completed": completed, "failed": len(failures)}
     return {"requests": requests, "usage": usage}
+
+
+def _in_input_order(parts: list[str]) -> Iterator[dict[str, Any]]:
+    """The rows of the output parts (in name order) in input order: a shard's part and
+    its retry rounds' parts (`part-00003.parquet`, `part-00003.r1.parquet`) merged by
+    (line, index)."""
+    for _, group in groupby(parts, key=lambda url: url.rsplit("/", 1)[-1].split(".", 1)[0]):
+        runs = [output_rows([url], "parquet") for url in group]
+        yield from runs[0] if len(runs) == 1 else heapq.merge(*runs, key=_place)
+
+
+def _place(row: dict[str, Any]) -> tuple[int, int]:
+    return int(row["line"]), int(row["index"])
 
 
 def _bad_records(
@@ -170,8 +200,11 @@ def _bad_records(
 
 
 @contextmanager
-def _replacing(fs: Any, path: str) -> Iterator[Any]:
-    """A binary file that replaces `path` whole when the block ends without error."""
-    with fs.open(f"{path}.tmp", "wb") as f:
-        yield f
-    move(fs, f"{path}.tmp", path)
+def _replacing(fs: Any, paths: list[str]) -> Iterator[list[Any]]:
+    """Binary files that replace `paths` whole, one after the other, when the block ends
+    without error (none is replaced before all are written)."""
+    with ExitStack() as stack:
+        files = [stack.enter_context(fs.open(f"{path}.tmp", "wb")) for path in paths]
+        yield files
+    for path in paths:
+        move(fs, f"{path}.tmp", path)

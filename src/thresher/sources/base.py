@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -120,6 +120,17 @@ class ShardReader(Protocol):
     def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
         """Turn a chunk position into what a person looks up: (`line`, 1-based) or
         (`row`, 0-based within the file)."""
+        ...
+
+
+@runtime_checkable
+class ManyRowsPerLine(Protocol):
+    """A reader whose line may hold several rows (an OpenAI embeddings request's list of
+    inputs), so a line alone does not name a row: `locate` gives the line, this the
+    row's place in it. Bad records carry both, and `retry-errors` picks rows by both."""
+
+    def input_index(self, position: int) -> int:
+        """The 0-based place, among its line's rows, of the row at a chunk position."""
         ...
 
 

@@ -158,6 +158,9 @@ class BatchFileReader:
     def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
         return "line", position // MAX_INPUTS
 
+    def input_index(self, position: int) -> int:
+        return position % MAX_INPUTS
+
     def _chunks(
         self, rows: list[dict[str, Any]], bad: list[BadRecord], rows_per_chunk: int
     ) -> Iterator[Chunk]:

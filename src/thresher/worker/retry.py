@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from thresher.executors.tasks import RetryTask, ShardResult, WorkerSetup
 from thresher.models.base import Model
-from thresher.sources.base import Chunk, Shard
+from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
 from thresher.worker.autobatch import BatchTuner
 from thresher.worker.shard import ErrorPart, ShardWork, sorts_by_length, tuner_for
 
@@ -57,10 +57,20 @@ def run_retry(
     )
 
 
-def pick_rows(chunk: Chunk, wanted: frozenset[int], setup: WorkerSetup, shard: Shard) -> Chunk:
-    """The chunk's rows whose line (text) or row (Parquet) number is in `wanted`. A
-    reader's positions map to those numbers by a constant offset per shard."""
-    _, base = setup.reader.locate(shard, 0)
-    numbers = chunk.positions + base
-    mask = np.isin(numbers, np.fromiter(wanted, dtype=np.int64, count=len(wanted)))
+def pick_rows(
+    chunk: Chunk, wanted: frozenset[tuple[int, int]], setup: WorkerSetup, shard: Shard
+) -> Chunk:
+    """The chunk's rows whose (line or row number, place in the line) is in `wanted`. A
+    reader's positions map to those numbers by a constant offset per shard, but for one
+    with several rows to a line, which names both itself."""
+    reader = setup.reader
+    if isinstance(reader, ManyRowsPerLine):
+        places = [
+            (reader.locate(shard, p)[1], reader.input_index(p)) for p in chunk.positions.tolist()
+        ]
+        mask = np.fromiter((place in wanted for place in places), dtype=bool, count=len(places))
+    else:
+        _, base = reader.locate(shard, 0)
+        numbers = np.fromiter((number for number, _ in wanted), dtype=np.int64, count=len(wanted))
+        mask = np.isin(chunk.positions + base, numbers)
     return Chunk(table=chunk.table.filter(pa.array(mask)), positions=chunk.positions[mask])

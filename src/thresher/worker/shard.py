@@ -21,7 +21,7 @@ from thresher.executors.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.models.base import Model, SortsByLength
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import StagedPart, open_for_write
-from thresher.sources.base import Chunk, Shard
+from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
 from thresher.spec import BatchSection
 from thresher.worker.autobatch import BatchTuner
 from thresher.worker.pipeline import Prefetch, WriteBehind
@@ -215,7 +215,8 @@ class _Rows:
     positions: np.ndarray
 
     def bad(self, index: int, stage: Stage, error: str, message: str) -> BadRecord:
-        kind, number = self.setup.reader.locate(self.shard, int(self.positions[index]))
+        reader, position = self.setup.reader, int(self.positions[index])
+        kind, number = reader.locate(self.shard, position)
         id_column = self.setup.id_column
         return BadRecord(
             source=self.shard.path,
@@ -226,6 +227,7 @@ class _Rows:
             line=number if kind == "line" else None,
             row=number if kind == "row" else None,
             id=self.table.column(id_column)[index].as_py() if id_column else None,
+            index=reader.input_index(position) if isinstance(reader, ManyRowsPerLine) else None,
         )
 
 

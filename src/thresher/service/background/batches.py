@@ -26,12 +26,15 @@ from pathlib import Path
 from thresher.errors import ThresherError
 from thresher.openai.lines import prepare_lines
 from thresher.openai.results import Written, write_results
+from thresher.plan import worker_slots
 from thresher.service import submission
 from thresher.service.background.encoders import counting_tokens
 from thresher.service.downloads import output_of
 from thresher.service.state import ServiceState
 from thresher.service.uploads import find_file
 from thresher.sinks import open_sink
+from thresher.sources.openai_batch import MIN_SPLIT_BYTES
+from thresher.spec import SourceSection
 from thresher.store import JobRecord, JobState
 from thresher.store.batches import BatchRow, BatchStatus, BatchTable
 from thresher.store.db import now
@@ -120,7 +123,10 @@ class BatchWorker:
             body["keep_columns"] = ["line", "index"]
             options = {f"{text}_column": text, "params_column": "params"}
         key = f"batch:{batch.id}"
-        return submission.submit_job(self.state, batch.tenant, body, key, model_options=options)
+        source = {"shard_bytes": request_shard_bytes(rows, worker_slots(self.state.config.run))}
+        return submission.submit_job(
+            self.state, batch.tenant, body, key, model_options=options, source_options=source
+        )
 
     def _finalize(self, batch: BatchRow, job: JobRecord, unrun: str) -> None:
         if batch.status == BatchStatus.IN_PROGRESS:
@@ -189,6 +195,17 @@ class BatchWorker:
         return file_id
 
 
+def request_shard_bytes(rows: Path, slots: int) -> int:
+    """The shard size for a batch's request rows: one shard per worker slot, as a plain
+    JSONL input would be cut only past 1 MiB, and a request row costs a model call (a few
+    thousand sentences are under 1 MiB: one worker of all the cores, where a process per
+    core is faster, see `plan_placement`); but no shard under the `openai-batch`
+    source's floor, nor over the default shard size."""
+    default = int(SourceSection.model_fields["shard_bytes"].default)
+    wanted = -(-rows.stat().st_size // max(slots, 1))
+    return min(default, max(MIN_SPLIT_BYTES, wanted))
+
+
 def prepared_input(state: ServiceState, batch_id: str) -> Path:
     """Where a batch's job input rows are written."""
     return state.data_dir / "batches" / f"{batch_id}.jsonl"
@@ -205,8 +222,13 @@ def _publish_committed(job: JobRecord) -> None:
 
 
 def start_batches(state: ServiceState) -> Callable[[], None]:
-    """Start the batch worker's thread; returns its stop."""
+    """Start the batch worker's thread, woken as a job ends (its `on_job_finished`
+    hook: a batch whose job ended is finalized now, not at the next poll); returns its
+    stop."""
     worker, stopping = BatchWorker(state), threading.Event()
+
+    def job_finished(record: JobRecord) -> None:
+        state.batches_waiting.set()
 
     def loop() -> None:
         while not stopping.is_set():
@@ -216,8 +238,11 @@ def start_batches(state: ServiceState) -> Callable[[], None]:
 
     thread = threading.Thread(target=loop, name="thresher-batches", daemon=True)
     thread.start()
+    state.on_job_finished.append(job_finished)
 
     def stop() -> None:
+        if job_finished in state.on_job_finished:
+            state.on_job_finished.remove(job_finished)
         stopping.set()
         state.batches_waiting.set()
         thread.join()
