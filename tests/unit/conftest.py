@@ -5,6 +5,7 @@ table the test chose."""
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,17 @@ import pytest
 
 from thresher.spec import JobSpec
 from thresher.store import JobState, Store, open_store
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped: an owner killed with
+    SIGKILL, as `store/owners.py` sees it."""
+    process = mp.get_context("spawn").Process(target=int)
+    process.start()
+    process.join()
+    assert process.pid is not None
+    return process.pid
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -4,7 +4,6 @@ another host's do not count, and a preempted job waits until its coordinator let
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,15 +35,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     store.db.close()
 
 
-def dead_pid() -> int:
-    """The pid of a process that has exited (and been reaped)."""
-    process = mp.get_context("spawn").Process(target=int)
-    process.start()
-    process.join()
-    assert process.pid is not None
-    return process.pid
-
-
 def as_owner(monkeypatch: pytest.MonkeyPatch, owner: str) -> None:
     monkeypatch.setattr(leases_module, "this_owner", lambda: owner)
 
@@ -71,10 +61,10 @@ def test_two_live_owners_share_one_hosts_slots(
 
 
 def test_a_dead_owners_slots_are_reclaimed_by_the_next_taker(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch, dead_pid: int
 ) -> None:
     host = this_host()
-    as_owner(monkeypatch, f"{host}:{dead_pid()}")  # a server killed with SIGKILL
+    as_owner(monkeypatch, f"{host}:{dead_pid}")  # a server killed with SIGKILL
     assert store.leases.acquire(ask("killed", 4), FOUR).cpu == 4
     as_owner(monkeypatch, f"{host}:{os.getpid()}")
     assert store.leases.acquire(ask("next", 4), FOUR).cpu == 4

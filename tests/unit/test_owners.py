@@ -5,7 +5,6 @@ taker."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 
@@ -19,14 +18,6 @@ from thresher.store.owners import keep_beating, this_host, this_owner
 
 GHOST = "ghost-host:4242"  # a server on another host
 TIMEOUT = 0.5
-
-
-def dead_pid() -> int:
-    process = mp.get_context("spawn").Process(target=int)
-    process.start()
-    process.join()
-    assert process.pid is not None
-    return process.pid
 
 
 def spec() -> JobSpec:
@@ -54,10 +45,10 @@ def test_another_hosts_owner_lives_while_its_heartbeat_is_fresh(store: Store) ->
     assert store.owners.alive(GHOST)
 
 
-def test_this_hosts_owners_are_judged_by_their_process(store: Store) -> None:
+def test_this_hosts_owners_are_judged_by_their_process(store: Store, dead_pid: int) -> None:
     store.owners.timeout = TIMEOUT
     assert store.owners.alive(this_owner())  # no heartbeat row needed
-    dead = f"{this_host()}:{dead_pid()}"
+    dead = f"{this_host()}:{dead_pid}"
     store.owners.beat(dead)  # a fresh row does not bring a gone process back
     assert not store.owners.alive(dead)
 

@@ -48,7 +48,7 @@ from thresher.service.routers import (
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
 from thresher.store import open_store
-from thresher.store.owners import BEAT_SECONDS, keep_beating, this_owner
+from thresher.store.owners import beat_seconds, keep_beating, this_owner
 
 log = logging.getLogger("thresher.service")
 
@@ -131,7 +131,7 @@ def start_heartbeat(state: ServiceState) -> Callable[[], None]:
     take its jobs over only once the row is `owner_timeout` old."""
     timeout = state.config.owner_timeout
     state.store.owners.timeout = timeout
-    return keep_beating(state.store.url, this_owner(), min(BEAT_SECONDS, timeout / 4))
+    return keep_beating(state.store.url, this_owner(), beat_seconds(timeout))
 
 
 async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:

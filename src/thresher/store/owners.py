@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_OWNER_TIMEOUT",
     "Liveness",
     "OwnerTable",
+    "beat_seconds",
     "beating",
     "keep_beating",
     "owner_host",
@@ -49,6 +50,12 @@ DEFAULT_OWNER_TIMEOUT = 60.0
 BEAT_SECONDS = 5.0
 # A heartbeat row this old belongs to an owner long gone: a server removes it.
 FORGOTTEN_SECONDS = 86400.0
+
+
+def beat_seconds(timeout: float) -> float:
+    """How often an owner judged by `timeout` beats, and a server looks for dead owners'
+    jobs: four times per timeout, at least every `BEAT_SECONDS`."""
+    return min(BEAT_SECONDS, timeout / 4)
 
 
 def this_host() -> str:

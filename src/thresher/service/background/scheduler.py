@@ -39,7 +39,7 @@ from thresher.service.background.slots import capacity, choose_victim, slot_requ
 from thresher.service.state import ServiceState
 from thresher.store import JobRecord, JobState, StoreError
 from thresher.store.leases import Lease, Slots
-from thresher.store.owners import BEAT_SECONDS
+from thresher.store.owners import beat_seconds
 from thresher.store.queue import WaitingJob
 from thresher.store.views import running_service_jobs
 
@@ -55,7 +55,7 @@ class Scheduler:
     def __init__(self, state: ServiceState) -> None:
         self.state = state
         self.limit = state.config.max_concurrent_jobs
-        self.orphan_seconds = min(BEAT_SECONDS, state.config.owner_timeout / 4)
+        self.orphan_seconds = beat_seconds(state.config.owner_timeout)
         self._next_orphan_look = 0.0
         self._running: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
