@@ -4,6 +4,8 @@ Every system in the benchmarks runs as a subprocess under `/usr/bin/time -v` and
 the same way: wall seconds from start to exit, the moment the first output file appears in
 its output folder (polled), the peak summed RSS of its whole process tree (sampled from
 /proc every 50 ms), and the largest single process's max RSS as `time -v` reports it.
+Asked for, the peak summed PSS too: pages shared between processes (a forked worker's
+libraries and weights) counted once across the tree, not once per process.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Measured:
     max_rss: int  # bytes, the largest single process (time -v)
     stdout: str
     stderr: str
+    peak_tree_pss: int | None = None  # bytes, summed over the tree, when asked for
 
 
 def tree_rss(pid: int) -> int:
@@ -56,19 +59,49 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def tree_pss(pid: int) -> int:
+    """Summed PSS in bytes of `pid` and all its descendants (each shared page divided
+    among the processes that map it), from /proc/*/smaps_rollup."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        stack.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += sum(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+        except OSError:
+            continue
+    return total
+
+
 class _Sampler(threading.Thread):
     """Samples tree RSS and watches for the first output file until told to stop."""
 
-    def __init__(self, pid: int, started: float, watch: Path | None, pattern: str) -> None:
+    def __init__(
+        self, pid: int, started: float, watch: Path | None, pattern: str, pss: bool
+    ) -> None:
         super().__init__(daemon=True)
         self.pid, self.started, self.watch, self.pattern = pid, started, watch, pattern
+        self.pss = pss
         self.peak = 0
+        self.peak_pss = 0
         self.first_output: float | None = None
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
             self.peak = max(self.peak, tree_rss(self.pid))
+            if self.pss:
+                self.peak_pss = max(self.peak_pss, tree_pss(self.pid))
             if self.first_output is None and self._output_exists():
                 self.first_output = time.perf_counter() - self.started
             time.sleep(POLL_SECONDS)
@@ -82,10 +115,12 @@ def run_measured(
     env: dict[str, str] | None = None,
     watch: Path | None = None,
     pattern: str = "*.parquet",
+    pss: bool = False,
 ) -> Measured:
     """Run `cmd` under `/usr/bin/time -v`; raise SystemExit with its output if it fails.
 
-    `watch` is the folder whose first file matching `pattern` marks the first output.
+    `watch` is the folder whose first file matching `pattern` marks the first output;
+    `pss` samples the tree's PSS as well.
     """
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -95,7 +130,7 @@ def run_measured(
         text=True,
         env=env,
     )
-    sampler = _Sampler(proc.pid, started, watch, pattern)
+    sampler = _Sampler(proc.pid, started, watch, pattern, pss)
     sampler.start()
     out, err = proc.communicate()
     seconds = time.perf_counter() - started
@@ -105,4 +140,5 @@ def run_measured(
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out}\n{err[-4000:]}")
     found = _MAX_RSS.search(err)
     max_rss = int(found[1]) * 1024 if found else 0
-    return Measured(seconds, sampler.first_output, sampler.peak, max_rss, out, err)
+    peak_pss = sampler.peak_pss if pss else None
+    return Measured(seconds, sampler.first_output, sampler.peak, max_rss, out, err, peak_pss)

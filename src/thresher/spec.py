@@ -190,6 +190,9 @@ class RunSection(Section):
     # auto: one worker per visible NVIDIA GPU if any, else per core; cuda: GPUs or refuse;
     # cpu: workers per core, GPUs hidden from them (see plan/devices.py)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # auto: CPU workers forked from one process that loaded the model (executors/zygote.py),
+    # GPU workers spawned; spawn: every worker spawned, loading its own model
+    start_method: Literal["auto", "spawn"] = "auto"
     address: str | None = None  # ray: "auto", "ray://host:10001", or none for a local Ray
     num_cpus: float | None = Field(default=None, gt=0)  # ray: CPUs per actor
     num_gpus: float = Field(default=0.0, ge=0)  # ray: GPUs per actor

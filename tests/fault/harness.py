@@ -169,12 +169,25 @@ class Scorer:
 
 
 def wait_for_children(pid: int, timeout: float = 20.0) -> list[int]:
-    """Worker pids of a coordinator, once it has some (empty if it finished first)."""
+    """A coordinator's child processes, once it has some (empty if it finished first):
+    its zygote, from which CPU workers are forked."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         kids = children(pid)
         if kids:
             return kids
+        time.sleep(0.05)
+    return []
+
+
+def wait_for_workers(pid: int, timeout: float = 20.0) -> list[int]:
+    """A coordinator's worker pids, forked by its zygote, once it has some (empty if it
+    finished first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        workers = [worker for kid in children(pid) for worker in children(kid)]
+        if workers:
+            return workers
         time.sleep(0.05)
     return []
 

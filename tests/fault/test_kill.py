@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import FIGURES, FaultJob, make_job, wait_for_children
+from harness import FIGURES, FaultJob, make_job, wait_for_children, wait_for_workers
 
 KILLED = -signal.SIGKILL
 SEED = 20261130
@@ -98,10 +98,11 @@ def test_killed_during_resume(tmp_path: Path, golden: tuple[Counter[int], Counte
 
 
 def test_random_kills(tmp_path: Path, golden: tuple[Counter[int], Counter[int]]) -> None:
-    """SIGKILL the coordinator or a worker at seeded random moments, then resume."""
+    """SIGKILL the coordinator, a worker or the zygote the workers are forked from at
+    seeded random moments, then resume."""
     rng = random.Random(SEED)
     for n in range(RANDOM_KILLS):
-        target = rng.choice(["coordinator", "worker"])
+        target = rng.choice(["coordinator", "worker", "zygote"])
         delay = rng.uniform(0.2, 4.0)
         sink = "sqlite" if n % 4 == 3 else "parquet"
         job = make_job(tmp_path / f"kill-{n}", sink)
@@ -115,7 +116,8 @@ def test_random_kills(tmp_path: Path, golden: tuple[Counter[int], Counter[int]])
 def _kill_after(job: FaultJob, target: str, delay: float) -> None:
     proc = job.start()
     try:
-        workers = wait_for_children(proc.pid) if target == "worker" else []
+        found = {"worker": wait_for_workers, "zygote": wait_for_children}.get(target)
+        workers = found(proc.pid) if found else []
         time.sleep(delay)
         if target == "coordinator":
             proc.send_signal(signal.SIGKILL)

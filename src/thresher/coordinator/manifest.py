@@ -48,6 +48,7 @@ def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) ->
         "workers": run.placement.workers,
         "threads_per_worker": run.placement.threads,
         "worker_in_process": run.placement.inline,
+        "workers_forked": run.placement.forked,
         "device": run.placement.device,
         "started_at": run.started.isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),

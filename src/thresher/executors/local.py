@@ -3,16 +3,16 @@
 Each worker owns one duplex pipe: tasks go down, events come up. The coordinator waits on
 every pipe and every process sentinel at once, so a worker that dies (killed, segfault,
 out of memory) is noticed at once; its shard is reported lost and a fresh worker takes its
-place. Workers are spawned, not forked: forking a process that holds Arrow or BLAS thread
-pools is a known source of deadlocks.
+place. On the CPU, workers are forked from a zygote that has loaded the model once
+(`zygote.py`: imports and weights shared by every worker); on GPUs they are spawned, each
+seeing its own GPU. Neither forks a process whose thread pools have run (the coordinator's
+Arrow pool, a model's BLAS or OpenMP): a known source of deadlocks.
 """
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import os
-import sys
 import time
 import uuid
 from collections import deque
@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Protocol
 
 from thresher.children import die_with_parent
 from thresher.executors.inline import InlineExecutor
-from thresher.executors.serve import READY, serve_tasks
+from thresher.executors.serve import READY, leave_process, serve_tasks
 from thresher.executors.tasks import Event, ShardDone, ShardFailed, Task, WorkerSetup
+from thresher.executors.zygote import Zygote
 from thresher.plan.placement import Placement
 from thresher.spec import RunSection
 
@@ -39,10 +39,29 @@ THREAD_VARIABLES = (
 )
 
 
+class WorkerProcess(Protocol):
+    """What the executor needs of a worker's process: a spawned multiprocessing Process,
+    or a worker forked by a zygote."""
+
+    @property
+    def sentinel(self) -> int: ...
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class _Worker:
     slot: int  # its place in the pool: a replacement takes the same slot (and GPU)
-    process: BaseProcess
+    process: WorkerProcess
     conn: Connection
     task: Task | None = None
     last_heard: float = field(default_factory=time.monotonic)
@@ -58,12 +77,16 @@ class LocalExecutor:
     threads: int = 1
     shard_timeout: float = 600.0
     devices: tuple[str, ...] | None = None
+    fork: bool = False  # workers forked from a zygote (CPU only: CUDA does not survive a fork)
     _setup: WorkerSetup | None = field(default=None, init=False)
     _pool: list[_Worker] = field(default_factory=list, init=False)
     _queue: deque[Task] = field(default_factory=deque, init=False)
+    _zygote: Zygote | None = field(default=None, init=False)
 
     def start(self, setup: WorkerSetup) -> None:
         self._setup = setup
+        if self.fork:
+            self._zygote = self._start_zygote()
         self._pool = [self._spawn(slot) for slot in range(self.workers)]
 
     def submit(self, task: Task) -> None:
@@ -101,7 +124,11 @@ class LocalExecutor:
                 worker.process.kill()
                 worker.process.join()
             worker.conn.close()
+            worker.process.close()
         self._pool = []
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
     def _receive(self, worker: _Worker) -> Iterator[Event]:
         try:
@@ -134,6 +161,8 @@ class LocalExecutor:
         code = worker.process.exitcode
         self._pool.remove(worker)
         worker.conn.close()
+        with suppress(ValueError):  # a spawned process that would not die: leave it be
+            worker.process.close()
         self._pool.append(self._spawn(worker.slot))
         if worker.task is not None:
             yield ShardFailed(worker.task, error, f"{why} (exit code {code})", retry=True)
@@ -146,21 +175,44 @@ class LocalExecutor:
                 worker.conn.send(worker.task)
 
     def _spawn(self, slot: int) -> _Worker:
+        """A worker for `slot`: forked from the zygote (a fresh zygote if it died), or
+        spawned with the slot's GPU."""
         assert self._setup is not None
         parent, child = mp.get_context("spawn").Pipe(duplex=True)
-        process = mp.get_context("spawn").Process(
-            target=worker_main,
-            args=(self._setup, child, self.threads),
-            name=f"thresher-worker-{uuid.uuid4().hex[:6]}",
-            daemon=True,
-        )
+        process: WorkerProcess
+        if self._zygote is not None:
+            if not self._zygote.alive:
+                self._zygote.close()
+                self._zygote = self._start_zygote()
+            process = self._zygote.fork(child, self.threads)
+        else:
+            spawned = mp.get_context("spawn").Process(
+                target=worker_main,
+                args=(self._setup, child, self.threads),
+                name=_name(),
+                daemon=True,
+            )
+            with _environment(self._variables(slot)):
+                spawned.start()
+            child.close()
+            process = spawned
+        return _Worker(slot=slot, process=process, conn=parent)
+
+    def _start_zygote(self) -> Zygote:
+        assert self._setup is not None
+        with _environment(self._variables(0)):
+            return Zygote(self._setup, name=_name("zygote"))
+
+    def _variables(self, slot: int) -> dict[str, str]:
+        """The environment a worker (or the zygote) starts with: its thread limits and GPU."""
         variables = {name: str(self.threads) for name in THREAD_VARIABLES}
         if self.devices is not None:
             variables["CUDA_VISIBLE_DEVICES"] = self.devices[slot]
-        with _environment(variables):
-            process.start()
-        child.close()
-        return _Worker(slot=slot, process=process, conn=parent)
+        return variables
+
+
+def _name(role: str = "worker") -> str:
+    return f"thresher-{role}-{uuid.uuid4().hex[:6]}"
 
 
 @contextmanager
@@ -184,21 +236,7 @@ def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:
     """A worker process: load the model once, then run shards until told to stop."""
     die_with_parent()
     serve_tasks(setup, threads, conn.recv, conn.send)
-    _leave()
-
-
-def _leave() -> None:
-    """End the worker without tearing the interpreter down. Its shards are committed or
-    reported; what is left is freeing every module and object (torch's: 1.3 s), which the
-    coordinator would wait for. Multiprocessing's own exit steps still run first, so the
-    semaphores a library made (tqdm's lock) are unlinked, not leaked."""
-    from multiprocessing import util
-
-    util._exit_function()  # type: ignore[attr-defined]
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_process()
 
 
 def local_executor(run: RunSection, placement: Placement) -> LocalExecutor | InlineExecutor:
@@ -211,4 +249,5 @@ def local_executor(run: RunSection, placement: Placement) -> LocalExecutor | Inl
         threads=placement.threads,
         shard_timeout=run.shard_timeout,
         devices=placement.devices,
+        fork=placement.forked,
     )

@@ -5,8 +5,12 @@ worker thread (`inline`) run this same loop; only how tasks and events travel di
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from thresher.executors.tasks import (
     NOT_RETRYABLE,
@@ -20,9 +24,24 @@ from thresher.executors.tasks import (
 )
 from thresher.faults import crash_point
 
-__all__ = ["READY", "serve_tasks"]
+if TYPE_CHECKING:
+    from thresher.models import Model
+
+__all__ = ["READY", "leave_process", "load_for_worker", "serve_tasks"]
 
 READY = "ready"  # a worker's first message: its model is loaded, shard clocks may run
+
+
+def load_for_worker(setup: WorkerSetup, threads: int) -> Model | WorkerBroken:
+    """The job's model as a worker loads it with `threads` threads, or why it cannot."""
+    from dataclasses import replace
+
+    from thresher.models import load_model
+
+    try:
+        return load_model(setup.model, replace(setup.context, threads=threads))
+    except Exception as exc:
+        return WorkerBroken(type(exc).__name__, str(exc))
 
 
 def serve_tasks(
@@ -30,20 +49,20 @@ def serve_tasks(
     threads: int,
     receive: Callable[[], Task | None],
     send: Callable[[Event | str], None],
+    loaded: Model | WorkerBroken | None = None,
 ) -> None:
-    """Load the model, send READY (or WorkerBroken), then run each task `receive` gives
-    and `send` its Progress and its ShardDone or ShardFailed, until `receive` gives None."""
+    """Load the model (unless `loaded` is it, or why it could not be), send READY (or
+    WorkerBroken), then run each task `receive` gives and `send` its Progress and its
+    ShardDone or ShardFailed, until `receive` gives None."""
     import pyarrow as pa
 
-    from thresher.models import load_model
     from thresher.worker.run import run_task
     from thresher.worker.shard import tuner_for
 
     pa.set_cpu_count(max(1, threads))
-    try:
-        model = load_model(setup.model, setup.context)
-    except Exception as exc:
-        send(WorkerBroken(type(exc).__name__, str(exc)))
+    model = load_for_worker(setup, threads) if loaded is None else loaded
+    if isinstance(model, WorkerBroken):
+        send(model)
         return
     send(READY)
     tuner = tuner_for(setup.batch, model)  # kept across shards: later shards start settled
@@ -59,3 +78,17 @@ def serve_tasks(
         except Exception as exc:
             message = str(exc) or traceback.format_exc(limit=3)
             send(ShardFailed(task, type(exc).__name__, message, not isinstance(exc, NOT_RETRYABLE)))
+
+
+def leave_process() -> None:
+    """End a worker process without tearing the interpreter down. Its shards are committed
+    or reported; what is left is freeing every module and object (torch's: 1.3 s), which
+    the coordinator would wait for. Multiprocessing's own exit steps still run first, so
+    the semaphores a library made (tqdm's lock) are unlinked, not leaked."""
+    from multiprocessing import util
+
+    util._exit_function()  # type: ignore[attr-defined]
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -95,7 +95,8 @@ def _local_model_file(spec: ModelSection) -> str | None:
     """The one local file the model's uri must be, if its kind says so."""
     if "://" in spec.uri:
         return None
-    if spec.kind == "python":
+    # python, and torch's nn.Module classes: `file.py:Class` or `pkg.module:Class`
+    if spec.kind == "python" or (spec.kind == "torch" and ":" in spec.uri):
         path = spec.uri.rpartition(":")[0]
         return path if path.endswith(".py") else None  # pkg.module:Class: the worker finds it
     return spec.uri if spec.kind in _FILE_KINDS else None

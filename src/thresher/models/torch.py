@@ -181,9 +181,19 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix.lower() == ".safetensors":
         from safetensors.torch import load_file
 
-        return load_file(str(path))
+        try:
+            return load_file(str(path))
+        except Exception as exc:  # safetensors raises its own error type
+            raise ModelLoadError(
+                f"model.options.weights: {path} is not a readable safetensors file ({exc})"
+            ) from exc
     # weights_only refuses anything but tensors and plain containers: no code runs.
-    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"model.options.weights: {path} is not a state dict torch.load can read safely ({exc})"
+        ) from exc
     if not isinstance(state, dict):
         raise ModelLoadError(
             f"model.options.weights: {path.name} holds a {type(state).__name__}, not a"

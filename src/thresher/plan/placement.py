@@ -20,6 +20,9 @@ class Placement:
     # The one worker is a thread of the coordinator (executors/inline.py): a job of one
     # shard on the CPU, where a worker process would cost its start and gain nothing.
     inline: bool = False
+    # Worker processes are forked from one that loaded the model (executors/zygote.py):
+    # local CPU workers, unless `run.start_method = "spawn"`.
+    forked: bool = False
 
     @property
     def device(self) -> str:
@@ -29,7 +32,8 @@ class Placement:
         where = f", GPU {', '.join(self.devices or ())}" if self.device == "cuda" else ""
         if self.inline:
             return f"1 worker in this process x {self.threads} thread(s)"
-        return f"{self.workers} worker(s) x {self.threads} thread(s){where}"
+        forked = ", forked from one model load" if self.forked else ""
+        return f"{self.workers} worker(s) x {self.threads} thread(s){where}{forked}"
 
 
 def worker_slots(run: RunSection, gpus: list[str] | None = None) -> int:
@@ -45,7 +49,8 @@ def plan_placement(run: RunSection, shard_count: int) -> Placement:
     cuts an input into at least `worker_slots` shards when it is big enough: a process per
     core beats the same cores as threads of one process, by 10% for MiniLM on two cores.)
     GPU workers take the GPUs in turn; a `cpu` run hides them from its workers. A job of
-    one shard with no GPU to place runs its worker in the coordinator's process (`inline`).
+    one shard with no GPU to place runs its worker in the coordinator's process (`inline`);
+    more CPU workers are forked from one process that loaded the model (`forked`).
     """
     cores = os.cpu_count() or 1
     gpus = run_gpus(run)
@@ -56,4 +61,6 @@ def plan_placement(run: RunSection, shard_count: int) -> Placement:
     elif run.device == "cpu":
         devices = (HIDDEN,) * workers
     threads = max(1, cores // workers)
-    return Placement(workers, threads, devices, inline=shard_count == 1 and devices is None)
+    inline = shard_count == 1 and devices is None
+    forked = run.executor == "local" and not inline and not gpus and run.start_method == "auto"
+    return Placement(workers, threads, devices, inline=inline, forked=forked)

@@ -1,0 +1,219 @@
+"""Worker processes forked from one that has loaded the model: the imports and the
+weights once per machine, not once per worker.
+
+A spawned worker imports its libraries and loads its own copy of the model: for MiniLM
+on torch that is ~300 MiB of interpreter heap and ~100 MiB of weights per worker, and
+seconds of start-up each. A zygote is spawned once per job, imports the model's module
+and, for the torch kinds, loads the model; each worker is then `fork`ed from it and
+shares those pages copy-on-write (nothing in inference writes to the weights), so the
+whole tree's memory grows little with workers, and a replacement for a dead worker starts
+at once.
+
+Forking is safe only from a process whose thread pools never ran: torch's OpenMP pool,
+once used with two threads, hangs a forked child's first parallel op. So the zygote loads
+with one thread and never predicts; each worker then sets its own thread count. Kinds
+whose loading starts thread pools (onnxruntime's session, the boosters' OpenMP) are only
+imported in the zygote and loaded by each worker after the fork. Placements on GPUs never
+fork (CUDA does not survive it); they spawn, as before.
+
+The zygote is the workers' parent: it reaps them and tells the coordinator each exit
+code. The coordinator watches a worker through a pidfd, which works for a grandchild.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from contextlib import suppress
+from multiprocessing import get_context, reduction
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from thresher.children import die_with_parent
+from thresher.executors.tasks import WorkerBroken, WorkerSetup
+from thresher.spec import ModelSection
+
+__all__ = ["ForkedWorker", "Zygote", "preloads"]
+
+# Kinds the zygote loads before forking: torch models, whose loading runs no thread pool
+# at one thread and whose weights are never written while predicting.
+PRELOADED_KINDS = frozenset({"torch", "sentence-transformers", "transformers", "llm"})
+JOIN_POLL_SECONDS = 0.05
+
+
+def preloads(model: ModelSection) -> bool:
+    """Whether the zygote loads this model (else workers load it after the fork): a torch
+    kind on the CPU. A model pinned to a GPU would initialise CUDA in the zygote, which no
+    forked child can use."""
+    device = str(model.options.get("device") or "cpu")
+    return model.kind in PRELOADED_KINDS and device in ("cpu", "auto")
+
+
+class Zygote:
+    """The coordinator's handle on one zygote process: `fork` a worker from it."""
+
+    def __init__(self, setup: WorkerSetup, name: str) -> None:
+        context = get_context("spawn")
+        self._control, child = context.Pipe(duplex=True)
+        self.process: BaseProcess = context.Process(
+            target=zygote_main, args=(setup, child), name=name, daemon=True
+        )
+        self.process.start()
+        child.close()
+        self._exits: dict[int, int] = {}
+
+    @property
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def fork(self, conn: Connection, threads: int) -> ForkedWorker:
+        """A worker forked from the zygote that serves tasks over `conn` (the worker's end
+        of its pipe, closed here once handed over) with `threads` threads.
+
+        Raises EOFError or OSError when the zygote is gone."""
+        try:
+            self._control.send(threads)
+            reduction.send_handle(self._control, conn.fileno(), self.process.pid)
+        finally:
+            conn.close()
+        while True:
+            message = self._control.recv()
+            if message[0] == "forked":
+                return ForkedWorker(message[1], self)
+            self._note(message)
+
+    def exit_code(self, pid: int, timeout: float) -> int | None:
+        """Worker `pid`'s exit code as the zygote reaped it, waiting up to `timeout`."""
+        deadline = time.monotonic() + timeout
+        with suppress(EOFError, OSError):
+            while pid not in self._exits and time.monotonic() < deadline:
+                if wait([self._control], JOIN_POLL_SECONDS):
+                    self._note(self._control.recv())
+        return self._exits.get(pid)
+
+    def close(self) -> None:
+        """Stop the zygote (its workers were told to stop already)."""
+        self._control.close()
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+    def _note(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "exited":
+            self._exits[message[1]] = message[2]
+
+
+class ForkedWorker:
+    """A worker forked by a zygote, with the face of a multiprocessing Process that the
+    local executor uses: a sentinel to wait on (a pidfd), join, kill, exitcode."""
+
+    def __init__(self, pid: int, zygote: Zygote) -> None:
+        self.pid = pid
+        self._zygote = zygote
+        self.exitcode: int | None = None
+        try:
+            self.sentinel = os.pidfd_open(pid)
+        except ProcessLookupError:  # gone already: a sentinel that is ready at once
+            self.sentinel, write_end = os.pipe()
+            os.close(write_end)
+
+    def is_alive(self) -> bool:
+        return not select.select([self.sentinel], [], [], 0)[0]
+
+    def join(self, timeout: float | None = None) -> None:
+        if wait([self.sentinel], timeout) and self.exitcode is None:
+            self.exitcode = self._zygote.exit_code(self.pid, timeout or 1.0)
+
+    def kill(self) -> None:
+        with suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        with suppress(OSError):
+            os.close(self.sentinel)
+
+
+def zygote_main(setup: WorkerSetup, control: Connection) -> None:
+    """The zygote: load (or import) the model once at one thread, then fork a worker for
+    each request, until the coordinator closes the control pipe."""
+    from thresher.executors.serve import load_for_worker
+    from thresher.models import resolve_loader
+
+    die_with_parent()
+    loaded: Any = None  # the model, or why it does not load; None: workers load it
+    if preloads(setup.model):
+        loaded = load_for_worker(setup, threads=1)
+    else:
+        with suppress(Exception):  # a kind that does not import fails in each worker
+            resolve_loader(setup.model.kind)
+    _settle()
+    sending = threading.Lock()
+    forked = threading.Event()
+    threading.Thread(target=_reap, args=(control, sending, forked), daemon=True).start()
+    while True:
+        try:
+            threads = control.recv()
+            fd = reduction.recv_handle(control)
+        except (EOFError, OSError):
+            break
+        pid = os.fork()
+        if pid == 0:
+            _worker(setup, Connection(fd), threads, loaded)
+        os.close(fd)
+        forked.set()
+        with sending:
+            control.send(("forked", pid))
+    os._exit(0)
+
+
+def _settle() -> None:
+    """Before the first fork: give back what loading freed (so no worker inherits it) and
+    freeze the loaded objects out of the garbage collector, whose passes would otherwise
+    write to every object's header and so copy each shared page into each worker."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    gc.freeze()
+
+
+def _worker(setup: WorkerSetup, conn: Connection, threads: int, loaded: Any) -> None:
+    """A forked worker: its own thread count, then the task loop, then out."""
+    from thresher.executors.serve import leave_process, serve_tasks
+
+    die_with_parent()  # the zygote is its parent; the coordinator's death ends both
+    if loaded is not None and not isinstance(loaded, WorkerBroken):
+        _use_threads(threads)
+    try:
+        serve_tasks(setup, threads, conn.recv, conn.send, loaded)
+    finally:
+        leave_process()
+
+
+def _use_threads(threads: int) -> None:
+    """Give a forked worker its threads: the zygote loaded the model at one."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+
+def _reap(control: Connection, sending: threading.Lock, forked: threading.Event) -> None:
+    """Reap each worker as it ends and tell the coordinator its exit code."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:  # no worker yet, or none left: wait for the next fork
+            forked.wait()
+            forked.clear()
+            continue
+        with sending, suppress(OSError):
+            control.send(("exited", pid, os.waitstatus_to_exitcode(status)))
