@@ -110,13 +110,17 @@ def big_case(root: Path, rows: int) -> Case:
     )
 
 
-def run_case(case: Case, root: Path, workers: int, method: str) -> tuple[float, int, pa.Table]:
+def run_case(
+    case: Case, root: Path, workers: int, method: str, batch: str
+) -> tuple[float, int, pa.Table]:
     """(seconds, peak tree PSS in bytes, output table) of one run."""
     out = root / f"out-{case.name}-{workers}-{method}"
     spec = root / f"{case.name}-{workers}-{method}.toml"
+    size = batch if batch.isdigit() else json.dumps(batch)
     spec.write_text(
         f'[source]\nuri = {json.dumps(str(case.data))}\nid_column = "id"\nshard_bytes = 1024\n'
         f"{case.source}[model]\n{case.model}"
+        f"[batch]\nsize = {size}\n"
         f'[run]\nworkers = {workers}\nstart_method = "{method}"\n'
         f"[sink]\nuri = {json.dumps(str(out) + '/')}\nforce = true\n"
     )
@@ -142,6 +146,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=4000, help="MiniLM texts")
     parser.add_argument("--big-rows", type=int, default=2000, help="rows for the large model")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each setting (best kept)")
+    parser.add_argument("--batch", default="auto", help='batch.size: "auto" or rows')
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="thresher-shared-"))
@@ -151,6 +156,8 @@ def main() -> None:
         "big": lambda: big_case(root, args.big_rows),
     }
     lines = [
+        f"batch.size = {args.batch}",
+        "",
         "| model | start | PSS, 1 worker | PSS, 2 workers | 2 ÷ 1 | target | seconds, 2 workers |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -163,7 +170,7 @@ def main() -> None:
             for workers in (1, 2):
                 best = None
                 for _ in range(args.repeat):
-                    took, peak, output = run_case(case, root, workers, method)
+                    took, peak, output = run_case(case, root, workers, method, args.batch)
                     outputs.append(output)
                     best = (
                         (took, peak) if best is None else (min(best[0], took), min(best[1], peak))

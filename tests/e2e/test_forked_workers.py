@@ -225,3 +225,65 @@ def test_a_model_that_fails_to_load_in_the_zygote_fails_the_job(tmp_path: Path) 
     assert code != 0
     assert "weights.safetensors" in said
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+SLOW_TO_BUILD = """
+import time
+
+from torch import nn
+
+
+class Slow(nn.Module):
+    def __init__(self, seconds):
+        super().__init__()
+        self.net = nn.Linear(1, 1)
+        time.sleep(seconds)  # a large model's load
+
+    def forward(self, x):
+        return self.net(x)
+"""
+
+
+def test_a_cancel_while_the_zygote_loads_is_answered_at_once(tmp_path: Path) -> None:
+    """The coordinator never waits on the zygote's loading: a cancel lands in seconds."""
+    import sqlite3
+
+    import torch
+    from safetensors.torch import save_file
+
+    write_input(tmp_path)
+    (tmp_path / "slow.py").write_text(SLOW_TO_BUILD)
+    save_file(torch.nn.Linear(1, 1).state_dict(), str(tmp_path / "w.safetensors"))
+    spec = tmp_path / "job.toml"
+    spec.write_text(
+        '[source]\nuri = "in.parquet"\nid_column = "id"\nshard_bytes = 100000\n'
+        f'[model]\nkind = "torch"\nuri = "{tmp_path / "slow.py"}:Slow"\n'
+        '[model.options]\nseconds = 120\nweights = "w.safetensors"\ndevice = "cpu"\n'
+        '[run]\nworkers = 2\n[sink]\nuri = "out/"\n'
+    )
+    proc = start(tmp_path, spec)
+    store = tmp_path / "store.db"
+    try:
+        deadline = time.monotonic() + 60
+        job_id = None
+        while job_id is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            if store.exists():
+                with sqlite3.connect(store) as db:
+                    row = db.execute("SELECT id FROM thresher_jobs").fetchone()
+                job_id = row and row[0]
+        assert job_id, "the job was never recorded"
+        time.sleep(2)  # the zygote is building the model now
+        env = {**os.environ, "THRESHER_STORE": f"sqlite:///{store}"}
+        cancel = subprocess.run(
+            [THRESHER, "cancel", job_id], env=env, capture_output=True, text=True, check=False
+        )
+        assert cancel.returncode == 0, cancel.stderr
+        asked = time.monotonic()
+        assert proc.wait(timeout=60) == 1
+        assert time.monotonic() - asked < 20, "the cancel waited for the model to load"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert not (tmp_path / "out" / "_SUCCESS").exists()

@@ -68,6 +68,12 @@ def test_without_a_driver_there_is_no_gpu(tmp_path: Path, monkeypatch: pytest.Mo
     placement = plan_placement(RunSection(), 100)
     assert placement.device == "cpu" and placement.devices is None
     assert placement.workers == worker_slots(RunSection()) == (os.cpu_count() or 1)
+    # CPU workers are forked from a zygote, unless asked to spawn; one shard runs inline.
+    assert placement.forked and "forked from one model load" in placement.describe()
+    assert not plan_placement(RunSection(start_method="spawn"), 100).forked
+    assert not plan_placement(RunSection(executor="ray"), 100).forked
+    one = plan_placement(RunSection(), 1)
+    assert one.inline and not one.forked
 
 
 def test_one_worker_per_gpu_each_with_its_own(two_gpus: None) -> None:
@@ -81,6 +87,8 @@ def test_one_worker_per_gpu_each_with_its_own(two_gpus: None) -> None:
     hidden = plan_placement(RunSection(device="cpu"), 100)
     assert (hidden.workers, hidden.devices, hidden.device) == (cores, ("",) * cores, "cpu")
     assert plan_placement(RunSection(executor="ray", device="cuda"), 100).devices is None
+    assert not placement.forked, "CUDA does not survive a fork: GPU workers are spawned"
+    assert hidden.forked, "GPUs hidden: CPU workers are forked"
 
 
 def shown_devices(tmp_path: Path, run: dict[str, object]) -> tuple[list[str], dict[str, object]]:

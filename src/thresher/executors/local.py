@@ -181,10 +181,7 @@ class LocalExecutor:
         parent, child = mp.get_context("spawn").Pipe(duplex=True)
         process: WorkerProcess
         if self._zygote is not None:
-            if not self._zygote.alive:
-                self._zygote.close()
-                self._zygote = self._start_zygote()
-            process = self._zygote.fork(child, self.threads)
+            process = self._fork(child)
         else:
             spawned = mp.get_context("spawn").Process(
                 target=worker_main,
@@ -197,6 +194,17 @@ class LocalExecutor:
             child.close()
             process = spawned
         return _Worker(slot=slot, process=process, conn=parent)
+
+    def _fork(self, child: Connection) -> WorkerProcess:
+        """A worker forked from the zygote; a zygote that died (killed, out of memory) is
+        started afresh first."""
+        assert self._zygote is not None
+        if self._zygote.alive:
+            with suppress(OSError):
+                return self._zygote.fork(child, self.threads)
+        self._zygote.close()
+        self._zygote = self._start_zygote()
+        return self._zygote.fork(child, self.threads)
 
     def _start_zygote(self) -> Zygote:
         assert self._setup is not None

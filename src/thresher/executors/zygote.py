@@ -17,7 +17,8 @@ imported in the zygote and loaded by each worker after the fork. Placements on G
 fork (CUDA does not survive it); they spawn, as before.
 
 The zygote is the workers' parent: it reaps them and tells the coordinator each exit
-code. The coordinator watches a worker through a pidfd, which works for a grandchild.
+code. The coordinator watches a worker through a pidfd, which works for a grandchild, and
+never waits on the zygote's loading.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import select
 import signal
 import threading
 import time
+from collections import deque
 from contextlib import suppress
 from multiprocessing import get_context, reduction
 from multiprocessing.connection import Connection, wait
@@ -54,7 +56,11 @@ def preloads(model: ModelSection) -> bool:
 
 
 class Zygote:
-    """The coordinator's handle on one zygote process: `fork` a worker from it."""
+    """The coordinator's handle on one zygote process: `fork` a worker from it.
+
+    Forking never waits for the zygote: while it loads the model (minutes for a large
+    one), the coordinator goes on answering cancels and preemptions. A worker is pending
+    until the zygote says its pid; the zygote answers requests in order."""
 
     def __init__(self, setup: WorkerSetup, name: str) -> None:
         context = get_context("spawn")
@@ -64,6 +70,7 @@ class Zygote:
         )
         self.process.start()
         child.close()
+        self._pending: deque[ForkedWorker] = deque()
         self._exits: dict[int, int] = {}
 
     @property
@@ -71,71 +78,98 @@ class Zygote:
         return self.process.is_alive()
 
     def fork(self, conn: Connection, threads: int) -> ForkedWorker:
-        """A worker forked from the zygote that serves tasks over `conn` (the worker's end
-        of its pipe, closed here once handed over) with `threads` threads.
+        """A worker the zygote will fork, to serve tasks over `conn` (the worker's end of
+        its pipe, closed here once handed over) with `threads` threads.
 
-        Raises EOFError or OSError when the zygote is gone."""
-        try:
-            self._control.send(threads)
-            reduction.send_handle(self._control, conn.fileno(), self.process.pid)
-        finally:
-            conn.close()
-        while True:
-            message = self._control.recv()
-            if message[0] == "forked":
-                return ForkedWorker(message[1], self)
-            self._note(message)
+        Raises OSError when the zygote is gone."""
+        self._control.send(threads)
+        reduction.send_handle(self._control, conn.fileno(), self.process.pid)
+        conn.close()  # the zygote has its own copy now; kept open above for a retry
+        worker = ForkedWorker(self)
+        self._pending.append(worker)
+        return worker
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Take in what the zygote has said (forked pids, exit codes), waiting up to
+        `timeout` for the first word."""
+        with suppress(EOFError, OSError):
+            while wait([self._control], timeout):
+                message = self._control.recv()
+                if message[0] == "forked":
+                    self._pending.popleft().started(message[1])
+                else:
+                    self._exits[message[1]] = message[2]
+                timeout = 0.0
 
     def exit_code(self, pid: int, timeout: float) -> int | None:
         """Worker `pid`'s exit code as the zygote reaped it, waiting up to `timeout`."""
         deadline = time.monotonic() + timeout
-        with suppress(EOFError, OSError):
-            while pid not in self._exits and time.monotonic() < deadline:
-                if wait([self._control], JOIN_POLL_SECONDS):
-                    self._note(self._control.recv())
+        while pid not in self._exits and time.monotonic() < deadline and self.alive:
+            self.poll(JOIN_POLL_SECONDS)
         return self._exits.get(pid)
 
     def close(self) -> None:
-        """Stop the zygote (its workers were told to stop already)."""
+        """Stop the zygote (its workers were told to stop already). One still loading,
+        with forks it has not made, is killed rather than waited for."""
         self._control.close()
-        self.process.join(timeout=5)
+        self.process.join(timeout=0 if self._pending else 5)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
 
-    def _note(self, message: tuple[Any, ...]) -> None:
-        if message[0] == "exited":
-            self._exits[message[1]] = message[2]
-
 
 class ForkedWorker:
     """A worker forked by a zygote, with the face of a multiprocessing Process that the
-    local executor uses: a sentinel to wait on (a pidfd), join, kill, exitcode."""
+    local executor uses: a sentinel to wait on, join, kill, exitcode. Until the zygote
+    has forked it, its sentinel is the zygote's (the zygote's death is its death)."""
 
-    def __init__(self, pid: int, zygote: Zygote) -> None:
-        self.pid = pid
+    def __init__(self, zygote: Zygote) -> None:
+        self.pid: int | None = None
         self._zygote = zygote
+        self._pidfd: int | None = None
         self.exitcode: int | None = None
+
+    def started(self, pid: int) -> None:
+        self.pid = pid
         try:
-            self.sentinel = os.pidfd_open(pid)
+            self._pidfd = os.pidfd_open(pid)
         except ProcessLookupError:  # gone already: a sentinel that is ready at once
-            self.sentinel, write_end = os.pipe()
+            self._pidfd, write_end = os.pipe()
             os.close(write_end)
+
+    @property
+    def sentinel(self) -> int:
+        if self._pidfd is None:
+            self._zygote.poll()
+        return self._zygote.process.sentinel if self._pidfd is None else self._pidfd
 
     def is_alive(self) -> bool:
         return not select.select([self.sentinel], [], [], 0)[0]
 
     def join(self, timeout: float | None = None) -> None:
-        if wait([self.sentinel], timeout) and self.exitcode is None:
+        if self.pid is None:
+            self._zygote.poll()
+        if self.pid is None and timeout is not None:
+            return  # not forked yet: nothing of its own to finish
+        if wait([self.sentinel], timeout) and self.exitcode is None and self.pid is not None:
             self.exitcode = self._zygote.exit_code(self.pid, timeout or 1.0)
 
     def kill(self) -> None:
+        """Kill the worker. One not forked yet is the zygote still loading: killing the
+        zygote is the only way to stop it (only a shutdown kills a worker before its
+        READY, and it is ending every worker of that zygote)."""
+        if self.pid is None:
+            self._zygote.poll()
+        if self.pid is None:
+            self._zygote.process.kill()
+            return
         with suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
 
     def close(self) -> None:
-        with suppress(OSError):
-            os.close(self.sentinel)
+        if self._pidfd is not None:
+            with suppress(OSError):
+                os.close(self._pidfd)
 
 
 def zygote_main(setup: WorkerSetup, control: Connection) -> None:

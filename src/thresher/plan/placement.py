@@ -62,5 +62,7 @@ def plan_placement(run: RunSection, shard_count: int) -> Placement:
         devices = (HIDDEN,) * workers
     threads = max(1, cores // workers)
     inline = shard_count == 1 and devices is None
-    forked = run.executor == "local" and not inline and not gpus and run.start_method == "auto"
+    # pidfd_open: how the coordinator watches a worker it did not start (Linux 5.3+)
+    forks = run.start_method == "auto" and hasattr(os, "pidfd_open")
+    forked = run.executor == "local" and not inline and not gpus and forks
     return Placement(workers, threads, devices, inline=inline, forked=forked)
