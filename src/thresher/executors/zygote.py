@@ -197,6 +197,7 @@ def zygote_main(setup: WorkerSetup, control: Connection) -> None:
             break
         pid = os.fork()
         if pid == 0:
+            control.close()  # the zygote's line to the coordinator is not the worker's
             _worker(setup, Connection(fd), threads, loaded)
         os.close(fd)
         forked.set()
