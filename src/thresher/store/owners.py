@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from thresher.loops import start_loop
 from thresher.store.db import Cursor, Database, now
 
 __all__ = [
@@ -142,9 +143,8 @@ def keep_beating(url: str, owner: str, every: float = BEAT_SECONDS) -> Callable[
     db = Database(url)
     table = OwnerTable(db)
     table.beat(owner)  # before anything is owned
-    stopping = threading.Event()
 
-    def loop() -> None:
+    def loop(stopping: threading.Event) -> None:
         while not stopping.wait(every):
             try:
                 table.beat(owner)
@@ -153,14 +153,7 @@ def keep_beating(url: str, owner: str, every: float = BEAT_SECONDS) -> Callable[
                 log.exception("owner %s: its heartbeat could not be recorded now", owner)
         db.close()
 
-    thread = threading.Thread(target=loop, name="thresher-heartbeat", daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        stopping.set()
-        thread.join()
-
-    return stop
+    return start_loop("thresher-heartbeat", loop)
 
 
 @contextmanager

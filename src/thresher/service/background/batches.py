@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from thresher.errors import ThresherError
+from thresher.loops import start_loop
 from thresher.openai.lines import prepare_lines
 from thresher.openai.results import Written, write_results
 from thresher.plan import worker_slots
@@ -225,26 +226,23 @@ def start_batches(state: ServiceState) -> Callable[[], None]:
     """Start the batch worker's thread, woken as a job ends (its `on_job_finished`
     hook: a batch whose job ended is finalized now, not at the next poll); returns its
     stop."""
-    worker, stopping = BatchWorker(state), threading.Event()
+    worker = BatchWorker(state)
 
     def job_finished(record: JobRecord) -> None:
         state.batches_waiting.set()
 
-    def loop() -> None:
+    def loop(stopping: threading.Event) -> None:
         while not stopping.is_set():
             state.batches_waiting.clear()
             worker.step()
             state.batches_waiting.wait(POLL_SECONDS)
 
-    thread = threading.Thread(target=loop, name="thresher-batches", daemon=True)
-    thread.start()
+    stop_loop = start_loop("thresher-batches", loop, wake=state.batches_waiting)
     state.on_job_finished.append(job_finished)
 
     def stop() -> None:
         if job_finished in state.on_job_finished:
             state.on_job_finished.remove(job_finished)
-        stopping.set()
-        state.batches_waiting.set()
-        thread.join()
+        stop_loop()
 
     return stop

@@ -45,6 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from thresher.loops import start_loop
 from thresher.service.config import BufferSettings
 from thresher.service.errors import ServiceError, TooManyRequests
 from thresher.service.routers.requests import router
@@ -225,9 +226,8 @@ def start_flusher(
     the function that stops both. `submit` makes a batch's job (default: the service's
     own `submission.submit_job`)."""
     flusher = Flusher(state, submit)
-    stopping = threading.Event()
 
-    def loop() -> None:
+    def loop(stopping: threading.Event) -> None:
         last_reconcile = float("-inf")
         while not stopping.is_set():
             try:
@@ -240,12 +240,10 @@ def start_flusher(
             stopping.wait(poll)
 
     state.on_job_finished.append(flusher.job_finished)
-    thread = threading.Thread(target=loop, name="thresher-buffer", daemon=True)
-    thread.start()
+    stop_loop = start_loop("thresher-buffer", loop)
 
     def stop() -> None:
-        stopping.set()
-        thread.join()
+        stop_loop()
         if flusher.job_finished in state.on_job_finished:
             state.on_job_finished.remove(flusher.job_finished)
 

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 from thresher.errors import ThresherError
 from thresher.faults import crash_point
+from thresher.loops import start_loop
 from thresher.schedules import Cron, TickFate, due_ticks
 from thresher.schedules.catchup import MAX_LISTED
 from thresher.schedules.clock import Clock
@@ -168,9 +169,9 @@ def start_ticker(
     tick was triggered by hand). `clock` defaults to `THRESHER_CLOCK`'s, else the real
     one (`schedules/clock.py`)."""
     clock = clock or Clock.from_environment()
-    ticker, stopping = Ticker(state, submit), threading.Event()
+    ticker = Ticker(state, submit)
 
-    def loop() -> None:
+    def loop(stopping: threading.Event) -> None:
         while not stopping.is_set():
             state.ticks_waiting.clear()
             now = clock.now()
@@ -180,12 +181,4 @@ def start_ticker(
                 wait = min(wait, (upcoming - now).total_seconds() + 0.001)
             state.ticks_waiting.wait(clock.real_seconds(max(wait, 0.0)))
 
-    thread = threading.Thread(target=loop, name="thresher-ticker", daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        stopping.set()
-        state.ticks_waiting.set()
-        thread.join()
-
-    return stop
+    return start_loop("thresher-ticker", loop, wake=state.ticks_waiting)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from thresher.loops import start_loop
 from thresher.service.errors import ServiceError, TooManyRequests
 from thresher.service.state import ServiceState
 from thresher.service.triggers import Watched, every_trigger
@@ -157,17 +158,10 @@ def _sha256(f: FileSeen) -> str | None:
 def start_watcher(state: ServiceState, submit: Submit) -> Callable[[], None]:
     """Start the watcher's thread (always: a tenant may make a trigger at any time);
     returns its stop."""
-    watcher, stopping = Watcher(state, submit), threading.Event()
+    watcher = Watcher(state, submit)
 
-    def loop() -> None:
+    def loop(stopping: threading.Event) -> None:
         while not stopping.is_set():
             stopping.wait(watcher.look(datetime.now(UTC)))
 
-    thread = threading.Thread(target=loop, name="thresher-watcher", daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        stopping.set()
-        thread.join()
-
-    return stop
+    return start_loop("thresher-watcher", loop)
