@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -283,3 +284,37 @@ def read_errors(directory: Path) -> list[dict[str, Any]]:
         for line in path.read_text(encoding="utf-8").splitlines():
             records.append(json.loads(line))
     return records
+
+
+# A bare `thresher run` in a folder of its own, for tests that watch the process itself.
+
+
+def store_env(root: Path, fault: str | None = None) -> dict[str, str]:
+    """The environment of a CLI run in `root`: its own SQLite store, and the crash point
+    `fault` (THRESHER_FAULT) if one is named, none otherwise."""
+    variables = {**os.environ, "THRESHER_STORE": f"sqlite:///{root / 'store.db'}"}
+    variables.pop("THRESHER_FAULT", None)
+    if fault:
+        variables["THRESHER_FAULT"] = fault
+    return variables
+
+
+def start_run(root: Path, spec: Path, fault: str | None = None) -> subprocess.Popen[str]:
+    """`thresher run SPEC` started in `root`, what it says on stdout and stderr together."""
+    return subprocess.Popen(
+        [str(THRESHER), "run", str(spec)],
+        cwd=root,
+        env=store_env(root, fault),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def latest_job(root: Path) -> str | None:
+    """The newest job in `root`'s store, None before one is recorded."""
+    if not (root / "store.db").exists():
+        return None
+    with closing(sqlite3.connect(root / "store.db")) as db:
+        row = db.execute("SELECT id FROM thresher_jobs ORDER BY created_at DESC").fetchone()
+    return None if row is None else str(row[0])

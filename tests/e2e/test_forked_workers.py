@@ -21,9 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from .support import THRESHER, latest_job, start_run, store_env
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-THRESHER = str(Path(sys.executable).parent / "thresher")
 ROWS = 20_000
 
 RECORDING = """
@@ -91,23 +92,10 @@ def recording_job(root: Path, start_method: str = "auto", per_batch: float = 0.0
     return spec
 
 
-def start(root: Path, spec: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "THRESHER_STORE": f"sqlite:///{root / 'store.db'}"}
-    env.pop("THRESHER_FAULT", None)
-    return subprocess.Popen(
-        [THRESHER, "run", str(spec)],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def run(root: Path, spec: Path, timeout: float = 180) -> tuple[int, str]:
-    """The CLI's exit code and what it said on stderr."""
-    proc = start(root, spec)
-    _, said = proc.communicate(timeout=timeout)
+    """The CLI's exit code and what it said."""
+    proc = start_run(root, spec)
+    said, _ = proc.communicate(timeout=timeout)
     return proc.returncode, said
 
 
@@ -130,8 +118,8 @@ def test_workers_are_forked_from_one_zygote_unless_spawn_is_asked(
     tmp_path: Path, start_method: str
 ) -> None:
     spec = recording_job(tmp_path, start_method)
-    proc = start(tmp_path, spec)
-    _, said = proc.communicate(timeout=180)
+    proc = start_run(tmp_path, spec)
+    said, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, said
     workers = recorded(tmp_path)
     parents = {parent for _, parent in workers}
@@ -193,7 +181,7 @@ def test_a_torch_model_is_built_once_and_run_with_each_workers_threads(tmp_path:
 
 def test_a_killed_worker_is_forked_again_and_its_shard_retried(tmp_path: Path) -> None:
     spec = recording_job(tmp_path, per_batch=0.15)
-    proc = start(tmp_path, spec)
+    proc = start_run(tmp_path, spec)
     pids = tmp_path / "pids"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (pids.exists() and pids.read_text().strip()):
@@ -201,7 +189,7 @@ def test_a_killed_worker_is_forked_again_and_its_shard_retried(tmp_path: Path) -
     victim = int(pids.read_text().split()[0])
     time.sleep(0.5)  # into its first shard
     os.kill(victim, signal.SIGKILL)
-    _, said = proc.communicate(timeout=180)
+    said, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, said
     workers = recorded(tmp_path)
     assert len(workers) == 3, "a replacement worker started"
@@ -246,8 +234,6 @@ class Slow(nn.Module):
 
 def test_a_cancel_while_the_zygote_loads_is_answered_at_once(tmp_path: Path) -> None:
     """The coordinator never waits on the zygote's loading: a cancel lands in seconds."""
-    import sqlite3
-
     import torch
     from safetensors.torch import save_file
 
@@ -261,22 +247,21 @@ def test_a_cancel_while_the_zygote_loads_is_answered_at_once(tmp_path: Path) -> 
         '[model.options]\nseconds = 120\nweights = "w.safetensors"\ndevice = "cpu"\n'
         '[run]\nworkers = 2\n[sink]\nuri = "out/"\n'
     )
-    proc = start(tmp_path, spec)
-    store = tmp_path / "store.db"
+    proc = start_run(tmp_path, spec)
     try:
         deadline = time.monotonic() + 60
         job_id = None
         while job_id is None and time.monotonic() < deadline:
             time.sleep(0.2)
-            if store.exists():
-                with sqlite3.connect(store) as db:
-                    row = db.execute("SELECT id FROM thresher_jobs").fetchone()
-                job_id = row and row[0]
+            job_id = latest_job(tmp_path)
         assert job_id, "the job was never recorded"
         time.sleep(2)  # the zygote is building the model now
-        env = {**os.environ, "THRESHER_STORE": f"sqlite:///{store}"}
         cancel = subprocess.run(
-            [THRESHER, "cancel", job_id], env=env, capture_output=True, text=True, check=False
+            [THRESHER, "cancel", job_id],
+            env=store_env(tmp_path),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert cancel.returncode == 0, cancel.stderr
         asked = time.monotonic()

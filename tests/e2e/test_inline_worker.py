@@ -7,10 +7,7 @@ every row once."""
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,9 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from .support import THRESHER, latest_job, start_run, store_env
+
 pytestmark = pytest.mark.e2e
 
-THRESHER = str(Path(sys.executable).parent / "thresher")
 ROWS = 20_000
 
 MODEL = """
@@ -64,34 +62,9 @@ def write_job(root: Path, shards: int = 1, batch: int = 1000, **options: float) 
     return spec
 
 
-def env(root: Path, fault: str | None = None) -> dict[str, str]:
-    variables = {**os.environ, "THRESHER_STORE": f"sqlite:///{root / 'store.db'}"}
-    variables.pop("THRESHER_FAULT", None)
-    if fault:
-        variables["THRESHER_FAULT"] = fault
-    return variables
-
-
-def start(root: Path, spec: Path, fault: str | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [THRESHER, "run", str(spec)],
-        cwd=root,
-        env=env(root, fault),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def output_ids(root: Path) -> Counter[int]:
     parts = sorted((root / "out").glob("part-*.parquet"))
     return Counter(pq.read_table(parts).column("id").to_pylist()) if parts else Counter()
-
-
-def latest_job(root: Path) -> str:
-    with sqlite3.connect(root / "store.db") as db:
-        row = db.execute("SELECT id FROM thresher_jobs ORDER BY created_at DESC").fetchone()
-    return str(row[0])
 
 
 @pytest.mark.parametrize("shards", [1, 2])
@@ -99,7 +72,7 @@ def test_one_shard_runs_in_the_coordinators_process_and_more_in_workers(
     tmp_path: Path, shards: int
 ) -> None:
     spec = write_job(tmp_path, shards)
-    proc = start(tmp_path, spec)
+    proc = start_run(tmp_path, spec)
     said, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, said
     manifest = json.loads((tmp_path / "out" / "_SUCCESS").read_text())
@@ -119,7 +92,7 @@ def test_one_shard_runs_in_the_coordinators_process_and_more_in_workers(
 def test_a_stuck_inline_shard_fails_at_the_timeout_not_retried(tmp_path: Path) -> None:
     spec = write_job(tmp_path, sleep_on=12_345.0, sleep=20.0)
     clock = time.monotonic()
-    proc = start(tmp_path, spec)
+    proc = start_run(tmp_path, spec)
     said, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1, said
     assert time.monotonic() - clock < 15, "the stuck shard was not given up at the timeout"
@@ -131,14 +104,16 @@ def test_a_cancel_stops_an_inline_shard_at_its_next_chunk(tmp_path: Path) -> Non
     # Chunks of 8,192 rows (READ_WINDOW) in batches of 4,096, half a second each: a chunk a
     # second, 3 in all, so the cancel lands mid-shard.
     spec = write_job(tmp_path, batch=4096, per_batch=0.5)
-    proc = start(tmp_path, spec)
+    proc = start_run(tmp_path, spec)
     deadline = time.monotonic() + 60
     while not (tmp_path / "pids").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.2)  # the first chunk done
+    job = latest_job(tmp_path)
+    assert job, "the job was never recorded"
     cancelled = subprocess.run(
-        [THRESHER, "cancel", latest_job(tmp_path)], env=env(tmp_path), capture_output=True,
-        text=True, check=False,
+        [THRESHER, "cancel", job], env=store_env(tmp_path), capture_output=True, text=True,
+        check=False,
     )  # fmt: skip
     assert cancelled.returncode == 0, cancelled.stderr
     clock = time.monotonic()
@@ -151,11 +126,13 @@ def test_a_cancel_stops_an_inline_shard_at_its_next_chunk(tmp_path: Path) -> Non
 
 def test_a_crash_in_the_inline_worker_is_resumed_exactly_once(tmp_path: Path) -> None:
     spec = write_job(tmp_path)
-    crashed = start(tmp_path, spec, fault="worker_after_stage:0")
+    crashed = start_run(tmp_path, spec, fault="worker_after_stage:0")
     crashed.communicate(timeout=120)
     assert crashed.returncode == -9, "the crash point did not take the coordinator down"
+    job = latest_job(tmp_path)
+    assert job, "the crashed job was never recorded"
     resumed = subprocess.run(
-        [THRESHER, "resume", latest_job(tmp_path)], cwd=tmp_path, env=env(tmp_path),
+        [THRESHER, "resume", job], cwd=tmp_path, env=store_env(tmp_path),
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
