@@ -15,7 +15,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +36,8 @@ class Measured:
     peak_tree_pss: int | None = None  # bytes, summed over the tree, when asked for
 
 
-def tree_rss(pid: int) -> int:
-    """Summed RSS in bytes of `pid` and all its descendants, from /proc."""
+def process_tree(pid: int) -> dict[int, int]:
+    """`pid` and all its descendants, each with its RSS in bytes, from /proc/*/stat."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -51,30 +51,19 @@ def tree_rss(pid: int) -> int:
             continue
         children.setdefault(int(fields[1]), []).append(int(entry))
         rss[int(entry)] = int(fields[21]) * page
-    total, stack = 0, [pid]
+    tree, stack = {}, [pid]
     while stack:
         p = stack.pop()
-        total += rss.get(p, 0)
+        tree[p] = rss.get(p, 0)
         stack.extend(children.get(p, []))
-    return total
+    return tree
 
 
-def tree_pss(pid: int) -> int:
-    """Summed PSS in bytes of `pid` and all its descendants (each shared page divided
-    among the processes that map it), from /proc/*/smaps_rollup."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        stack.extend(children.get(p, []))
+def tree_pss(pids: Iterable[int]) -> int:
+    """Summed PSS in bytes of `pids` (each shared page divided among the processes that
+    map it), from /proc/*/smaps_rollup."""
+    total = 0
+    for p in pids:
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
                 total += sum(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
@@ -99,9 +88,10 @@ class _Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.done.is_set():
-            self.peak = max(self.peak, tree_rss(self.pid))
+            tree = process_tree(self.pid)
+            self.peak = max(self.peak, sum(tree.values()))
             if self.pss:
-                self.peak_pss = max(self.peak_pss, tree_pss(self.pid))
+                self.peak_pss = max(self.peak_pss, tree_pss(tree))
             if self.first_output is None and self._output_exists():
                 self.first_output = time.perf_counter() - self.started
             time.sleep(POLL_SECONDS)
