@@ -2,24 +2,36 @@
 
 The tuner starts at its start size, the best so far, and doubles: each bigger size (the
 challenger) is measured against the best so far, their batches taking turns, and wins if
-its throughput beats the best's by more than `GAIN`. `FLAT_STEPS` losses in a row (or the ceiling)
-settle it at the best. Taking turns is what makes the comparison fair: measured one
-after the other, a size would be judged on other rows (a text model's rows come sorted
-shortest first, and a longer row costs less per token, so later sizes looked better)
-and at another moment of a shared machine's load. Each duel measures both sizes over at
-least `SAMPLES` calls and `MIN_SECONDS` of model time each, as work over seconds (work is
-rows, or tokens for a text model: see `observe`); a challenger that beats the best by
+its throughput beats the best's by more than `GAIN`. `FLAT_STEPS` losses in a row (or the
+ceiling) settle it at the best. Taking turns is what makes the comparison fair to a shared
+machine whose load changes under the duel. Each duel measures both sizes over at least
+`SAMPLES` calls and `MIN_SECONDS` of model time each; a challenger that beats the best by
 `DECISIVE` over `SAMPLES` calls each wins at once. Far below the knee a call is mostly
 fixed cost and each doubling wins by that much; measured for `MIN_SECONDS` of model time
 each, the small sizes' thousands of calls, each with the pipeline's own cost per batch,
-took a 5-second LightGBM job a fifth of its time. Out of memory halves the size and caps
-it there for good. `batch.max_memory` caps the input bytes of one batch. Only full
-batches are measured, and the first call (model warm-up) is ignored.
+took a 5-second LightGBM job a fifth of its time.
+
+Rows of equal cost make throughput rows per second. A text model's rows are not equal: a
+chunk's rows come sorted shortest first, each batch padded to its longest row, and a call
+costs a fixed part plus a part per padded token. So each size's calls are fitted to that
+line (`_Tally.seconds`), and its throughput is the chunk's tokens over the seconds the
+line predicts for the chunk cut in batches of that size: the padding a bigger batch adds
+is counted where it falls, not where the duel happened to measure it. Judged on the tokens
+per second of the batches it ran, MiniLM settled at 512 rows on 1,000-row shards, where
+512 ran 2.5 times slower than 64: a batch of half a sorted chunk pads to its longest row, and
+the shorter rows the small size was measured on cost more per token. A challenger's turn
+waits while the chunk has fewer rows left than its size: a partial batch measures nothing.
+
+Out of memory halves the size and caps it there for good. `batch.max_memory` caps the input
+bytes of one batch. Only full batches are measured, and the first call (model warm-up) is
+ignored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 GAIN = 1.05  # a size must beat the best so far by 5% to count as better
 DECISIVE = 1.25  # ...and wins without further measurement if it beats it by 25%
@@ -31,29 +43,29 @@ SAMPLE_SECONDS = 1.0  # ...unless one size has already taken this long
 
 @dataclass
 class _Tally:
-    """Measured calls at one size."""
+    """Measured calls at one size: each call's work and seconds."""
 
-    calls: int = 0
-    work: float = 0.0
-    seconds: float = 0.0
+    work: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
 
     def add(self, work: float, seconds: float) -> None:
-        self.calls += 1
-        self.work += work
-        self.seconds += seconds
+        self.work.append(work)
+        self.seconds.append(seconds)
 
     def enough(self) -> bool:
-        return (self.calls >= SAMPLES and self.seconds >= MIN_SECONDS) or (
-            self.seconds > SAMPLE_SECONDS
-        )
+        total = sum(self.seconds)
+        return (len(self.seconds) >= SAMPLES and total >= MIN_SECONDS) or total > SAMPLE_SECONDS
 
-    def beats(self, other: _Tally) -> bool:
-        """Decisively faster, each measured over `SAMPLES` calls at least."""
-        return min(self.calls, other.calls) >= SAMPLES and self.rate > other.rate * DECISIVE
-
-    @property
-    def rate(self) -> float:
-        return self.work / self.seconds
+    def predict(self, work: np.ndarray) -> float:
+        """Seconds for calls of this much work each: the measured calls' fixed cost and
+        cost per unit of work, fitted; when the fit has no slope to find (every call the
+        same work) or finds a negative part, seconds in proportion to work."""
+        x, y = np.asarray(self.work), np.asarray(self.seconds)
+        if np.ptp(x) > 0:
+            per_work, per_call = np.polyfit(x, y, 1)
+            if per_work >= 0 and per_call >= 0:
+                return float(per_call * len(work) + per_work * work.sum())
+        return float(y.sum() / x.sum() * work.sum())
 
 
 @dataclass
@@ -64,67 +76,81 @@ class BatchTuner:
     start: int = 64
     max_size: int = 65536
     max_memory: int | None = None
-    size: int = field(init=False)
+    size: int = field(init=False)  # the best size so far; the size it settled at
     settled: bool = field(init=False)
-    _best: int = field(init=False, default=0)
     _challenger: int = field(init=False, default=0)
+    _challenger_next: bool = field(init=False, default=False)  # sizes take turns
     _tallies: dict[int, _Tally] = field(init=False, default_factory=dict)
     _flat_steps: int = field(init=False, default=0)
     _warm: bool = field(init=False, default=False)
+    _lengths: np.ndarray | None = field(init=False, default=None)  # the chunk's, sorted
 
     def __post_init__(self) -> None:
-        self.size = self.fixed or min(self.start, self.max_size)
+        self.size = self._challenger = self.fixed or min(self.start, self.max_size)
         self.settled = self.fixed is not None
-        self._best = self._challenger = self.size
         if not self.settled:
-            self._next_challenger()
-            self.size = self._best  # the first batches at the start size, then turns
+            self._next_challenger()  # the first batches at the start size, then turns
 
-    def batch_size(self, row_bytes: float) -> int:
-        """The size for the next batch, under the memory cap for rows this wide."""
+    def begin_chunk(self, lengths: np.ndarray | None) -> None:
+        """The next batches come from one chunk; `lengths`: a text model's row lengths,
+        sorted shortest first as the batches take them (None: rows of equal cost)."""
+        self._lengths = lengths
+
+    def batch_size(self, row_bytes: float, rows_left: int | None = None) -> int:
+        """The size for the next batch, under the memory cap for rows this wide;
+        `rows_left`: the chunk's rows not yet batched."""
+        size = self.size
+        if self._challenger_next and (rows_left is None or rows_left >= self._challenger):
+            size = self._challenger
         if self.max_memory and row_bytes > 0:
-            return max(1, min(self.size, int(self.max_memory // row_bytes)))
-        return self.size
+            return max(1, min(size, int(self.max_memory // row_bytes)))
+        return size
 
     def observe(self, rows: int, seconds: float, work: float | None = None) -> None:
         """Record one model call of `rows` rows that took `seconds`.
 
-        `work` is what the call cost in the model's own units when rows differ in cost:
-        tokens for a text model, whose rows come sorted shortest first. Rows by default."""
-        if self.settled or rows < self.size or seconds <= 0:
-            return
+        `work` is what the call computed in the model's own units when rows differ in
+        cost: for a text model, its rows times the longest row's tokens. Rows by default."""
+        if self.settled or seconds <= 0 or rows not in (self.size, self._challenger):
+            return  # a partial batch, or one the memory cap cut
         if not self._warm:
             self._warm = True  # the first call pays for lazy initialisation
             return
-        self._tallies.setdefault(self.size, _Tally()).add(rows if work is None else work, seconds)
-        self.size = self._challenger if self.size == self._best else self._best  # take turns
-        best, challenger = self._tallies.get(self._best), self._tallies.get(self._challenger)
-        if (
-            best
-            and challenger
-            and ((best.enough() and challenger.enough()) or challenger.beats(best))
-        ):
-            self._judge()
+        self._tallies.setdefault(rows, _Tally()).add(rows if work is None else work, seconds)
+        self._challenger_next = rows == self.size
+        best, challenger = self._tallies.get(self.size), self._tallies.get(self._challenger)
+        if not (best and challenger):
+            return
+        samples = min(len(best.seconds), len(challenger.seconds))
+        gain = self._throughput(challenger, self._challenger) / self._throughput(best, self.size)
+        if (best.enough() and challenger.enough()) or (samples >= SAMPLES and gain > DECISIVE):
+            if gain > GAIN:
+                self.size, self._flat_steps = self._challenger, 0
+            else:
+                self._flat_steps += 1
+            self._next_challenger()
 
     def back_off(self, failed_rows: int) -> None:
-        """A batch of `failed_rows` ran out of memory: halve, and never grow past that."""
-        self.size = max(1, min(self.size, failed_rows) // 2)
-        self.max_size = self.size
-        self.settled = True
+        """A batch of `failed_rows` ran out of memory: halve it (unless it was a
+        challenger bigger than the best), and never grow past that."""
+        halved = failed_rows // 2 if failed_rows <= self.size else self.size
+        self.size = self.max_size = max(1, halved)
+        self.settled, self._challenger_next = True, False
 
-    def _judge(self) -> None:
-        best, challenger = self._tallies[self._best], self._tallies[self._challenger]
-        if challenger.rate > best.rate * GAIN:
-            self._best, self._flat_steps = self._challenger, 0
-        else:
-            self._flat_steps += 1
-        self._next_challenger()
+    def _throughput(self, tally: _Tally, size: int) -> float:
+        """Rows (or a text model's tokens) per second at `size`: for text, the chunk's
+        tokens over the seconds its batches of `size` would take, each padded."""
+        lengths = self._lengths
+        if lengths is None or len(lengths) == 0 or lengths[-1] <= 0:
+            return size / tally.predict(np.array([size], dtype=np.float64))
+        ends = np.minimum(np.arange(size, len(lengths) + size, size), len(lengths))
+        padded = np.diff(ends, prepend=0) * lengths[ends - 1].astype(np.float64)
+        return float(lengths.sum()) / tally.predict(padded)
 
     def _next_challenger(self) -> None:
         """Double the last challenger, or settle at the best."""
         self._tallies.clear()  # the next duel measures both afresh, side by side
+        self._challenger_next = False
         self._challenger *= 2
         if self._flat_steps >= FLAT_STEPS or self._challenger > self.max_size:
-            self.size, self.settled = self._best, True
-        else:
-            self.size = self._challenger
+            self.settled = True

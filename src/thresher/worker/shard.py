@@ -73,8 +73,8 @@ class ShardWork:
 
     def predict(self, chunk: Chunk, work: float | None = None) -> tuple[pa.Table, np.ndarray]:
         """A chunk's output rows (id, keep columns, predictions) and their positions;
-        its bad rows go to the error part. `work`: the chunk's cost in the model's units
-        (its rows' total length), for the tuner."""
+        its bad rows go to the error part. `work`: its cost in the model's units, for the
+        tuner (see BatchTuner.observe)."""
         setup = self.setup
         rows = _drop_missing(_Rows(setup, self.shard, chunk.table, chunk.positions), self.errors)
         table, positions = rows.table, rows.positions
@@ -125,17 +125,21 @@ class ShardWork:
     def _pieces(
         self, chunk: Chunk, lengths: np.ndarray | None
     ) -> Iterator[tuple[Chunk, float | None]]:
-        """Batches of the tuner's size, each with its rows' total length (when known)."""
+        """Batches of the tuner's size, each with its work when rows have lengths (sorted
+        shortest first): its rows times its longest row, as the model pads them."""
         rows, tuner = chunk.table.num_rows, self.tuner
+        if tuner is not None:
+            tuner.begin_chunk(lengths)
         # Table.nbytes walks every buffer of every column (a millisecond for 30 sliced
         # columns, 3% of a tree model's time): only a memory cap needs it.
         capped = rows and tuner is not None and tuner.max_memory
         row_bytes = chunk.table.nbytes / rows if capped else 0.0
         start = 0
         while start < rows:
-            size = tuner.batch_size(row_bytes) if tuner else rows
+            size = tuner.batch_size(row_bytes, rows - start) if tuner else rows
             stop = start + size
-            work = None if lengths is None else float(lengths[start:stop].sum())
+            last = min(stop, rows) - 1
+            work = None if lengths is None else float((last + 1 - start) * lengths[last])
             yield Chunk(chunk.table.slice(start, size), chunk.positions[start:stop]), work
             start = stop
 
