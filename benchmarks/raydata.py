@@ -1,6 +1,7 @@
 """Ray Data doing the same job, run as its own process so it is measured like the rest.
 
-    python benchmarks/raydata.py WORKLOAD.json OUT_DIR --batch-size N --workers 2 --threads 1
+    python benchmarks/raydata.py WORKLOAD.json OUT_DIR --batch-size N [--model-batch M] \
+        --workers 2 --threads 1
 
 `ray.data.read_parquet` -> `map_batches` with an actor class that loads the model once in
 `__init__` -> `write_parquet`. Set up as a competent Ray Data user would on this machine
@@ -12,7 +13,11 @@
 - Each actor asks for half a CPU: on a small machine whole-CPU actors leave none for the
   read and write tasks, and Ray waits forever.
 - `batch_size`: thresher tuned's batch size for the matrix models (the size that model runs
-  fastest at here), 64 for MiniLM.
+  fastest at here). For MiniLM, `map_batches` hands each actor 1,024 rows (Ray Data's
+  default batch) and the actor encodes them in batches of `--model-batch` 64:
+  `SentenceTransformer.encode` sorts each call's texts by length first, so batches of 64
+  taken from 1,024 sorted rows pad little (handed 64 rows at a time, encode had nothing to
+  sort, and every batch padded to its longest row in input order).
 - The text input (a few MB) is repartitioned into `TEXT_BLOCKS_PER_ACTOR` blocks per
   actor: left to itself Ray reads it as one block, which goes whole to one actor while
   the other idles (`override_num_blocks` on the read did not help: the one read task's
@@ -40,14 +45,14 @@ TEXT_BLOCKS_PER_ACTOR = 8
 class Predict:
     """One Ray actor: the model, loaded once."""
 
-    def __init__(self, workload_json: str, threads: int, batch_size: int) -> None:
+    def __init__(self, workload_json: str, threads: int, model_batch: int) -> None:
         self.workload = Workload.from_json(workload_json)
         self.predict = load_predictor(self.workload, threads)
-        self.batch_size = batch_size
+        self.model_batch = model_batch
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         log_batch(batch.num_rows)
-        predictions = self.predict(read_inputs(self.workload, batch), self.batch_size)
+        predictions = self.predict(read_inputs(self.workload, batch), self.model_batch)
         return output_table(batch.column("id"), predictions, self.workload.output)
 
 
@@ -56,6 +61,7 @@ def main() -> None:
     parser.add_argument("workload", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--model-batch", type=int, help="the model's own batch (default: the same)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=2)
@@ -81,7 +87,7 @@ def main() -> None:
         ds = ds.repartition(blocks)
     ds = ds.map_batches(
         Predict,
-        fn_constructor_args=(workload_json, args.threads, args.batch_size),
+        fn_constructor_args=(workload_json, args.threads, args.model_batch or args.batch_size),
         batch_size=args.batch_size,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=args.workers),

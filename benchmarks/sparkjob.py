@@ -1,6 +1,6 @@
 """Spark doing the same job, run as its own process so it is measured like the rest.
 
-    python benchmarks/sparkjob.py WORKLOAD.json OUT_DIR --batch-size N --cores 2
+    python benchmarks/sparkjob.py WORKLOAD.json OUT_DIR --batch-size N [--model-batch M] --cores 2
 
 `spark.read.parquet` -> `pyspark.ml.functions.predict_batch_udf`, whose `make_predict_fn`
 loads the model; Spark calls it once per Python worker and caches the predict function
@@ -18,7 +18,9 @@ also stated in results.md):
   `TEXT_PARTITIONS_PER_CORE` partitions per core: every worker has work, and one long
   partition does not finish alone.
 - `batch_size`: thresher tuned's batch size for the matrix models (the size that model runs
-  fastest at here), 64 for MiniLM (as the issue's competent Ray setup). The 30 feature
+  fastest at here). For MiniLM, batches of 1,024 rows that the worker encodes in batches of
+  `--model-batch` 64, as for Ray Data (see raydata.py): encode sorts each call's texts by
+  length first. The 30 feature
   columns go in as one `struct`, which `predict_batch_udf` turns into the float matrix in
   one `DataFrame.to_numpy()`; the docs' `array(...)` + `input_tensor_shapes` stacks the
   rows one by one in Python, and 30 separate inputs need a predict function of 30
@@ -45,7 +47,9 @@ from workloads import Workload, load_predictor, log_batch
 TEXT_PARTITIONS_PER_CORE = 4
 
 
-def make_predict_fn(workload_json: str, threads: int) -> Callable[[], Callable[..., np.ndarray]]:
+def make_predict_fn(
+    workload_json: str, threads: int, model_batch: int | None
+) -> Callable[[], Callable[..., np.ndarray]]:
     """`predict_batch_udf`'s model loader: run in each Python worker, once."""
 
     def make() -> Callable[..., np.ndarray]:
@@ -55,8 +59,8 @@ def make_predict_fn(workload_json: str, threads: int) -> Callable[[], Callable[.
         def predict_batch(inputs: np.ndarray) -> np.ndarray:
             log_batch(len(inputs))
             if workload.output == "embedding":
-                return predict(list(inputs), len(inputs))
-            return predict(inputs, len(inputs))
+                return predict(list(inputs), model_batch or len(inputs))
+            return predict(inputs, model_batch or len(inputs))
 
         return predict_batch
 
@@ -68,6 +72,7 @@ def main() -> None:
     parser.add_argument("workload", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--model-batch", type=int, help="the model's own batch (default: the same)")
     parser.add_argument("--cores", type=int, default=2)
     args = parser.parse_args()
     workload_json = args.workload.read_text()
@@ -98,7 +103,7 @@ def main() -> None:
     threads = max(1, args.cores // min(args.cores, partitions))
     print(f"{partitions} partitions, {threads} thread(s) per worker")
     predict = predict_batch_udf(
-        make_predict_fn(workload_json, threads),
+        make_predict_fn(workload_json, threads, args.model_batch),
         return_type=ArrayType(FloatType()) if text else LongType(),
         batch_size=args.batch_size,
     )

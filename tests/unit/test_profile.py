@@ -61,6 +61,29 @@ def test_counts_and_moments_are_exact_through_shards_nulls_nan_and_inf() -> None
     assert m.variance == pytest.approx(finite.var(), rel=1e-9)
 
 
+def test_a_chunk_in_several_arrow_chunks_profiles_as_one() -> None:
+    """A chunk read across a row group's end comes in two Arrow chunks; the profiler
+    goes through them one at a time, sampling the same rows, with nulls in either."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(0.0, 1.0, 9_000)
+    mask = rng.random(len(x)) < 0.1
+    whole = pa.array(x, mask=mask)
+    parts = pa.chunked_array([whole.slice(0, 2_500), whole.slice(2_500, 0), whole.slice(2_500)])
+    one, split = ShardProfiler(0.3, 7), ShardProfiler(0.3, 7)
+    one.update(pa.table({"x": whole}), pa.table({}))
+    split.update(pa.table({"x": parts}), pa.table({}))
+    a, b = one.profile().columns["x"], split.profile().columns["x"]
+    assert (b.rows, b.nulls, b.moments.count) == (a.rows, a.nulls, a.moments.count)
+    assert b.moments.mean == pytest.approx(a.moments.mean, rel=1e-12)
+    assert b.moments.variance == pytest.approx(a.moments.variance, rel=1e-9)
+    assert a.quantiles is not None and b.quantiles is not None
+    assert b.quantiles.n == a.quantiles.n  # the same sampled rows
+    valid = np.sort(x[~mask])
+    for q, found in zip([0.1, 0.5, 0.9], b.quantiles.get_quantiles([0.1, 0.5, 0.9]), strict=True):
+        rank = np.searchsorted(valid, found) / len(valid)
+        assert abs(rank - q) < 0.05  # the sketch's error and the 30% sample's
+
+
 def test_moments_keep_their_digits_far_from_zero() -> None:
     x = 1.7e9 + np.random.default_rng(2).normal(0, 1e-2, 30_000)  # timestamps, say
     m = profile_of(pa.table({"t": x})).columns["t"].moments

@@ -163,11 +163,16 @@ def _value_counts(values: pa.ChunkedArray) -> tuple[list[Any], list[int]]:
     (class labels) are counted with `np.bincount`: a tenth of Arrow's hash-based
     `value_counts`, which was the largest single cost of profiling a classifier's output."""
     if pa.types.is_integer(values.type) and len(values) > values.null_count:
-        numbers = _numpy(values.drop_null() if values.null_count else values)
-        low, high = int(numbers.min()), int(numbers.max())
+        bounds = pc.min_max(values)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
         if high - low < BINCOUNT_SPAN and low > -(1 << 62) and high < 1 << 62:
-            shifted = numbers.astype(np.int64, copy=False)
-            counts = np.bincount(shifted - low if low else shifted)
+            counts = np.zeros(high - low + 1, dtype=np.int64)
+            for part in values.chunks:  # one at a time: see _add_numbers
+                if len(part) == part.null_count:
+                    continue
+                numbers = to_numpy(part.drop_null() if part.null_count else part)
+                shifted = numbers.astype(np.int64, copy=False)
+                counts += np.bincount(shifted - low if low else shifted, minlength=len(counts))
             present = np.flatnonzero(counts)
             return (present + low).tolist(), counts[present].tolist()
     found = pc.value_counts(values)
@@ -177,13 +182,31 @@ def _value_counts(values: pa.ChunkedArray) -> tuple[list[Any], list[int]]:
 
 
 def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray | None) -> None:
+    """A column's values, one Arrow chunk at a time: a chunk read across a row group's end
+    comes in two, and joining them copied every column into fresh memory, whose first
+    touch (page faults, at 65,536 rows a column above malloc's mmap threshold) cost the
+    workers more than the profiling itself."""
+    start = 0
+    for part in values.chunks:
+        stop = start + len(part)
+        if start == stop:
+            continue
+        picked = None
+        if sample is not None:  # the sample's positions within this part
+            lo, hi = np.searchsorted(sample, (start, stop))
+            picked = sample[lo:hi] - start
+        _add_number_part(column, part, picked)
+        start = stop
+
+
+def _add_number_part(column: ColumnProfile, values: pa.Array, sample: np.ndarray | None) -> None:
     if values.null_count:
-        valid = _numpy(pc.cast(pc.is_valid(values), pa.uint8())).astype(bool)
-        numbers = _numpy(values.drop_null(), np.float64)
+        valid = to_numpy(pc.cast(pc.is_valid(values), pa.uint8())).astype(bool)
+        numbers = np.asarray(to_numpy(values.drop_null()), dtype=np.float64)
         if sample is not None:  # positions among the valid values
             sample = np.cumsum(valid)[sample[valid[sample]]] - 1
     else:
-        numbers = _numpy(values, np.float64)
+        numbers = np.asarray(to_numpy(values), dtype=np.float64)
     total = float(np.add.reduce(numbers))  # pairwise: SIMD, and no error grows with rows
     if np.isfinite(total):  # no nan, no inf: either would have made the sum so
         finite = numbers
@@ -204,15 +227,6 @@ def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndar
         column.quantiles.update(picked if finite is numbers else picked[np.isfinite(picked)])
     if column.probability is not None and moments.count:
         _add_probabilities(column, finite, moments)
-
-
-def _numpy(values: pa.ChunkedArray, dtype: type | None = None) -> np.ndarray:
-    """The values as one array, through `arrays.to_numpy`: a view of the buffer where it
-    can be, and never pyarrow's own conversion, whose first call imports pandas (a
-    third of a second in every worker)."""
-    parts = [to_numpy(chunk) for chunk in values.chunks]
-    joined = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0)
-    return np.asarray(joined, dtype=dtype)
 
 
 def _sum_of_squares(values: np.ndarray) -> float:
