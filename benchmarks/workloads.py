@@ -184,7 +184,8 @@ def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> 
 
 
 def _compiled_lightgbm(workload: Workload, threads: int) -> Predictor:
-    from thresher.trees.library import TreeLibrary, build, which_compiler
+    from thresher.native import which_compiler
+    from thresher.trees.library import TreeLibrary, build
 
     library = Path(workload.model).with_suffix(".trees.so")
     if not library.exists():  # compiling is set-up, like loading: not timed

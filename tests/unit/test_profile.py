@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from thresher import native
+from thresher.monitor import profiler
 from thresher.monitor.profile import Profile, merge_profiles
 from thresher.monitor.profiler import MAX_CATEGORIES, ShardProfiler, sample_rate_for
 
@@ -82,6 +84,37 @@ def test_a_chunk_in_several_arrow_chunks_profiles_as_one() -> None:
     for q, found in zip([0.1, 0.5, 0.9], b.quantiles.get_quantiles([0.1, 0.5, 0.9]), strict=True):
         rank = np.searchsorted(valid, found) / len(valid)
         assert abs(rank - q) < 0.05  # the sketch's error and the 30% sample's
+
+
+@pytest.mark.parametrize("one_pass", ["native", "numpy"])
+def test_the_native_pass_and_numpy_agree(one_pass: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Σx, Σx², min and max come from one native pass where a C compiler is, from numpy's
+    four elsewhere; the moments are the same either way, nan and inf counted apart."""
+    if one_pass == "numpy":
+        monkeypatch.setattr(profiler, "_one_pass", lambda: None)
+    elif profiler._one_pass() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(5)
+    x = rng.normal(-3.0, 7.0, 70_001)
+    x[::1001] = np.nan
+    x[7] = np.inf
+    got = profile_of(pa.table({"x": x}), shards=1).columns["x"]
+    finite = x[np.isfinite(x)]
+    assert (got.nan, got.inf, got.moments.count) == (70, 1, len(finite))
+    assert (got.moments.min, got.moments.max) == (finite.min(), finite.max())
+    assert got.moments.mean == pytest.approx(finite.mean(), rel=1e-12)
+    assert got.moments.variance == pytest.approx(finite.var(), rel=1e-9)
+
+
+def test_without_a_compiler_there_is_no_kernel_and_no_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(native, "which_compiler", lambda: None)
+    native.kernel.cache_clear()
+    try:
+        assert native.kernel("nothing", "int thresher_nothing(void) { return 0; }") is None
+    finally:
+        native.kernel.cache_clear()
 
 
 def test_moments_keep_their_digits_far_from_zero() -> None:

@@ -14,8 +14,9 @@ import pytest
 import treelite
 import xgboost
 
+from thresher.native import which_compiler
 from thresher.trees import quickscorer
-from thresher.trees.library import TreeLibrary, build, which_compiler
+from thresher.trees.library import TreeLibrary, build
 
 pytestmark = pytest.mark.skipif(which_compiler() is None, reason="needs a C compiler")
 

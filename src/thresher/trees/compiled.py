@@ -30,14 +30,12 @@ a fifth of its time.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import platform
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
@@ -48,6 +46,7 @@ import pyarrow as pa
 
 from thresher.arrays import from_numpy
 from thresher.errors import ModelLoadError
+from thresher.native import CompileError, cache_dir, locked, which_compiler
 from thresher.trees.library import (
     WRITERS,
     BuildError,
@@ -55,7 +54,6 @@ from thresher.trees.library import (
     TreeLibrary,
     build,
     first_line,
-    which_compiler,
 )
 
 log = logging.getLogger("thresher.models")
@@ -68,7 +66,7 @@ PROBE_ROWS = 512
 RTOL, ATOL = 1e-5, 1e-6
 
 
-class CannotCompile(Exception):
+class CannotCompile(CompileError):
     """Why this model runs on the library's own predict instead."""
 
 
@@ -123,7 +121,7 @@ def fastest(
         _check_agrees(compiled.predict, native.predict, native.width)
         _write_checked(library, native)
         return replace(native, predict=compiled.predict)
-    except (CannotCompile, BuildError) as reason:
+    except (CompileError, BuildError) as reason:
         if mode is True:
             raise ModelLoadError(
                 f"model.options.compile = true, but {path.name} cannot be compiled: {reason}"
@@ -132,12 +130,6 @@ def fastest(
             "%s: running %s's own predict (several times slower): %s", path.name, frontend, reason
         )
         return native if native is not None else load()
-
-
-def cache_dir() -> Path:
-    """Where compiled libraries are kept: `$THRESHER_CACHE/compiled`, else the user's."""
-    root = os.environ.get("THRESHER_CACHE") or Path.home() / ".cache" / "thresher"
-    return Path(root) / "compiled"
 
 
 def _library_file(path: Path, frontend: Frontend, toolchain: str) -> Path:
@@ -178,7 +170,7 @@ def _write_checked(library: Path, trees: Trees) -> None:
 
 def _build(library: Path, path: Path, frontend: Frontend, toolchain: str) -> None:
     """Compile the model at `path` into `library`, unless another worker has."""
-    with _locked(library.with_suffix(".lock")):
+    with locked(library.with_suffix(".lock")):
         if library.exists():
             return
         partial = library.with_suffix(f".{os.getpid()}.partial.so")
@@ -188,22 +180,6 @@ def _build(library: Path, path: Path, frontend: Frontend, toolchain: str) -> Non
             partial.unlink(missing_ok=True)
             raise
         os.replace(partial, library)  # whole or absent: a reader never sees half a library
-
-
-@contextlib.contextmanager
-def _locked(lock: Path) -> Iterator[None]:
-    """Hold `lock` (a file in the cache folder, made if need be) exclusively."""
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(lock, "a")  # noqa: SIM115 - closed below, after the lock is released
-    except OSError as exc:  # an unwritable cache folder
-        raise CannotCompile(f"cache folder {lock.parent}: {exc.strerror or exc}") from None
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _check_agrees(compiled: Predict, native: Predict, width: int) -> None:

@@ -23,7 +23,6 @@ import io
 import itertools
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -290,8 +289,3 @@ def _quiet() -> Iterator[None]:
         for fd, copy in enumerate(saved, start=1):
             os.dup2(copy, fd)
             os.close(copy)
-
-
-def which_compiler() -> str | None:
-    """The C compiler to build with: gcc, else clang, else None."""
-    return next((name for name in ("gcc", "clang") if shutil.which(name)), None)
