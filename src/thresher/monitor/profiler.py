@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher import native
 from thresher.arrays import to_numpy
 from thresher.monitor.profile import (
     PROBABILITY_BINS,
@@ -31,6 +30,7 @@ from thresher.monitor.profile import (
     Profile,
     Role,
 )
+from thresher.native import kernel
 
 __all__ = ["ShardProfiler", "column_kind", "sample_rate_for"]
 
@@ -261,7 +261,7 @@ void thresher_reductions(const double* x, int64_t n, double* out) {
 @functools.cache
 def _one_pass() -> Callable[[int, int, int], None] | None:
     """The native `thresher_reductions`, or None where it cannot be built."""
-    library = native.kernel("profile-reductions", ONE_PASS_C)
+    library = kernel("profile-reductions", ONE_PASS_C)
     if library is None:
         return None
     function = library.thresher_reductions
