@@ -46,4 +46,4 @@ def test_a_running_batch_answers_the_requests_of_its_committed_shards(tmp_path: 
     published = sink.committed_parts("job-1")
     assert published[0] == sink.published_parts() and len(published[0]) == 1
     again = list(partial_lines(published, "parquet", NAMES, False))
-    assert again == [json.dumps(a, ensure_ascii=False) + "\n" for a in answered]
+    assert [json.loads(line) for line in again] == answered
