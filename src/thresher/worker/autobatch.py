@@ -66,10 +66,12 @@ class _Tally:
         cost per unit of work, fitted; when the fit has no slope to find (every call the
         same work) or finds a negative part, seconds in proportion to work."""
         x, y = np.asarray(self.work), np.asarray(self.seconds)
-        if np.ptp(x) > 0:
-            per_work, per_call = np.polyfit(x, y, 1)
+        spread = float(((x - x.mean()) ** 2).sum())
+        if spread > 0:  # least squares, by hand: np.polyfit warns on near-equal x
+            per_work = float(((x - x.mean()) * (y - y.mean())).sum()) / spread
+            per_call = float(y.mean()) - per_work * float(x.mean())
             if per_work >= 0 and per_call >= 0:
-                return float(per_call * len(work) + per_work * work.sum())
+                return per_call * len(work) + per_work * float(work.sum())
         return float(y.sum() / x.sum() * work.sum())
 
 
