@@ -140,6 +140,15 @@ def test_a_text_model_whose_calls_are_mostly_fixed_cost_grows_its_batches() -> N
     assert tuner.size >= 1024
 
 
+def test_rows_of_no_length_are_judged_per_call() -> None:
+    """An LLM row with no usable prompt measures 0 tokens; batches of such rows are
+    judged by their calls' seconds, not divided by zero."""
+    chunks = [np.concatenate([np.zeros(900, dtype=np.int64), np.full(100, 50)])] * 6
+    tuner = BatchTuner(start=64, max_size=1024)
+    run_text(tuner, chunks, lambda rows, longest: 0.001 + 1e-5 * rows)
+    assert tuner.size >= 64
+
+
 def test_a_challenger_waits_for_a_chunk_with_its_rows_left() -> None:
     """A partial batch measures nothing; at the best size it pads less."""
     tuner = BatchTuner(start=64, max_size=8192)

@@ -72,6 +72,8 @@ class _Tally:
             per_call = float(y.mean()) - per_work * float(x.mean())
             if per_work >= 0 and per_call >= 0:
                 return per_call * len(work) + per_work * float(work.sum())
+        if x.sum() <= 0:  # rows of no length (prompts an LLM row lacks): a cost per call
+            return float(y.mean()) * len(work)
         return float(y.sum() / x.sum() * work.sum())
 
 
