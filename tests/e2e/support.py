@@ -311,6 +311,11 @@ def start_run(root: Path, spec: Path, fault: str | None = None) -> subprocess.Po
     )
 
 
+def run_manifest(root: Path) -> dict[str, Any]:
+    """The `_SUCCESS` manifest of a run whose spec writes to `root / "out"`."""
+    return dict(json.loads((root / "out" / "_SUCCESS").read_text()))
+
+
 def latest_job(root: Path) -> str | None:
     """The newest job in `root`'s store, None before one is recorded."""
     if not (root / "store.db").exists():

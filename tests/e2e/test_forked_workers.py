@@ -7,7 +7,6 @@ once, a model that fails to load fails the job with its error, and `run.start_me
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from .support import THRESHER, latest_job, start_run, store_env
+from .support import THRESHER, latest_job, run_manifest, start_run, store_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -109,10 +108,6 @@ def output(root: Path) -> pa.Table:
     return pq.read_table(sorted((root / "out").glob("part-*.parquet")))
 
 
-def manifest(root: Path) -> dict[str, object]:
-    return dict(json.loads((root / "out" / "_SUCCESS").read_text()))
-
-
 @pytest.mark.parametrize("start_method", ["auto", "spawn"])
 def test_workers_are_forked_from_one_zygote_unless_spawn_is_asked(
     tmp_path: Path, start_method: str
@@ -125,7 +120,7 @@ def test_workers_are_forked_from_one_zygote_unless_spawn_is_asked(
     parents = {parent for _, parent in workers}
     assert len({pid for pid, _ in workers}) == 2
     forked = start_method == "auto"
-    assert manifest(tmp_path)["workers_forked"] is forked
+    assert run_manifest(tmp_path)["workers_forked"] is forked
     if forked:  # the CLI's grandchildren, through the one zygote
         assert len(parents) == 1 and proc.pid not in parents, parents
         assert "forked from one model load" in said
@@ -167,7 +162,7 @@ def test_a_torch_model_is_built_once_and_run_with_each_workers_threads(tmp_path:
     ran = {(int(w[1]), int(w[2]), int(w[3])) for w in lines if w[0] == "ran"}
     assert len(built) == 1, f"the model was built more than once: {built}"
     (zygote,) = built
-    threads = manifest(tmp_path)["threads_per_worker"]
+    threads = run_manifest(tmp_path)["threads_per_worker"]
     assert {(parent, count) for _, parent, count in ran} == {(zygote, threads)}
     assert all(pid != zygote for pid, _, _ in ran)
     with torch.inference_mode():

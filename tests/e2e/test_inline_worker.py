@@ -6,7 +6,6 @@ every row once."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections import Counter
@@ -17,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from .support import THRESHER, latest_job, start_run, store_env
+from .support import THRESHER, latest_job, run_manifest, start_run, store_env
 
 pytestmark = pytest.mark.e2e
 
@@ -75,7 +74,7 @@ def test_one_shard_runs_in_the_coordinators_process_and_more_in_workers(
     proc = start_run(tmp_path, spec)
     said, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, said
-    manifest = json.loads((tmp_path / "out" / "_SUCCESS").read_text())
+    manifest = run_manifest(tmp_path)
     pids = {int(p) for p in (tmp_path / "pids").read_text().split()}
     if shards == 1:
         assert manifest["worker_in_process"] is True
