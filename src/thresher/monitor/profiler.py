@@ -186,9 +186,8 @@ def _value_counts(values: pa.ChunkedArray) -> tuple[list[Any], list[int]]:
 
 def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray | None) -> None:
     """A column's values, one Arrow chunk at a time: a chunk read across a row group's end
-    comes in two, and joining them copied every column into fresh memory, whose first
-    touch (page faults, at 65,536 rows a column above malloc's mmap threshold) cost the
-    workers more than the profiling itself."""
+    comes in two, and joining them copied every column into fresh memory (the passes
+    below need none: each part's reductions merge)."""
     start = 0
     for part in values.chunks:
         stop = start + len(part)
