@@ -11,7 +11,8 @@ import os
 import signal
 import sys
 import threading
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import wait
 
 
@@ -56,3 +57,20 @@ def describe_exit(exitcode: int | None) -> str:
             name = "unknown signal"
         return f"was killed by signal {-exitcode} ({name})"
     return f"exited with status {exitcode}"
+
+
+@contextmanager
+def child_environment(variables: dict[str, str]) -> Iterator[None]:
+    """`variables` set in this process's environment while a child starts, then restored:
+    children read what they are given (BLAS/OpenMP thread limits, the GPUs they may use,
+    the modules a fork server imports) from the environment they start with."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -12,17 +12,16 @@ Arrow pool, a model's BLAS or OpenMP): a known source of deadlocks.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import time
 import uuid
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from thresher.children import die_with_parent
+from thresher.children import child_environment, die_with_parent
 from thresher.executors.inline import InlineExecutor
 from thresher.executors.serve import READY, leave_process, serve_tasks
 from thresher.executors.tasks import Event, ShardDone, ShardFailed, Task, WorkerSetup
@@ -189,7 +188,7 @@ class LocalExecutor:
                 name=_name(),
                 daemon=True,
             )
-            with _environment(self._variables(slot)):
+            with child_environment(self._variables(slot)):
                 spawned.start()
             child.close()
             process = spawned
@@ -208,7 +207,7 @@ class LocalExecutor:
 
     def _start_zygote(self) -> Zygote:
         assert self._setup is not None
-        with _environment(self._variables(0)):
+        with child_environment(self._variables(0)):
             return Zygote(self._setup, name=_name("zygote"))
 
     def _variables(self, slot: int) -> dict[str, str]:
@@ -221,23 +220,6 @@ class LocalExecutor:
 
 def _name(role: str = "worker") -> str:
     return f"thresher-{role}-{uuid.uuid4().hex[:6]}"
-
-
-@contextmanager
-def _environment(variables: dict[str, str]) -> Iterator[None]:
-    """Children read BLAS/OpenMP thread limits and the GPUs they may use from the
-    environment at import time, so set them for the moment of spawning (the coordinator's
-    own environment is restored)."""
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def worker_main(setup: WorkerSetup, conn: Connection, threads: int) -> None:

@@ -19,6 +19,12 @@ fork (CUDA does not survive it); they spawn, as before.
 The zygote is the workers' parent: it reaps them and tells the coordinator each exit
 code. The coordinator watches a worker through a pidfd, which works for a grandchild, and
 never waits on the zygote's loading.
+
+The zygote itself is spawned (a fresh interpreter: the CLI's coordinator has imported
+none of the model's libraries, and its threads are its own), except in a service's job
+process, which comes from a fork server that imported the registered models' libraries
+once (`service/background/warm.py`): there it is forked, and starts with torch and the
+model's code in memory instead of importing them for seconds.
 """
 
 from __future__ import annotations
@@ -30,21 +36,29 @@ import threading
 import time
 from collections import deque
 from contextlib import suppress
-from multiprocessing import get_context, reduction
+from multiprocessing import get_context, reduction, util
 from multiprocessing.connection import Connection, wait
+from multiprocessing.context import ForkContext, SpawnContext
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from thresher.children import die_with_parent
 from thresher.executors.tasks import WorkerBroken, WorkerSetup
 from thresher.spec import ModelSection
 
-__all__ = ["ForkedWorker", "Zygote", "preloads"]
+__all__ = ["ForkedWorker", "Zygote", "fork_zygotes_here", "preloads"]
 
 # Kinds the zygote loads before forking: torch models, whose loading runs no thread pool
 # at one thread and whose weights are never written while predicting.
 PRELOADED_KINDS = frozenset({"torch", "sentence-transformers", "transformers", "llm"})
 JOIN_POLL_SECONDS = 0.05
+
+
+def fork_zygotes_here() -> None:
+    """Fork this process's zygotes rather than spawn them: for a process that holds the
+    model's libraries already and whose other threads hold no lock a child could need (a
+    service's job process: a fork server's child, with a watcher and a heartbeat thread)."""
+    Zygote.start_method = "fork"
 
 
 def preloads(model: ModelSection) -> bool:
@@ -62,9 +76,15 @@ class Zygote:
     one), the coordinator goes on answering cancels and preemptions. A worker is pending
     until the zygote says its pid; the zygote answers requests in order."""
 
+    start_method: ClassVar[Literal["spawn", "fork"]] = "spawn"  # "fork": `fork_zygotes_here`
+
     def __init__(self, setup: WorkerSetup, name: str) -> None:
-        context = get_context("spawn")
+        context: SpawnContext | ForkContext = (
+            get_context("fork") if self.start_method == "fork" else get_context("spawn")
+        )
         self._control, child = context.Pipe(duplex=True)
+        # A forked zygote would keep the coordinator's end open, and never read its end.
+        util.register_after_fork(self._control, Connection.close)
         self.process: BaseProcess = context.Process(
             target=zygote_main, args=(setup, child), name=name, daemon=True
         )

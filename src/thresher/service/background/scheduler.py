@@ -64,7 +64,7 @@ class Scheduler:
 
     def start(self) -> None:
         """Reclaim dead servers' leases, resume orphaned jobs, then take waiting ones."""
-        start_fork_server()
+        start_fork_server(self.state.config.models.values())
         self.state.store.leases.reclaim_dead()
         self._resume_orphans()
         self._thread.start()
