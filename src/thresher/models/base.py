@@ -29,7 +29,10 @@ class SortsByLength(Protocol):
     `sort_key` returns one number per row, its length in the model's own units (tokens
     for a text model). The engine may order a shard's rows by it before slicing batches,
     so each batch holds rows of similar length and pads little, and puts the outputs
-    back in input order. A Model without it is run in input order.
+    back in input order. A Model without it is run in input order. Under
+    `batch.size = "auto"`, batches are then cut by a budget of padded tokens (rows times
+    the longest), which the worker tunes; a model with `batches_itself = True` (an LLM
+    engine that packs rows by its own token budget) is handed rows instead.
 
         >>> isinstance(model, SortsByLength) and model.sort_key(batch)  # doctest: +SKIP
         array([ 7, 31, 12])

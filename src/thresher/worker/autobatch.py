@@ -26,6 +26,15 @@ pads a large part of the chunk to one length and is measured once or twice per c
 its duel costs more than the size could win (MiniLM on 1,000-row shards, 4,000 texts: 43 s
 tuned against 33 s at 64, with the 512-row duel running over three of the four shards).
 
+A text model under "auto" is batched by padded tokens, not rows (`tokens`): a size is a
+budget, and a batch takes as many of the sorted rows as fit in it, padded to its longest.
+A row count tuned on a chunk's short head is wrong for its long tail: MiniLM on one CPU
+thread runs fastest at 256 rows of 8 tokens but 16-32 rows of 64-96 (bigger batches of
+long rows spill the caches: 25% more per token at 256 rows of 64), and as a row count the
+tuner settled at 128 rows, 14% slower over a batch of mixed texts than 64. A budget of
+1,024-2,048 tokens is within a few percent of the best at every length, so what a duel
+finds on the short rows holds on the long ones.
+
 Out of memory halves the size and caps it there for good. `batch.max_memory` caps the input
 bytes of one batch. Only full batches are measured, and the first call (model warm-up) is
 ignored.
@@ -44,6 +53,7 @@ SAMPLES = 3  # full batches measured at each size, at least...
 MIN_SECONDS = 0.05  # ...and at least this much model time
 SAMPLE_SECONDS = 1.0  # ...unless one size has already taken this long
 CHUNK_BATCHES = 4  # a text model's challenger needs a chunk this many of its batches long
+START_TOKENS = 1024  # a text model's first budget of padded tokens per batch
 
 
 @dataclass
@@ -79,12 +89,16 @@ class _Tally:
 
 @dataclass
 class BatchTuner:
-    """The model batch size of one worker: fixed, or tuned from measured throughput."""
+    """The model batch size of one worker: fixed, or tuned from measured throughput.
+
+    With `tokens` (a text model whose chunks come sorted by length, under "auto"), a size
+    is a budget of padded tokens, and a batch takes as many rows as fit in it."""
 
     fixed: int | None = None
-    start: int = 64
-    max_size: int = 65536
+    start: int | None = None  # 64 rows, or START_TOKENS padded tokens
+    max_size: int = 65536  # rows, in either unit
     max_memory: int | None = None
+    tokens: bool = False
     size: int = field(init=False)  # the best size so far; the size it settled at
     settled: bool = field(init=False)
     _challenger: int = field(init=False, default=0)
@@ -93,43 +107,64 @@ class BatchTuner:
     _flat_steps: int = field(init=False, default=0)
     _warm: bool = field(init=False, default=False)
     _lengths: np.ndarray | None = field(init=False, default=None)  # the chunk's, sorted
+    _cuts: dict[int, np.ndarray] = field(init=False, default_factory=dict)  # budget: works
+    _issued: int | None = field(init=False, default=None)  # the last full batch's budget
+    _rows_issued: list[int] = field(init=False, default_factory=lambda: [0, 0])
 
     def __post_init__(self) -> None:
-        self.size = self._challenger = self.fixed or min(self.start, self.max_size)
+        self.tokens = self.tokens and self.fixed is None
+        start = self.start or (START_TOKENS if self.tokens else 64)
+        self.size = self._challenger = self.fixed or (
+            start if self.tokens else min(start, self.max_size)
+        )
         self.settled = self.fixed is not None
         if not self.settled:
             self._next_challenger()  # the first batches at the start size, then turns
+
+    @property
+    def batch_rows(self) -> int:
+        """Rows per batch in the last chunk: the size, or what a token budget made."""
+        rows, batches = self._rows_issued
+        return round(rows / batches) if self.tokens and batches else self.size
 
     def begin_chunk(self, lengths: np.ndarray | None) -> None:
         """The next batches come from one chunk; `lengths`: a text model's row lengths,
         sorted shortest first as the batches take them (None: rows of equal cost)."""
         self._lengths = lengths
+        self._cuts.clear()
+        self._rows_issued = [0, 0]
 
     def batch_size(self, row_bytes: float, rows_left: int | None = None) -> int:
-        """The size for the next batch, under the memory cap for rows this wide;
+        """The rows of the next batch, under the memory cap for rows this wide;
         `rows_left`: the chunk's rows not yet batched."""
-        size, challenger = self.size, self._challenger
-        fits = rows_left is None or rows_left >= challenger
-        if self._lengths is not None and len(self._lengths) < CHUNK_BATCHES * challenger:
-            fits = False
-        if self._challenger_next and fits:
-            size = challenger
+        size = self._challenger if self._challenger_next and self._fits(rows_left) else self.size
+        rows = size
+        if self.tokens:
+            rows = self._rows_in_budget(size, rows_left)
+            if self._issued is None and size != self.size:  # the challenger would not fill it
+                rows = self._rows_in_budget(self.size, rows_left)
         if self.max_memory and row_bytes > 0:
-            return max(1, min(size, int(self.max_memory // row_bytes)))
-        return size
+            capped = max(1, min(rows, int(self.max_memory // row_bytes)))
+            if capped < rows:
+                self._issued = None
+            rows = capped
+        self._rows_issued[0] += rows
+        self._rows_issued[1] += 1
+        return rows
 
     def observe(self, rows: int, seconds: float, work: float | None = None) -> None:
         """Record one model call of `rows` rows that took `seconds`.
 
         `work` is what the call computed in the model's own units when rows differ in
         cost: for a text model, its rows times the longest row's tokens. Rows by default."""
-        if self.settled or seconds <= 0 or rows not in (self.size, self._challenger):
+        measured = self._issued if self.tokens else rows
+        if self.settled or seconds <= 0 or measured not in (self.size, self._challenger):
             return  # a partial batch, or one the memory cap cut
         if not self._warm:
             self._warm = True  # the first call pays for lazy initialisation
             return
-        self._tallies.setdefault(rows, _Tally()).add(rows if work is None else work, seconds)
-        self._challenger_next = rows == self.size
+        self._tallies.setdefault(measured, _Tally()).add(rows if work is None else work, seconds)
+        self._challenger_next = measured == self.size
         best, challenger = self._tallies.get(self.size), self._tallies.get(self._challenger)
         if not (best and challenger):
             return
@@ -145,9 +180,47 @@ class BatchTuner:
     def back_off(self, failed_rows: int) -> None:
         """A batch of `failed_rows` ran out of memory: halve it (unless it was a
         challenger bigger than the best), and never grow past that."""
-        halved = failed_rows // 2 if failed_rows <= self.size else self.size
-        self.size = self.max_size = max(1, halved)
+        failed = (self._issued or self.size) if self.tokens else failed_rows
+        halved = max(1, failed // 2 if failed <= self.size else self.size)
+        self.size = halved
+        if not self.tokens:
+            self.max_size = halved
         self.settled, self._challenger_next = True, False
+
+    def _fits(self, rows_left: int | None) -> bool:
+        """Whether the challenger may take the next batch: only a full batch measures
+        anything, and a text model's chunk must hold `CHUNK_BATCHES` of its batches."""
+        challenger, lengths = self._challenger, self._lengths
+        if self.tokens:
+            return lengths is not None and len(self._cut(challenger)) >= CHUNK_BATCHES
+        if rows_left is not None and rows_left < challenger:
+            return False
+        return lengths is None or len(lengths) >= CHUNK_BATCHES * challenger
+
+    def _rows_in_budget(self, budget: int, rows_left: int | None) -> int:
+        """The most rows from here on whose padded tokens fit `budget` (at least one);
+        the budget is `_issued` when it was what cut the batch."""
+        lengths = self._lengths
+        self._issued = None
+        if lengths is None or rows_left is None:
+            return max(1, min(rows_left or 1, self.max_size))
+        start = len(lengths) - rows_left
+        rows = _fitting(lengths[start : start + min(rows_left, self.max_size)], budget)
+        if rows < min(rows_left, self.max_size):
+            self._issued = budget
+        return rows
+
+    def _cut(self, budget: int) -> np.ndarray:
+        """The padded tokens of each batch the chunk makes at `budget`."""
+        if budget not in self._cuts:
+            lengths, works, start = self._lengths, [], 0
+            assert lengths is not None
+            while start < len(lengths):
+                rows = _fitting(lengths[start : start + self.max_size], budget)
+                works.append(rows * max(int(lengths[start + rows - 1]), 1))
+                start += rows
+            self._cuts[budget] = np.asarray(works, dtype=np.float64)
+        return self._cuts[budget]
 
     def _throughput(self, tally: _Tally, size: int) -> float:
         """Rows (or a text model's tokens) per second at `size`: for text, the chunk's
@@ -155,6 +228,8 @@ class BatchTuner:
         lengths = self._lengths
         if lengths is None or len(lengths) == 0 or lengths[-1] <= 0:
             return size / tally.predict(np.array([size], dtype=np.float64))
+        if self.tokens:
+            return float(lengths.sum()) / tally.predict(self._cut(size))
         ends = np.minimum(np.arange(size, len(lengths) + size, size), len(lengths))
         padded = np.diff(ends, prepend=0) * lengths[ends - 1].astype(np.float64)
         return float(lengths.sum()) / tally.predict(padded)
@@ -164,5 +239,13 @@ class BatchTuner:
         self._tallies.clear()  # the next duel measures both afresh, side by side
         self._challenger_next = False
         self._challenger *= 2
-        if self._flat_steps >= FLAT_STEPS or self._challenger > self.max_size:
+        too_big = not self.tokens and self._challenger > self.max_size
+        if self._flat_steps >= FLAT_STEPS or too_big:
             self.settled = True
+
+
+def _fitting(lengths: np.ndarray, budget: int) -> int:
+    """How many of `lengths` (sorted shortest first) make a batch of at most `budget`
+    padded tokens, each row padded to the last one's length; at least one."""
+    padded = np.arange(1, len(lengths) + 1) * np.maximum(lengths, 1)
+    return max(1, int(np.searchsorted(padded, budget, side="right")))

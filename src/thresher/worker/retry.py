@@ -53,7 +53,7 @@ def run_retry(
         rows_out=fixed,
         rows_error=len(task.rows) - fixed,
         seconds=time.perf_counter() - started,
-        batch_size=tuner.size,
+        batch_size=tuner.batch_rows,
     )
 
 

@@ -191,7 +191,7 @@ def run_shard(
         rows_out=rows_out,
         rows_error=errors.count,
         seconds=time.perf_counter() - started,
-        batch_size=tuner.size,
+        batch_size=tuner.batch_rows,
         profile=profiler.result() if profiler else None,
     )
 
@@ -201,7 +201,9 @@ def tuner_for(batch: BatchSection, model: Model) -> BatchTuner:
     It never grows past the rows read at once (see `BatchSection.read_rows`)."""
     fixed = batch.size if isinstance(batch.size, int) else None
     ceiling = min(batch.max_size, batch.read_rows(sorts_by_length(model)))
-    return BatchTuner(fixed=fixed, max_size=ceiling, max_memory=batch.max_memory)
+    # Under "auto", a text model's batches are a budget of padded tokens (see autobatch).
+    tokens = sorts_by_length(model) and not getattr(model, "batches_itself", False)
+    return BatchTuner(fixed=fixed, max_size=ceiling, max_memory=batch.max_memory, tokens=tokens)
 
 
 def sorts_by_length(model: Model) -> bool:

@@ -48,6 +48,10 @@ class GenerativeModel:
     for each row; with `model.options.n > 1`, `text` and `finish_reason` are lists of
     the choices and `completion_tokens` counts them all (as OpenAI's usage does)."""
 
+    # Its engine packs the rows it is given by its own token budget (and, continuously,
+    # refills as sequences finish): the worker hands it rows, not a token budget's worth.
+    batches_itself = True
+
     def __init__(
         self,
         engine: Engine,
