@@ -110,7 +110,9 @@ options = {{ delay = {self.slow_delay} }}
 class Server:
     """`thresher serve` on a free port, its log in the site's folder."""
 
-    def __init__(self, site: ServiceSite, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, site: ServiceSite, env: dict[str, str] | None = None, timeout: float = 30.0
+    ) -> None:
         self.site = site
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -129,7 +131,7 @@ class Server:
             self.process = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
             )
-        self._wait_healthy()
+        self._wait_healthy(timeout)
 
     def _wait_healthy(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

@@ -6,6 +6,10 @@ the coordinator commits them exactly as with local processes. Ray does placement
 transfer and node failure: an actor that dies (or whose node does) surfaces as a failed
 attempt, and a fresh actor takes its place.
 
+Without `run.address`, a job joins the cluster named in `THRESHER_RAY_ADDRESS` (the one a
+`thresher serve` keeps for its jobs, `service/ray_cluster.py`), or else starts a Ray of
+its own for its run.
+
 On small machines an actor asks for less than a whole CPU by default, so the pool never
 starves Ray's own tasks. Ray's token authentication (RAY_AUTH_MODE=token, the default for
 local clusters in current Ray) is left on: to join a cluster started with it, the
@@ -15,6 +19,8 @@ coordinator needs the same token (RAY_AUTH_TOKEN or the default token file).
 from __future__ import annotations
 
 import ipaddress
+import logging
+import os
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -34,6 +40,11 @@ from thresher.executors.tasks import (
 )
 from thresher.plan.placement import Placement
 from thresher.spec import RunSection
+
+log = logging.getLogger("thresher.executors.ray_pool")
+
+# A running cluster to join when `run.address` is unset (the server's, for its jobs).
+CLUSTER_VARIABLE = "THRESHER_RAY_ADDRESS"
 
 
 class ShardActor:
@@ -79,15 +90,18 @@ class RayExecutor:
     _lost: int = field(default=0, init=False)  # actors that died before they were up
 
     def start(self, setup: WorkerSetup) -> None:
-        ray = _import_ray()
+        ray = import_ray()
         if not ray.is_initialized():
             try:
-                # No address means a Ray of this job's own: "local", never a cluster that
-                # some earlier `ray start` left recorded (and that may be long dead).
-                address = self.run.address or "local"
+                # No address means the server's cluster, or a Ray of this job's own:
+                # "local", never one that some earlier `ray start` left recorded (and that
+                # may be long dead).
+                address = self.run.address or os.environ.get(CLUSTER_VARIABLE) or "local"
                 ray.init(address=address, log_to_driver=False, **_join_as(self.run))
             except ConnectionError as exc:
                 raise ThresherError(f"run.address: {exc}") from exc
+            joined = "a Ray of its own" if address == "local" else "Ray"
+            log.info("job on %s at %s", joined, ray.get_runtime_context().gcs_address)
             self._started_ray = True
         self._setup = setup
         # run.device = "cuda" on Ray: a GPU per actor unless run.num_gpus says otherwise.
@@ -109,7 +123,7 @@ class RayExecutor:
         return len(self._queue) + len(self._running)
 
     def events(self, timeout: float = 1.0) -> Iterator[Event]:
-        ray = _import_ray()
+        ray = import_ray()
         waiting = [*self._running, *self._starting]
         if waiting:
             ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
@@ -142,7 +156,7 @@ class RayExecutor:
         self._idle.append(actor)
 
     def shutdown(self) -> None:
-        ray = _import_ray()
+        ray = import_ray()
         actors = [*self._idle, *self._starting.values(), *(r.actor for r in self._running.values())]
         for actor in actors:
             ray.kill(actor)
@@ -216,7 +230,7 @@ def _join_as(run: RunSection) -> dict[str, Any]:
     return {"_node_ip_address": host} if loopback and host != "127.0.0.1" else {}
 
 
-def _import_ray() -> Any:
+def import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:

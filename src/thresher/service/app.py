@@ -33,6 +33,7 @@ from thresher.service.config import check_models, check_triggers, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.openai.envelope import envelope, is_openai_path, openai_status
+from thresher.service.ray_cluster import keep_ray_cluster
 from thresher.service.routers import (
     batches,
     drift,
@@ -106,8 +107,10 @@ def start_background(state: ServiceState) -> list[Callable[[], None]]:
     """Start the webhook sender, the request buffer, the batch worker, the scheduler, the
     ticker and the trigger watcher (in that order, so every `on_job_finished` hook is in
     place before a job can end), after the server's first heartbeat (before it owns
-    anything); returns their stops."""
+    anything) and the Ray its jobs run on, if they do; returns their stops."""
     stops = [start_heartbeat(state)]
+    # Before the scheduler starts the fork server, whose job processes must know it.
+    stops.append(keep_ray_cluster(state.config.run, state.config.capacity.cpu))
     stops += [start_webhooks(state), start_flusher(state), start_batches(state)]
     scheduler = Scheduler(state)
     scheduler.start()

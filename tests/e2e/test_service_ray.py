@@ -1,0 +1,92 @@
+"""A server whose jobs run on a local Ray keeps one Ray for all of them: started with the
+server, joined by each job's coordinator (no job starts or stops a Ray of its own), and
+gone with the server, even one killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from .servers import Server, ServiceSite, wait_for_job
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROWS = 400
+
+
+def ray_processes(name: str) -> set[int]:
+    """Pids of running processes called `name` (Ray's `gcs_server`, `raylet`)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rpartition(")")[2].split()[1])
+    return False
+
+
+def test_the_servers_jobs_join_one_ray_that_dies_with_the_server(tmp_path: Path) -> None:
+    site = ServiceSite(tmp_path, settings="")
+    config = site.config.read_text().replace(
+        "[run]\nworkers = 1", '[run]\nworkers = 1\nexecutor = "ray"'
+    )
+    site.config.write_text(config)
+    for half in range(2):  # two files, two shards: the Ray executor, not the job's thread
+        rows = range(half * ROWS // 2, (half + 1) * ROWS // 2)
+        table = pa.table({"id": list(rows), "x": [float(i) for i in rows]})
+        pq.write_table(table, site.shared / f"part-{half}.parquet")
+    before = ray_processes("gcs_server")
+    token = site.token("acme")
+    server = Server(site, env={"RAY_USAGE_STATS_ENABLED": "0"}, timeout=120)
+    try:
+        clusters = {
+            p for p in ray_processes("gcs_server") - before if descends_from(p, server.process.pid)
+        }
+        assert len(clusters) == 1, "the server did not start its Ray"
+        with server.client(token) as client:
+            source = {"uri": str(site.shared), "format": "parquet"}
+            body = {"source": source, "model": "double", "id_column": "id"}
+            for _ in range(2):
+                submitted = client.post("/v1/jobs", json=body)
+                assert submitted.status_code == 201, submitted.text
+                job = wait_for_job(client, submitted.json()["id"], timeout=180)
+                assert job["status"] == "succeeded", job
+                rows = [
+                    json.loads(line) for line in client.get(job["results_url"]).content.splitlines()
+                ]
+                assert sorted((r["id"], r["prediction"]) for r in rows) == [
+                    (i, 2.0 * i) for i in range(ROWS)
+                ]
+                # No job started a Ray of its own: the server's is the only new one.
+                assert ray_processes("gcs_server") - before == clusters
+    finally:
+        server.kill()
+    deadline = time.monotonic() + 30
+    while ray_processes("gcs_server") & clusters and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ray_processes("gcs_server") & clusters, "the server's Ray outlived it"
+    log = server.log.read_text()
+    address = log.split("Ray for this server's jobs: ")[1].split(",")[0]
+    assert log.count(f"job on Ray at {address}") == 2, log
+    assert "a Ray of its own" not in log
+    assert os.environ.get("THRESHER_RAY_ADDRESS") is None
