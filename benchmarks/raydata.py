@@ -24,7 +24,8 @@
   blocks still went to one actor). The matrix inputs are large enough for Ray's own block
   sizing to feed every actor.
 
-Ray's start-up (`ray.init`) is part of its time. Ray keeps its temp dir under /tmp (a
+Ray's start-up (`ray.init`) is part of its time, unless `--address` names a running
+cluster to join. Ray keeps its temp dir under /tmp (a
 per-run folder, removed when the run succeeds).
 """
 
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--address", help="join this running cluster instead of starting one")
     args = parser.parse_args()
     workload_json = args.workload.read_text()
     workload = Workload.from_json(workload_json)
@@ -72,13 +74,16 @@ def main() -> None:
     import ray
 
     temp = tempfile.mkdtemp(prefix="ray-bench-", dir="/tmp")
-    ray.init(
-        address="local",
-        num_cpus=args.cpus,
-        include_dashboard=False,
-        _temp_dir=temp,
-        log_to_driver=False,
-    )
+    if args.address:  # a cluster that is already up (serve_on_ray.py: the server's)
+        ray.init(address=args.address, log_to_driver=False)
+    else:
+        ray.init(
+            address="local",
+            num_cpus=args.cpus,
+            include_dashboard=False,
+            _temp_dir=temp,
+            log_to_driver=False,
+        )
     ray.data.DataContext.get_current().enable_progress_bars = False
     text = workload.output == "embedding"
     blocks = args.workers * TEXT_BLOCKS_PER_ACTOR if text else None
