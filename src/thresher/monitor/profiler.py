@@ -39,6 +39,7 @@ BLAS_ONE_THREAD = 8192  # OpenBLAS computes a dot of up to 10,000 values on one 
 BINCOUNT_SPAN = 1 << 16  # integer values spread wider than this are counted by hashing
 MAX_SEGMENTS = 32  # segment values profiled apart; the rest are one "(other)" segment
 OTHER_SEGMENT = "(other)"
+MAX_PARTS = 4  # a column in more parts than this is joined before it is profiled
 
 
 def sample_rate_for(rows: int | None, sample_rows: int) -> float:
@@ -140,7 +141,11 @@ class ShardProfiler:
 
 
 def add_values(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray | None) -> None:
-    """One chunk's values of a column into its profile."""
+    """One chunk's values of a column into its profile. An output column comes in as many
+    parts as the model had batches (hundreds while the tuner tries small sizes): past
+    `MAX_PARTS` they are joined first, a copy that costs less than a pass per part."""
+    if values.num_chunks > MAX_PARTS:
+        values = pa.chunked_array([values.combine_chunks()], type=values.type)
     column.rows += len(values)
     column.nulls += values.null_count
     if column.kind == "categorical":
@@ -234,25 +239,48 @@ def _add_number_part(column: ColumnProfile, values: pa.Array, sample: np.ndarray
 # Σx, Σx², min and max of doubles in one pass, vectorised (AVX2 where the CPU has it:
 # target_clones picks at load). numpy takes four passes, one per reduction; on the
 # benchmark's 30-feature models at a million rows a second those passes were most of
-# what profiling cost (`benchmarks/profile_overhead.py`). Its sum is not numpy's pairwise
-# one: each lane adds in order, so the error grows with a lane's share of the rows, which
-# for a chunk's column is ~1e-12 relative at most.
+# what profiling cost (`benchmarks/profile_overhead.py`). Sixteen lanes of accumulators,
+# not one vector's four: each lane's additions wait for the one before (four cycles), so
+# one vector of accumulators ran at a quarter of what the core can add, 20 us for a
+# 65,536-value column already in cache. Its sum is not numpy's pairwise one: each lane
+# adds in order, so the error grows with a lane's share of the rows, which for a chunk's
+# column is ~1e-12 relative at most.
 ONE_PASS_C = r"""
 #include <math.h>
 #include <stdint.h>
 
+#define LANES 16
+
 __attribute__((target_clones("avx2", "default")))
 void thresher_reductions(const double* x, int64_t n, double* out) {
-    double sum = 0.0, squares = 0.0, low = INFINITY, high = -INFINITY;
-    #pragma omp simd reduction(+:sum, squares) reduction(min:low) reduction(max:high)
-    for (int64_t i = 0; i < n; i++) {
-        double v = x[i];
-        sum += v;
-        squares += v * v;
-        low = v < low ? v : low;
-        high = v > high ? v : high;
+    double sum[LANES], squares[LANES], low[LANES], high[LANES];
+    for (int j = 0; j < LANES; j++) {
+        sum[j] = 0.0; squares[j] = 0.0; low[j] = INFINITY; high[j] = -INFINITY;
     }
-    out[0] = sum; out[1] = squares; out[2] = low; out[3] = high;
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        #pragma omp simd
+        for (int j = 0; j < LANES; j++) {
+            double v = x[i + j];
+            sum[j] += v;
+            squares[j] += v * v;
+            low[j] = v < low[j] ? v : low[j];
+            high[j] = v > high[j] ? v : high[j];
+        }
+    }
+    double s = 0.0, q = 0.0, lo = INFINITY, hi = -INFINITY;
+    for (int j = 0; j < LANES; j++) {
+        s += sum[j]; q += squares[j];
+        lo = low[j] < lo ? low[j] : lo;
+        hi = high[j] > hi ? high[j] : hi;
+    }
+    for (; i < n; i++) {
+        double v = x[i];
+        s += v; q += v * v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    out[0] = s; out[1] = q; out[2] = lo; out[3] = hi;
 }
 """
 
