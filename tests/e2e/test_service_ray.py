@@ -1,11 +1,11 @@
 """A server whose jobs run on a local Ray keeps one Ray for all of them: started with the
 server, joined by each job's coordinator (no job starts or stops a Ray of its own), and
-gone with the server, even one killed with SIGKILL."""
+gone with the server, even one killed with SIGKILL. Its actors stay warm between jobs:
+the second job of a model runs on the actor that loaded it for the first."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -18,6 +18,25 @@ from .servers import Server, ServiceSite, wait_for_job
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROWS = 400
+
+# Says which process built it, and which ran each batch.
+COUNTED = """
+import os
+
+import numpy as np
+
+
+class Counted:
+    def __init__(self, log):
+        self.log = log
+        with open(log, "a") as f:
+            f.write(f"built {os.getpid()}\\n")
+
+    def predict(self, batch):
+        with open(self.log, "a") as f:
+            f.write(f"ran {os.getpid()}\\n")
+        return {"prediction": 2.0 * np.asarray(batch["x"], dtype=float)}
+"""
 
 
 def ray_processes(name: str) -> set[int]:
@@ -50,6 +69,12 @@ def test_the_servers_jobs_join_one_ray_that_dies_with_the_server(tmp_path: Path)
     config = site.config.read_text().replace(
         "[run]\nworkers = 1", '[run]\nworkers = 1\nexecutor = "ray"'
     )
+    log = tmp_path / "counted.log"
+    (tmp_path / "counted.py").write_text(COUNTED)
+    config += (
+        f'\n[models.counted]\nkind = "python"\nuri = "{tmp_path / "counted.py"}:Counted"\n'
+        f'batch_format = "numpy"\noptions = {{ log = "{log}" }}\n'
+    )
     site.config.write_text(config)
     for half in range(2):  # two files, two shards: the Ray executor, not the job's thread
         rows = range(half * ROWS // 2, (half + 1) * ROWS // 2)
@@ -65,7 +90,7 @@ def test_the_servers_jobs_join_one_ray_that_dies_with_the_server(tmp_path: Path)
         assert len(clusters) == 1, "the server did not start its Ray"
         with server.client(token) as client:
             source = {"uri": str(site.shared), "format": "parquet"}
-            body = {"source": source, "model": "double", "id_column": "id"}
+            body = {"source": source, "model": "counted", "id_column": "id"}
             for _ in range(2):
                 submitted = client.post("/v1/jobs", json=body)
                 assert submitted.status_code == 201, submitted.text
@@ -85,8 +110,14 @@ def test_the_servers_jobs_join_one_ray_that_dies_with_the_server(tmp_path: Path)
     while ray_processes("gcs_server") & clusters and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not ray_processes("gcs_server") & clusters, "the server's Ray outlived it"
-    log = server.log.read_text()
-    address = log.split("Ray for this server's jobs: ")[1].split(",")[0]
-    assert log.count(f"job on Ray at {address}") == 2, log
-    assert "a Ray of its own" not in log
-    assert os.environ.get("THRESHER_RAY_ADDRESS") is None
+    said = server.log.read_text()
+    address = said.split("Ray for this server's jobs: ")[1].split(",")[0]
+    assert said.count(f"job on Ray at {address}") == 2, said
+    assert "a Ray of its own" not in said
+    lines = [line.split() for line in log.read_text().splitlines()]
+    built = [pid for what, pid in lines if what == "built"]
+    ran = {pid for what, pid in lines if what == "ran"}
+    assert len(built) == 1, f"the model was loaded {len(built)} times for two jobs"
+    assert ran == set(
+        built
+    )  # both jobs on the warm actor    assert os.environ.get("THRESHER_RAY_ADDRESS") is None

@@ -8,7 +8,12 @@ attempt, and a fresh actor takes its place.
 
 Without `run.address`, a job joins the cluster named in `THRESHER_RAY_ADDRESS` (the one a
 `thresher serve` keeps for its jobs, `service/ray_cluster.py`), or else starts a Ray of
-its own for its run.
+its own for its run. On the server's cluster the actors stay warm between jobs: named
+after the model, its options and the job's features and threads, detached from the job,
+they keep the loaded model for the server's next job of the same model, which finds them
+by name (jobs of one model at once share them, each task naming its job's setup). An
+actor running a task when its job stops is killed, as it would be on a Ray of the job's
+own; idle ones are left for the next job, and die with the server's Ray.
 
 On small machines an actor asks for less than a whole CPU by default, so the pool never
 starves Ray's own tasks. Ray's token authentication (RAY_AUTH_MODE=token, the default for
@@ -18,10 +23,13 @@ coordinator needs the same token (RAY_AUTH_TOKEN or the default token file).
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import logging
 import os
 import time
+import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,8 +46,9 @@ from thresher.executors.tasks import (
     Task,
     WorkerSetup,
 )
+from thresher.models.base import LoadContext
 from thresher.plan.placement import Placement
-from thresher.spec import RunSection
+from thresher.spec import ModelSection, RunSection
 
 log = logging.getLogger("thresher.executors.ray_pool")
 
@@ -48,23 +57,32 @@ CLUSTER_VARIABLE = "THRESHER_RAY_ADDRESS"
 
 
 class ShardActor:
-    """A Ray actor: the model loaded once, shards run one at a time."""
+    """A Ray actor: the model loaded once, shards run one at a time, for one job's setup
+    or, warm on a server's cluster, for each job that `prepare`d one."""
 
-    def __init__(self, setup: WorkerSetup) -> None:
+    def __init__(self, model: ModelSection, context: LoadContext) -> None:
         from thresher.models import load_model
-        from thresher.worker.shard import tuner_for
 
-        self.setup = setup
-        self.model = load_model(setup.model, setup.context)
-        self.tuner = tuner_for(setup.batch, self.model)
+        self.model = load_model(model, context)
+        self.jobs: dict[str, tuple[WorkerSetup, Any]] = {}
 
     def ready(self) -> bool:
         return True
 
-    def run(self, task: Task) -> ShardResult:
+    def prepare(self, job: str, setup: WorkerSetup) -> None:
+        """Take `job`'s setup (its reader, parts, batch settings) for its tasks."""
+        from thresher.worker.shard import tuner_for
+
+        self.jobs[job] = (setup, tuner_for(setup.batch, self.model))
+
+    def forget(self, job: str) -> None:
+        self.jobs.pop(job, None)
+
+    def run(self, job: str, task: Task) -> ShardResult:
         from thresher.worker.run import run_task
 
-        return run_task(self.setup, self.model, task, lambda rows: None, self.tuner)
+        setup, tuner = self.jobs[job]
+        return run_task(setup, self.model, task, lambda rows: None, tuner)
 
 
 @dataclass
@@ -81,11 +99,15 @@ class RayExecutor:
     run: RunSection
     workers: int
     _setup: WorkerSetup | None = field(default=None, init=False)
+    _job: str = field(default_factory=lambda: uuid.uuid4().hex, init=False)
+    _warm: str | None = field(default=None, init=False)  # warm actors' name prefix
+    _own: set[Any] = field(default_factory=set, init=False)  # replacements: killed at the end
     _idle: list[Any] = field(default_factory=list, init=False)
     _running: dict[Any, _Running] = field(default_factory=dict, init=False)
     _queue: deque[Task] = field(default_factory=deque, init=False)
     _starting: dict[Any, Any] = field(default_factory=dict, init=False)  # ready ref -> actor
     _actor_class: Any = field(default=None, init=False)
+    _actor_options: dict[str, Any] = field(default_factory=dict, init=False)
     _started_ray: bool = field(default=False, init=False)
     _lost: int = field(default=0, init=False)  # actors that died before they were up
 
@@ -96,20 +118,23 @@ class RayExecutor:
                 # No address means the server's cluster, or a Ray of this job's own:
                 # "local", never one that some earlier `ray start` left recorded (and that
                 # may be long dead).
-                address = self.run.address or os.environ.get(CLUSTER_VARIABLE) or "local"
+                server = None if self.run.address else os.environ.get(CLUSTER_VARIABLE)
+                address = self.run.address or server or "local"
                 ray.init(address=address, log_to_driver=False, **_join_as(self.run))
             except ConnectionError as exc:
                 raise ThresherError(f"run.address: {exc}") from exc
             joined = "a Ray of its own" if address == "local" else "Ray"
             log.info("job on %s at %s", joined, ray.get_runtime_context().gcs_address)
             self._started_ray = True
+            self._warm = _warm_name(setup, self.run) if server else None
         self._setup = setup
         # run.device = "cuda" on Ray: a GPU per actor unless run.num_gpus says otherwise.
         gpus = self.run.num_gpus or (1.0 if self.run.device == "cuda" else 0.0)
         options = {"num_cpus": self._cpus_per_actor(ray), "num_gpus": gpus}
-        self._actor_class = ray.remote(ShardActor).options(max_restarts=0, **options)
-        for _ in range(self.workers):
-            self._replace()
+        self._actor_class = ray.remote(ShardActor)
+        self._actor_options = {"max_restarts": 0, **options}
+        for slot in range(self.workers):
+            self._replace(slot)
         while not self._idle and self._starting:  # work starts once one actor is up
             ready, _ = ray.wait(list(self._starting), num_returns=1, timeout=10)
             for ref in ready:
@@ -157,9 +182,12 @@ class RayExecutor:
 
     def shutdown(self) -> None:
         ray = import_ray()
-        actors = [*self._idle, *self._starting.values(), *(r.actor for r in self._running.values())]
-        for actor in actors:
+        busy = [*self._starting.values(), *(r.actor for r in self._running.values())]
+        warm = [a for a in self._idle if a not in self._own] if self._warm else []
+        for actor in [*busy, *(a for a in self._idle if a not in warm)]:
             ray.kill(actor)
+        for actor in warm:
+            actor.forget.remote(self._job)  # kept loaded for the server's next job
         self._idle, self._running, self._starting = [], {}, {}
         if self._started_ray:
             ray.shutdown()
@@ -196,17 +224,29 @@ class RayExecutor:
                 )
                 yield ShardFailed(running.task, "ShardTimeout", why, retry=True)
 
-    def _replace(self) -> None:
-        """A fresh actor (it loads the model again) in place of one that died. It takes
-        work only once it is up: until Ray finds room for it, the others carry on."""
+    def _replace(self, slot: int | None = None) -> None:
+        """An actor for pool slot `slot`: on a server's cluster the warm one of that name
+        if it lives, else a fresh one (it loads the model). With no slot, a fresh one of
+        this job's own in place of one that died (its warm name may not be free yet); a
+        server's next job starts that slot's warm actor again. It takes work only once it
+        is up: until Ray finds room for it, the others carry on."""
         assert self._setup is not None
-        actor = self._actor_class.remote(self._setup)
+        setup, options = self._setup, self._actor_options
+        if self._warm is not None and slot is not None:
+            name = f"{self._warm}-{slot}"
+            # Named in one namespace: each job's driver has an anonymous one of its own.
+            warm = {"name": name, "namespace": "thresher", "lifetime": "detached"}
+            options = {**options, **warm, "get_if_exists": True}
+        actor = self._actor_class.options(**options).remote(setup.model, setup.context)
+        if slot is None:
+            self._own.add(actor)
+        actor.prepare.remote(self._job, setup)  # in order, after its model loads
         self._starting[actor.ready.remote()] = actor
 
     def _dispatch(self) -> None:
         while self._idle and self._queue:
             actor, task = self._idle.pop(), self._queue.popleft()
-            self._running[actor.run.remote(task)] = _Running(actor, task)
+            self._running[actor.run.remote(self._job, task)] = _Running(actor, task)
 
     def _cpus_per_actor(self, ray: Any) -> float:
         """`run.num_cpus`, or a share that leaves room for Ray's own work on small
@@ -216,6 +256,24 @@ class RayExecutor:
         total = float(ray.cluster_resources().get("CPU", 1.0))
         share = (total - 0.5) / max(self.workers, 1)
         return max(0.1, min(1.0, round(share, 2)))
+
+
+def _warm_name(setup: WorkerSetup, run: RunSection) -> str:
+    """The name prefix of the warm actors a job can share: those that loaded the same
+    model, with the same options, for the same features and threads, on the same
+    resources."""
+    key = json.dumps(
+        [
+            setup.model.model_dump(mode="json"),
+            list(setup.context.features),
+            setup.context.threads,
+            run.num_cpus,
+            run.num_gpus,
+            run.device,
+        ],
+        sort_keys=True,
+    )
+    return f"thresher-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def _join_as(run: RunSection) -> dict[str, Any]:
