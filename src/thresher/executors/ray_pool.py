@@ -8,10 +8,12 @@ attempt, and a fresh actor takes its place.
 
 Without `run.address`, a job joins the cluster named in `THRESHER_RAY_ADDRESS` (the one a
 `thresher serve` keeps for its jobs, `service/ray_cluster.py`), or else starts a Ray of
-its own for its run. On the server's cluster the actors stay warm between jobs: named
+its own for its run. On the server's cluster the CPU actors stay warm between jobs: named
 after the model, its options and the job's features and threads, detached from the job,
 they keep the loaded model for the server's next job of the same model, which finds them
-by name (jobs of one model at once share them, each task naming its job's setup). An
+by name (jobs of one model at once share them, each task naming its job's setup). They
+ask Ray for no CPU (an idle one would hold its share for good); the server's slots share
+the machine. An
 actor running a task when its job stops is killed, as it would be on a Ray of the job's
 own; idle ones are left for the next job, and die with the server's Ray.
 
@@ -113,6 +115,7 @@ class RayExecutor:
 
     def start(self, setup: WorkerSetup) -> None:
         ray = import_ray()
+        server = None
         if not ray.is_initialized():
             try:
                 # No address means the server's cluster, or a Ray of this job's own:
@@ -126,11 +129,15 @@ class RayExecutor:
             joined = "a Ray of its own" if address == "local" else "Ray"
             log.info("job on %s at %s", joined, ray.get_runtime_context().gcs_address)
             self._started_ray = True
-            self._warm = _warm_name(setup, self.run) if server else None
         self._setup = setup
         # run.device = "cuda" on Ray: a GPU per actor unless run.num_gpus says otherwise.
         gpus = self.run.num_gpus or (1.0 if self.run.device == "cuda" else 0.0)
         options = {"num_cpus": self._cpus_per_actor(ray), "num_gpus": gpus}
+        if self._started_ray and server and not gpus:
+            # Warm actors ask Ray for no CPU: idle, they would hold their share for good,
+            # and the next job of another model would wait for it forever. The server's
+            # own slots (`capacity.cpu`) share its machine between its jobs.
+            self._warm, options["num_cpus"] = _warm_name(setup, self.run), 0
         self._actor_class = ray.remote(ShardActor)
         self._actor_options = {"max_restarts": 0, **options}
         for slot in range(self.workers):
