@@ -4,8 +4,8 @@ from itself instead of spawning a fresh interpreter that imports them again."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -55,16 +55,17 @@ def test_a_jobs_zygote_is_forked_with_the_registered_models_libraries_loaded(
     from safetensors.torch import save_file
 
     site = ServiceSite(tmp_path)
-    (tmp_path / "nets.py").write_text(NETS)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        from nets import Built  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(tmp_path))
+    nets = tmp_path / "warm_nets.py"  # a name no other test's module has taken
+    nets.write_text(NETS)
+    loaded = importlib.util.spec_from_file_location("warm_nets", nets)
+    assert loaded is not None and loaded.loader is not None
+    source = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(source)
+    Built = source.Built
     module = Built(str(tmp_path / "unused")).eval()
     save_file(module.state_dict(), str(tmp_path / "weights.safetensors"))
     log = tmp_path / "built.log"
-    uri = json.dumps(f"{tmp_path / 'nets.py'}:Built")
+    uri = json.dumps(f"{nets}:Built")
     options = {"log": str(log), "weights": str(tmp_path / "weights.safetensors"), "device": "cpu"}
     table = ", ".join(f"{key} = {json.dumps(value)}" for key, value in options.items())
     with site.config.open("a") as config:
