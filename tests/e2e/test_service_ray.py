@@ -116,5 +116,7 @@ def test_the_servers_jobs_join_one_ray_that_dies_with_the_server(tmp_path: Path)
     lines = [line.split() for line in log.read_text().splitlines()]
     built = [pid for what, pid in lines if what == "built"]
     ran = {pid for what, pid in lines if what == "ran"}
+    # Each of the two slots loaded it once, for both jobs (on a busy machine one actor
+    # may be up before the other and run every batch).
     assert len(built) == 2, f"two actors loaded the model {len(built)} times for two jobs"
-    assert ran == set(built)  # both jobs on the warm actors
+    assert ran <= set(built)

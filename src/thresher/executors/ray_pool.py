@@ -15,7 +15,8 @@ by name (jobs of one model at once share them, each task naming its job's setup)
 ask Ray for no CPU (an idle one would hold its share for good); the server's slots share
 the machine. An
 actor running a task when its job stops is killed, as it would be on a Ray of the job's
-own; idle ones are left for the next job, and die with the server's Ray.
+own; idle ones, and ones still loading, are left for the next job, and die with the
+server's Ray.
 
 On small machines an actor asks for less than a whole CPU by default, so the pool never
 starves Ray's own tasks. Ray's token authentication (RAY_AUTH_MODE=token, the default for
@@ -189,12 +190,13 @@ class RayExecutor:
 
     def shutdown(self) -> None:
         ray = import_ray()
-        busy = [*self._starting.values(), *(r.actor for r in self._running.values())]
-        warm = [a for a in self._idle if a not in self._own] if self._warm else []
-        for actor in [*busy, *(a for a in self._idle if a not in warm)]:
+        running = [r.actor for r in self._running.values()]
+        waiting = [*self._starting.values(), *self._idle]
+        warm = [a for a in waiting if a not in self._own] if self._warm else []
+        for actor in [*running, *(a for a in waiting if a not in warm)]:
             ray.kill(actor)
-        for actor in warm:
-            actor.forget.remote(self._job)  # kept loaded for the server's next job
+        for actor in warm:  # kept (or still loading) for the server's next job
+            actor.forget.remote(self._job)
         self._idle, self._running, self._starting = [], {}, {}
         if self._started_ray:
             ray.shutdown()
