@@ -317,9 +317,13 @@ def run_manifest(root: Path) -> dict[str, Any]:
 
 
 def latest_job(root: Path) -> str | None:
-    """The newest job in `root`'s store, None before one is recorded."""
+    """The newest job in `root`'s store, None before one is recorded (or before the
+    store has its tables: the CLI creates the file first)."""
     if not (root / "store.db").exists():
         return None
     with closing(sqlite3.connect(root / "store.db")) as db:
-        row = db.execute("SELECT id FROM thresher_jobs ORDER BY created_at DESC").fetchone()
+        try:
+            row = db.execute("SELECT id FROM thresher_jobs ORDER BY created_at DESC").fetchone()
+        except sqlite3.OperationalError:  # the file is there, its tables not yet
+            return None
     return None if row is None else str(row[0])
