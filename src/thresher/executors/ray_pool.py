@@ -13,10 +13,9 @@ after the model, its options and the job's features and threads, detached from t
 they keep the loaded model for the server's next job of the same model, which finds them
 by name (jobs of one model at once share them, each task naming its job's setup). They
 ask Ray for no CPU (an idle one would hold its share for good); the server's slots share
-the machine. An
-actor running a task when its job stops is killed, as it would be on a Ray of the job's
-own; idle ones, and ones still loading, are left for the next job, and die with the
-server's Ray.
+the machine. An actor running a task when its job stops is killed, as it would be on a
+Ray of the job's own; idle ones, and ones still loading, are left for the next job, and
+die with the server's Ray.
 
 On small machines an actor asks for less than a whole CPU by default, so the pool never
 starves Ray's own tasks. Ray's token authentication (RAY_AUTH_MODE=token, the default for
@@ -134,7 +133,7 @@ class RayExecutor:
         # run.device = "cuda" on Ray: a GPU per actor unless run.num_gpus says otherwise.
         gpus = self.run.num_gpus or (1.0 if self.run.device == "cuda" else 0.0)
         options = {"num_cpus": self._cpus_per_actor(ray), "num_gpus": gpus}
-        if self._started_ray and server and not gpus:
+        if server and not gpus:  # joined the server's cluster above
             # Warm actors ask Ray for no CPU: idle, they would hold their share for good,
             # and the next job of another model would wait for it forever. The server's
             # own slots (`capacity.cpu`) share its machine between its jobs.

@@ -247,5 +247,8 @@ class BatchTuner:
 def _fitting(lengths: np.ndarray, budget: int) -> int:
     """How many of `lengths` (sorted shortest first) make a batch of at most `budget`
     padded tokens, each row padded to the last one's length; at least one."""
+    # No more rows fit than the budget over the shortest row's length: look no further,
+    # or each batch would cost a pass over the rest of the chunk.
+    lengths = lengths[: budget // max(int(lengths[0]), 1) + 1]
     padded = np.arange(1, len(lengths) + 1) * np.maximum(lengths, 1)
     return max(1, int(np.searchsorted(padded, budget, side="right")))
