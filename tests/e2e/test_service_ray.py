@@ -64,6 +64,10 @@ def descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
+def under(ancestor: int, pids: set[int]) -> set[int]:
+    return {pid for pid in pids if descends_from(pid, ancestor)}
+
+
 def test_the_servers_jobs_join_one_ray_that_dies_with_the_server(tmp_path: Path) -> None:
     site = ServiceSite(tmp_path, settings="")
     config = site.config.read_text().replace(
@@ -80,13 +84,10 @@ def test_the_servers_jobs_join_one_ray_that_dies_with_the_server(tmp_path: Path)
         rows = range(half * ROWS // 2, (half + 1) * ROWS // 2)
         table = pa.table({"id": list(rows), "x": [float(i) for i in rows]})
         pq.write_table(table, site.shared / f"part-{half}.parquet")
-    before = ray_processes("gcs_server")
     token = site.token("acme")
     server = Server(site, env={"RAY_USAGE_STATS_ENABLED": "0"}, timeout=120)
     try:
-        clusters = {
-            p for p in ray_processes("gcs_server") - before if descends_from(p, server.process.pid)
-        }
+        clusters = under(server.process.pid, ray_processes("gcs_server"))
         assert len(clusters) == 1, "the server did not start its Ray"
         with server.client(token) as client:
             source = {"uri": str(site.shared), "format": "parquet"}
@@ -101,8 +102,9 @@ def test_the_servers_jobs_join_one_ray_that_dies_with_the_server(tmp_path: Path)
                 results = client.get(job["results_url"]).content.splitlines()
                 rows = sorted((r["id"], r["prediction"]) for r in map(json.loads, results))
                 assert rows == [(i, 2.0 * i) for i in range(ROWS)]
-                # No job started a Ray of its own: the server's is the only new one.
-                assert ray_processes("gcs_server") - before == clusters
+                # No job started a Ray of its own: the server's is the only one under it
+                # (other tests, in other xdist workers, may start theirs meanwhile).
+                assert under(server.process.pid, ray_processes("gcs_server")) == clusters
     finally:
         server.kill()
     deadline = time.monotonic() + 30
