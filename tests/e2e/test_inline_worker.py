@@ -6,6 +6,7 @@ every row once."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections import Counter
@@ -136,3 +137,34 @@ def test_a_crash_in_the_inline_worker_is_resumed_exactly_once(tmp_path: Path) ->
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert output_ids(tmp_path) == Counter(range(ROWS)), "rows lost or written twice"
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="threads or processes needs two cores")
+def test_a_models_next_job_tries_threads_then_takes_the_faster(tmp_path: Path) -> None:
+    """No `run.workers`: the first job of the model runs as processes, the next tries
+    threads in the CLI's process, and the third takes whichever finished sooner and says
+    why (plan/history.py)."""
+    spec = write_job(tmp_path, shards=2)
+    text = spec.read_text().replace("workers = 2\n", "")
+    spec.write_text(text.replace('uri = "out/"', 'uri = "out/"\nforce = true'))
+    placements = []
+    for _ in range(3):
+        (tmp_path / "pids").unlink(missing_ok=True)
+        proc = start_run(tmp_path, spec)
+        said, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, said
+        manifest = run_manifest(tmp_path)
+        pids = {int(p) for p in (tmp_path / "pids").read_text().split()}
+        assert (pids == {proc.pid}) is manifest["worker_in_process"]
+        assert manifest["placement"] in said
+        placements.append(manifest["placement"])
+        assert output_ids(tmp_path) == Counter(range(ROWS))
+    first, second, third = placements
+    cores = os.cpu_count() or 1
+    assert first.startswith(f"2 worker(s) x {cores // 2} thread(s), forked")
+    assert second == (
+        f"1 worker in this process x {cores} thread(s)"
+        " (threads tried: only processes measured for this model so far)"
+    )
+    winner = "threads" if third.startswith("1 worker in this process") else "processes"
+    assert f"({winner} measured faster for this model: threads " in third

@@ -196,6 +196,8 @@ PUBLIC: dict[str, list[str]] = {
     "thresher.plan": [
         "Placement",
         "check_features",
+        "measurable",
+        "measured_choice",
         "plan_input",
         "plan_placement",
         "worker_slots",

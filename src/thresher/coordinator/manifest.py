@@ -50,6 +50,7 @@ def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) ->
         "worker_in_process": run.placement.inline,
         "workers_forked": run.placement.forked,
         "device": run.placement.device,
+        "placement": run.placement.describe(),
         "started_at": run.started.isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),
         "seconds": round(run.seconds, 3),

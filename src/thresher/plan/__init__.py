@@ -7,7 +7,16 @@ on cores or GPUs.
 
 from __future__ import annotations
 
+from thresher.plan.history import measured_choice
 from thresher.plan.inputs import check_features, plan_input
-from thresher.plan.placement import Placement, plan_placement, worker_slots
+from thresher.plan.placement import Placement, measurable, plan_placement, worker_slots
 
-__all__ = ["Placement", "check_features", "plan_input", "plan_placement", "worker_slots"]
+__all__ = [
+    "Placement",
+    "check_features",
+    "measurable",
+    "measured_choice",
+    "plan_input",
+    "plan_placement",
+    "worker_slots",
+]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from thresher.plan.devices import HIDDEN, run_gpus
 from thresher.spec import RunSection
+
+if TYPE_CHECKING:
+    from thresher.plan.history import Measured
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,8 @@ class Placement:
     # Worker processes are forked from one that loaded the model (executors/zygote.py):
     # local CPU workers, unless `run.start_method = "spawn"`.
     forked: bool = False
+    # Why threads or processes, when earlier jobs of the model measured it (plan/history.py).
+    measured: str = ""
 
     @property
     def device(self) -> str:
@@ -30,10 +36,11 @@ class Placement:
 
     def describe(self) -> str:
         where = f", GPU {', '.join(self.devices or ())}" if self.device == "cuda" else ""
+        why = f" ({self.measured})" if self.measured else ""
         if self.inline:
-            return f"1 worker in this process x {self.threads} thread(s)"
+            return f"1 worker in this process x {self.threads} thread(s){why}"
         forked = ", forked from one model load" if self.forked else ""
-        return f"{self.workers} worker(s) x {self.threads} thread(s){where}{forked}"
+        return f"{self.workers} worker(s) x {self.threads} thread(s){where}{forked}{why}"
 
 
 def worker_slots(run: RunSection, gpus: list[str] | None = None) -> int:
@@ -43,16 +50,31 @@ def worker_slots(run: RunSection, gpus: list[str] | None = None) -> int:
     return run.workers or len(gpus) or os.cpu_count() or 1
 
 
-def plan_placement(run: RunSection, shard_count: int) -> Placement:
+def measurable(run: RunSection, shard_count: int) -> bool:
+    """Whether a job may run as threads or as processes, whichever its model's earlier
+    jobs measured faster (plan/history.py): several shards on a local machine's cores,
+    with no `run.workers` set and no GPU to place."""
+    cores = os.cpu_count() or 1
+    local_cpu = run.executor == "local" and run.device != "cpu" and not run_gpus(run)
+    return local_cpu and run.workers is None and shard_count > 1 and cores > 1
+
+
+def plan_placement(
+    run: RunSection, shard_count: int, measured: Measured | None = None
+) -> Placement:
     """One worker per GPU, or per core, unless the spec says otherwise, never more workers
-    than shards; the cores are shared out as threads so none is oversubscribed. (Planning
-    cuts an input into at least `worker_slots` shards when it is big enough: a process per
-    core beats the same cores as threads of one process, by 10% for MiniLM on two cores.)
-    GPU workers take the GPUs in turn; a `cpu` run hides them from its workers. A job of
-    one shard with no GPU to place runs its worker in the coordinator's process (`inline`);
-    more CPU workers are forked from one process that loaded the model (`forked`).
+    than shards; the cores are shared out as threads so none is oversubscribed. GPU workers
+    take the GPUs in turn; a `cpu` run hides them from its workers. A job of one shard with
+    no GPU to place runs its worker in the coordinator's process (`inline`); more CPU
+    workers are forked from one process that loaded the model (`forked`), unless what its
+    earlier jobs `measured` says the same cores as threads of one inline worker are faster.
     """
     cores = os.cpu_count() or 1
+    if measured is not None and measurable(run, shard_count):
+        if measured.threads:
+            return Placement(1, cores, None, inline=True, measured=measured.reason)
+        placed = plan_placement(run, shard_count)
+        return replace(placed, measured=measured.reason)
     gpus = run_gpus(run)
     workers = max(1, min(worker_slots(run, gpus), max(shard_count, 1)))
     devices: tuple[str, ...] | None = None

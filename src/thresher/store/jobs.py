@@ -179,6 +179,17 @@ class Store:
         )
         return [_job_record(r) for r in rows]
 
+    def manifests_of(self, model_uri: str, limit: int) -> list[dict[str, Any]]:
+        """The manifests of the latest `limit` succeeded jobs that may have run the model at
+        `model_uri` (the text search is loose: check the manifest's `model`)."""
+        pattern = f"%{json.dumps(model_uri)}%"
+        rows = self.db.query(
+            "SELECT manifest FROM thresher_jobs WHERE state = ? AND manifest LIKE ?"
+            " ORDER BY finished_at DESC LIMIT ?",
+            (JobState.SUCCEEDED.value, pattern, limit),
+        )
+        return [json.loads(row[0]) for row in rows if row[0]]
+
     def shards(self, job_id: str) -> list[ShardRecord]:
         rows = self.db.query(
             "SELECT idx, state, attempts, rows_in, rows_out, rows_error, seconds, error"
