@@ -4,7 +4,8 @@ worker in the CLI's own process using every core as threads; and which one thres
 chose once it had measured both (plan/history.py).
 
 The way is set through the job store, as thresher sets it: a store with no earlier job of
-the model runs processes (the planner's rule); a store holding one such job tries threads;
+the model runs processes (the planner's rule); a store holding one such job tries threads
+(both start from a store whose tables exist, so neither pays for making them);
 the store left after both holds the two measurements, and the next run's placement line
 says which it took. End to end, process start to exit, taking turns, best of N.
 
@@ -19,8 +20,10 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -49,18 +52,20 @@ class Compared:
 
 def workload_for(name: str, root: Path, quick: bool) -> Workload:
     """The benchmark's workload; `mlp-small` is the MLP at the quick size (200,000 rows),
-    and MiniLM is cut to a few thousand texts in row groups, so it has several shards."""
+    and MiniLM is cut to a few thousand texts in two files, so it has two shards."""
     if name == "mlp-small":
         return replace(prepare("mlp", root, True), name="mlp-small")
     workload = prepare(name, root, quick)
     if name != "minilm":
         return workload
     rows = TEXT_ROWS[quick]
-    data = root / f"text-{rows}-groups.parquet"
-    if not data.exists():
+    folder = root / f"text-{rows}-in-two"
+    if not folder.exists():
+        folder.mkdir()
         table = pq.read_table(workload.data).slice(0, rows)
-        pq.write_table(table, data, row_group_size=rows // 4)
-    return replace(workload, data=str(data), rows=rows)
+        for half in range(2):
+            pq.write_table(table.slice(half * rows // 2, rows // 2), folder / f"{half}.parquet")
+    return replace(workload, data=str(folder / "*.parquet"), rows=rows)
 
 
 def one_run(spec: Path, env: dict[str, str], out: Path) -> tuple[float, dict]:
@@ -76,23 +81,25 @@ def compare(name: str, root: Path, quick: bool, repeat: int) -> Compared:
     out = root / f"out-{name}-placement"
     spec = systems.write_spec(workload, root / f"{name}-placement.toml", out)
     store, seeded = root / f"{name}-placement.db", root / f"{name}-seeded.db"
+    empty = root / f"{name}-empty.db"
     env["THRESHER_STORE"] = f"sqlite:///{store}"
     store.unlink(missing_ok=True)
     one_run(spec, env, out)  # the model's first job on this store: processes, recorded
     shutil.copy(store, seeded)
+    with closing(sqlite3.connect(store)) as db, db:  # no job, the tables made: no history
+        db.execute("DELETE FROM thresher_jobs")
+    shutil.copy(store, empty)
     times: dict[bool, list[float]] = {True: [], False: []}
     for attempt in range(repeat):
         for threads in (attempt % 2 == 0, attempt % 2 == 1):  # who goes first alternates
-            store.unlink(missing_ok=True)
-            if threads:  # one processes run measured: this one tries threads
-                shutil.copy(seeded, store)
+            # One processes run measured: this one tries threads; none: processes.
+            shutil.copy(seeded if threads else empty, store)
             seconds, manifest = one_run(spec, env, out)
             assert manifest["worker_in_process"] is threads, manifest["placement"]
             times[threads].append(seconds)
         print(f"[{name}] run {attempt + 1}: threads {times[True][-1]:.2f} s,"
               f" processes {times[False][-1]:.2f} s", flush=True)  # fmt: skip
-    # The store of the last threads run holds one job each way: what does the next take?
-    store.unlink(missing_ok=True)
+    # After a threads run the store holds one job each way: what does the next take?
     shutil.copy(seeded, store)
     one_run(spec, env, out)
     _, manifest = one_run(spec, env, out)
@@ -104,11 +111,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small inputs, a few minutes")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path)
+    parser.add_argument("--only", action="append", choices=WORKLOADS, help="one workload")
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="thresher-placement-"))
     root.mkdir(parents=True, exist_ok=True)
     started, load = time.time(), os.getloadavg()[0]
-    found = [compare(name, root, args.quick, args.repeat) for name in WORKLOADS]
+    found = [compare(name, root, args.quick, args.repeat) for name in args.only or WORKLOADS]
     lines = [
         f"# Threads or processes{' (--quick)' if args.quick else ''}",
         "",

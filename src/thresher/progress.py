@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+if TYPE_CHECKING:  # rich is imported for a terminal's bar only: log lines need none of it
+    from rich.console import Console
+    from rich.progress import TaskID
 
 
 class Reporter(Protocol):
@@ -92,6 +85,16 @@ class BarReporter:
     """A rich progress bar with rows/s and ETA (by rows when known, else by shards)."""
 
     def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
         self._console = console or Console(stderr=True)
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
