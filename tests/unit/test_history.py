@@ -4,6 +4,7 @@ store decide, the way not measured is tried once, and only where the run leaves 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from thresher.plan import measurable, plan_placement
 from thresher.plan.history import Measured, PastRun, choose, past_runs
 from thresher.spec import JobSpec, RunSection
-from thresher.store import JobState, open_store
+from thresher.store import JobState, Store
 
 pytestmark = pytest.mark.unit
 
@@ -70,7 +71,9 @@ def manifest(job: JobSpec, threads: bool, rows: int, seconds: float, **over: Any
     }
 
 
-def test_only_this_models_local_cpu_jobs_on_this_many_cores_count(tmp_path: Path) -> None:
+def test_only_this_models_local_cpu_jobs_on_this_many_cores_count(
+    store: Store, tmp_path: Path
+) -> None:
     (tmp_path / "m.onnx").write_bytes(b"weights")
     (tmp_path / "other.onnx").write_bytes(b"other weights")
     spec = JobSpec.model_validate(
@@ -83,26 +86,31 @@ def test_only_this_models_local_cpu_jobs_on_this_many_cores_count(tmp_path: Path
     other = spec.model_copy(
         update={"model": spec.model.model_copy(update={"uri": str(tmp_path / "other.onnx")})}
     )
-    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
     kept = manifest(spec, True, 1000, 0.5)
-    for number, body in enumerate(
-        [
-            kept,
-            manifest(other, False, 1000, 0.5),  # another model
-            manifest(spec, False, 1000, 0.5, device="cuda"),
-            manifest(spec, False, 1000, 0.5, spec={"run": {"executor": "ray"}}),
-            manifest(spec, False, 1000, 0.5, workers=CORES + 1),  # another machine
-        ]
-    ):
-        job_id = f"job-{number}"
-        store.create_job(job_id, "job", spec, {"shards": []})
-        store.finish(job_id, JobState.SUCCEEDED, body, None)
-    failed = manifest(spec, False, 1000, 0.1)
-    store.create_job("failed", "job", spec, {"shards": []})
-    store.finish("failed", JobState.FAILED, failed, "it failed")
+    bodies = [
+        kept,
+        manifest(other, False, 1000, 0.5),  # another model
+        manifest(spec, False, 1000, 0.5, device="cuda"),
+        manifest(spec, False, 1000, 0.5, spec={"run": {"executor": "ray"}}),
+        manifest(spec, False, 1000, 0.5, workers=CORES + 1),  # another machine
+    ]
+    for number, body in enumerate(bodies):
+        finish(store, spec, f"job-{number}", JobState.SUCCEEDED, body)
+    finish(store, spec, "failed", JobState.FAILED, manifest(spec, False, 1000, 0.1))
     assert past_runs(store, spec) == [PastRun(True, 1000, 0.5)]
+    # Only the store's latest jobs are searched: seven made since, of other models.
+    assert len(store.manifests_of(spec.model.uri, 20, among=7)) == 4  # of m.onnx
+    for number in range(7):
+        finish(store, other, f"later-{number}", JobState.SUCCEEDED, bodies[1])
+    assert store.manifests_of(spec.model.uri, 20, among=7) == []
     (tmp_path / "m.onnx").write_bytes(b"retrained")  # same path, other weights
     assert past_runs(store, spec) == []
+
+
+def finish(store: Store, spec: JobSpec, job_id: str, state: JobState, body: dict) -> None:
+    store.create_job(job_id, "job", spec, {"shards": []})
+    store.finish(job_id, state, body, None if state == JobState.SUCCEEDED else "it failed")
+    time.sleep(0.002)  # created_at tells them apart
 
 
 @several_cores

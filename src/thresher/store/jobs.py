@@ -179,14 +179,17 @@ class Store:
         )
         return [_job_record(r) for r in rows]
 
-    def manifests_of(self, model_uri: str, limit: int) -> list[dict[str, Any]]:
-        """The manifests of the latest `limit` succeeded jobs that may have run the model at
-        `model_uri` (the text search is loose: check the manifest's `model`)."""
+    def manifests_of(self, model_uri: str, limit: int, among: int = 500) -> list[dict[str, Any]]:
+        """The manifests of the latest `limit` succeeded jobs, of the store's latest `among`,
+        that may have run the model at `model_uri` (the text search is loose: check the
+        manifest's `model`). Only the latest are searched: a store of a busy server holds
+        many thousands of manifests."""
         pattern = f"%{json.dumps(model_uri)}%"
         rows = self.db.query(
-            "SELECT manifest FROM thresher_jobs WHERE state = ? AND manifest LIKE ?"
-            " ORDER BY finished_at DESC LIMIT ?",
-            (JobState.SUCCEEDED.value, pattern, limit),
+            "SELECT manifest FROM thresher_jobs WHERE id IN"
+            " (SELECT id FROM thresher_jobs ORDER BY created_at DESC LIMIT ?)"
+            " AND state = ? AND manifest LIKE ? ORDER BY finished_at DESC LIMIT ?",
+            (among, JobState.SUCCEEDED.value, pattern, limit),
         )
         return [json.loads(row[0]) for row in rows if row[0]]
 
