@@ -40,7 +40,11 @@ class Run:
 def one_run(spec: Path, env: dict[str, str], out: Path, profile: bool) -> Run:
     systems._fresh(out)
     flag = "true" if profile else "false"
+    # run.workers pinned: with it unset, thresher picks threads or processes by what the
+    # store measured of the model's earlier jobs, and on and off would not run alike.
+    workers = f"run.workers={os.cpu_count() or 1}"
     cmd = [systems.THRESHER, "run", str(spec), "--set", f"monitor.profile={flag}"]
+    cmd += ["--set", workers]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     measured = run_measured(cmd, env, watch=out, pattern="part-*.parquet")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
