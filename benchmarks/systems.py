@@ -89,7 +89,7 @@ def tune(workload: Workload, spec_path: Path) -> Tuning:
     from thresher.spec import load_spec
 
     spec = load_spec(spec_path)
-    rows = sweep(spec, workload.tune_sizes or None)
+    rows = sweep(spec, workload.tune_sizes or None).rows
     fastest = max(rows, key=lambda row: row.rows_per_second)
     plan = plan_input(spec)
     placement = plan_placement(spec.run, len(plan.shards))

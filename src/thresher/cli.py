@@ -125,18 +125,24 @@ def cancel(store_url: str | None, job_id: str) -> None:
 @click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE")
 @click.option("--sizes", help="Comma-separated batch sizes (default: 16 up to batch.max_size).")
-def tune(spec_file: Path, overrides: tuple[str, ...], sizes: str | None) -> None:
-    """Sweep batch sizes on a sample of the job's input: rows/s, latency, memory."""
+@click.pass_obj
+def tune(
+    store_url: str | None, spec_file: Path, overrides: tuple[str, ...], sizes: str | None
+) -> None:
+    """Sweep batch sizes on a sample of the job's input: rows/s, latency, memory, with
+    the threads the job's workers would have."""
     from rich.console import Console
     from rich.table import Table
 
     from thresher.plan.tune import recommend, sweep
     from thresher.spec import load_spec
+    from thresher.store import open_store
 
     try:
         spec = load_spec(spec_file, overrides)
         chosen = [int(s) for s in sizes.split(",")] if sizes else None
-        rows = sweep(spec, chosen)
+        swept = sweep(spec, chosen, open_store(store_url))
+        rows = swept.rows
     except SpecError as exc:
         _fail(str(exc), EXIT_USAGE)
     except (ThresherError, ValueError) as exc:
@@ -149,6 +155,7 @@ def tune(spec_file: Path, overrides: tuple[str, ...], sizes: str | None) -> None
             f"{row.latency_ms:,.2f}",
             f"{row.peak_rss_mib:,.0f}",
         )
+    click.echo(f"measured as the job runs: {swept.placement.describe()}")
     Console().print(table)
     best = recommend(rows)
     click.echo(f"recommended: batch.size = {best.batch_size} ({best.rows_per_second:,.0f} rows/s)")

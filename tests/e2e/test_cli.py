@@ -188,6 +188,7 @@ def test_tune_prints_the_sweep_and_a_recommendation(plain_run: Ran) -> None:
     sizes = re.findall(r"^\W*(\d[\d,]*)\s", result.stdout, re.MULTILINE)
     assert sizes == ["16", "64"], result.stdout
     assert re.search(r"recommended: batch.size = (16|64) \(", result.stdout)
+    assert "measured as the job runs: " in result.stdout  # with its threads
 
 
 def test_set_batch_size_takes_effect(plain_run: Ran) -> None:

@@ -168,3 +168,11 @@ def test_a_models_next_job_tries_threads_then_takes_the_faster(tmp_path: Path) -
     )
     winner = "threads" if third.startswith("1 worker in this process") else "processes"
     assert f"({winner} measured faster for this model: threads " in third
+    # `thresher tune` measures the model with the threads the next job would run with.
+    tuned = subprocess.run(
+        [THRESHER, "tune", str(spec), "--sizes", "1000"], cwd=tmp_path,
+        env=store_env(tmp_path), capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr
+    measured_as = third.split(" (")[0]  # the figures in the reason have moved on since
+    assert f"measured as the job runs: {measured_as} ({winner} measured faster" in tuned.stdout

@@ -24,10 +24,9 @@ from thresher.monitor.setup import profile_setup
 from thresher.plan import (
     Placement,
     check_features,
-    measurable,
-    measured_choice,
+    known_rows,
+    place,
     plan_input,
-    plan_placement,
 )
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
@@ -155,8 +154,8 @@ def _drive(job: Job, output: tuple[Sink, str], shards: list[Any], reporter: Repo
     it publishes bad records), then finish the job."""
     sink = output[0]
     started, clock = datetime.now(UTC), time.perf_counter()
-    placement = _placement(job, shards)
-    reporter.planned(job.id, len(shards), _known_rows(shards), placement.describe())
+    placement = place(job.spec, shards, job.store)
+    reporter.planned(job.id, len(shards), known_rows(shards), placement.describe())
     executor = make_executor(job.spec.run, placement)
     ledger = JobLedger(job.id, job.store, sink)
     loop = ShardLoop(job.id, job.store, ledger, executor, reporter, job.spec.run.max_attempts)
@@ -236,18 +235,3 @@ def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:
         on_bad_input=spec.errors.on_bad_input,
         profile=profile,
     )
-
-
-def _placement(job: Job, shards: list[Any]) -> Placement:
-    """Where the shards run: threads or processes as the model's earlier jobs on this
-    store measured (plan/history.py), where the run leaves that open."""
-    measured = None
-    if measurable(job.spec.run, len(shards)):
-        measured = measured_choice(job.store, job.spec, _known_rows(shards))
-    return plan_placement(job.spec.run, len(shards), measured)
-
-
-def _known_rows(shards: list[Any]) -> int | None:
-    if not shards or any(s.rows is None for s in shards):
-        return None
-    return sum(int(s.rows) for s in shards)

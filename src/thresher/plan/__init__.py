@@ -7,15 +7,17 @@ on cores or GPUs.
 
 from __future__ import annotations
 
-from thresher.plan.history import measured_choice
+from thresher.plan.history import known_rows, measured_choice, place
 from thresher.plan.inputs import check_features, plan_input
 from thresher.plan.placement import Placement, measurable, plan_placement, worker_slots
 
 __all__ = [
     "Placement",
     "check_features",
+    "known_rows",
     "measurable",
     "measured_choice",
+    "place",
     "plan_input",
     "plan_placement",
     "worker_slots",

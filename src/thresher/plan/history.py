@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from thresher.models import model_fingerprint
+from thresher.plan.placement import Placement, measurable, plan_placement
 
 if TYPE_CHECKING:
+    from thresher.sources import Shard
     from thresher.spec import JobSpec
     from thresher.store import Store
 
-__all__ = ["Measured", "PastRun", "choose", "measured_choice", "past_runs"]
+__all__ = ["Measured", "PastRun", "choose", "known_rows", "measured_choice", "past_runs", "place"]
 
 RECENT_JOBS = 20  # the latest jobs of a model looked at: older ones are measured again
 
@@ -53,6 +55,22 @@ class Measured:
 
     threads: bool
     reason: str
+
+
+def place(spec: JobSpec, shards: Sequence[Shard], store: Store) -> Placement:
+    """Where a job's shards run (`plan_placement`): as threads or as processes, whichever
+    the model's earlier jobs on `store` measured faster, where the run leaves it open."""
+    measured = None
+    if measurable(spec.run, len(shards)):
+        measured = measured_choice(store, spec, known_rows(shards))
+    return plan_placement(spec.run, len(shards), measured)
+
+
+def known_rows(shards: Sequence[Shard]) -> int | None:
+    """The shards' rows, None unless every shard's count is known (Parquet's is)."""
+    if not shards or any(shard.rows is None for shard in shards):
+        return None
+    return sum(int(shard.rows) for shard in shards if shard.rows is not None)
 
 
 def measured_choice(store: Store, spec: JobSpec, rows: int | None) -> Measured | None:

@@ -20,10 +20,12 @@ import pyarrow as pa
 
 from thresher.models import LoadContext, load_model
 from thresher.models.base import Model, SortsByLength
+from thresher.plan.history import place
 from thresher.plan.inputs import check_features, plan_input
-from thresher.plan.placement import plan_placement
+from thresher.plan.placement import Placement, plan_placement
 from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
+from thresher.store import Store
 
 SAMPLE_ROWS = 200_000
 MIN_SECONDS = 0.5  # model time spent at each size, at least...
@@ -48,18 +50,33 @@ def default_sizes(max_size: int) -> list[int]:
     return sizes
 
 
-def sweep(spec: JobSpec, sizes: Sequence[int] | None = None) -> list[SweepRow]:
-    """Throughput, latency and memory of the job's model at each batch size."""
+@dataclass(frozen=True)
+class Sweep:
+    """Each size's figures, and the placement whose threads the model was measured with."""
+
+    rows: list[SweepRow]
+    placement: Placement
+
+
+def sweep(spec: JobSpec, sizes: Sequence[int] | None = None, store: Store | None = None) -> Sweep:
+    """Throughput, latency and memory of the job's model at each batch size, with the
+    threads one of the job's workers would have: as `thresher run` would place it, with
+    the model's earlier jobs on `store` (plan/history.py) when given."""
     plan = plan_input(spec)
     features = check_features(spec, plan)
     sizes = sorted(sizes or default_sizes(spec.batch.max_size))
     sample = _sample(spec, plan, features, max(SAMPLE_ROWS, *sizes))
-    threads = plan_placement(spec.run, len(plan.shards)).threads
-    model = load_model(spec.model, LoadContext(features=tuple(features), threads=threads))
+    if store is None:
+        placement = plan_placement(spec.run, len(plan.shards))
+    else:
+        placement = place(spec, plan.shards, store)
+    context = LoadContext(features=tuple(features), threads=placement.threads)
+    model = load_model(spec.model, context)
     if isinstance(model, SortsByLength):  # as the workers do: text rows shortest first
         order = np.argsort(np.asarray(model.sort_key(sample)), kind="stable")
         sample = sample.take(pa.array(order))
-    return [_measure(model, sample, size) for size in sizes if size <= max(sample.num_rows, 1)]
+    found = [_measure(model, sample, size) for size in sizes if size <= max(sample.num_rows, 1)]
+    return Sweep(found, placement)
 
 
 def recommend(rows: Sequence[SweepRow]) -> SweepRow:
