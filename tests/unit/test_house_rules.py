@@ -196,8 +196,9 @@ PUBLIC: dict[str, list[str]] = {
     "thresher.plan": [
         "Placement",
         "check_features",
+        "known_rows",
         "measurable",
-        "measured_choice",
+        "place",
         "plan_input",
         "plan_placement",
         "worker_slots",
