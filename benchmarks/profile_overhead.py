@@ -24,9 +24,9 @@ from pathlib import Path
 
 import systems
 from measure import run_measured
+from report import write_results
 from workloads import Workload, prepare
 
-RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOADS = ("tabular", "mlp")
 
 
@@ -160,11 +160,7 @@ def main() -> None:
     for f in found:
         on, off = (", ".join(f"{t:.2f}" for t in ts) for ts in (f.on, f.off))
         lines.append(f"- {f.workload.name}: on {on}; off {off}")
-    RESULTS.mkdir(exist_ok=True)
-    target = RESULTS / f"profile-overhead{'-quick' if args.quick else ''}.md"
-    target.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {target}")
+    write_results("profile-overhead", lines, args.quick)
 
 
 if __name__ == "__main__":

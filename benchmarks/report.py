@@ -317,3 +317,15 @@ def write_report(
             ]
         lines += table(run)
     path.write_text("\n".join(lines) + "\n")
+
+
+def write_results(name: str, lines: list[str], quick: bool) -> Path:
+    """A side benchmark's `results/NAME.md` (`NAME-quick.md` for a --quick run), also
+    printed."""
+    folder = Path(__file__).resolve().parent / "results"
+    folder.mkdir(exist_ok=True)
+    target = folder / f"{name}{'-quick' if quick else ''}.md"
+    target.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {target}")
+    return target

@@ -30,9 +30,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import systems
 from measure import run_measured
+from report import write_results
 from workloads import Workload, prepare
 
-RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOADS = ("tabular", "mlp", "mlp-small", "minilm")
 TEXT_ROWS = {False: 4_000, True: 1_000}  # MiniLM: 30 s a run on two cores, not 80
 
@@ -144,11 +144,7 @@ def main() -> None:
     for f in found:
         runs = (", ".join(f"{t:.2f}" for t in ts) for ts in (f.processes, f.threads))
         lines.append(f"- {f.workload.name}: processes {next(runs)}; threads {next(runs)}")
-    RESULTS.mkdir(exist_ok=True)
-    target = RESULTS / f"threads-or-processes{'-quick' if args.quick else ''}.md"
-    target.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {target}")
+    write_results("threads-or-processes", lines, args.quick)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,12 @@
 A job of several shards on a machine's cores runs either as one worker per core, each a
 process with one compute thread (forked from one model load), or as one worker in the
 coordinator's process whose model and pipeline use every core as threads (the inline
-executor). Which is faster is the model's to say, not the planner's to guess. Measured on
-two cores (`benchmarks/threads_or_processes.py`): the ONNX MLP and the compiled LightGBM
-trees ran 5,000,000 rows 6-20% faster as threads (they release the GIL, and one process
-pays no worker start and no hand-over between processes); MiniLM ran 7% faster as
-processes (torch's intra-op threads scale worse on its small batches than two processes).
+executor). Which is faster is the model's to say, not the planner's to guess
+(`benchmarks/results/threads-or-processes.md`): compiled LightGBM trees run faster as
+threads (they release the GIL, and one process pays no worker start and no hand-over
+between processes), MiniLM as processes (torch's intra-op threads scale worse on its
+small batches than two processes do), and the ONNX MLP is near a tie that the machine's
+load decides.
 
 So every CPU job's manifest says how it ran and how fast, and the next job of the same
 model on the same store reads them: with only one way measured it tries the other once,
