@@ -104,10 +104,7 @@ class Overhead:
 
 def measure(name: str, root: Path, quick: bool, repeat: int) -> Overhead:
     workload = prepare(name, root, quick)
-    env = systems.environment(root)
-    systems.compile_trees(workload, env)  # once, so no run below compiles the trees
-    out = root / f"out-{name}-profile"
-    spec = systems.write_spec(workload, root / f"{name}-profile.toml", out)
+    env, spec, out = systems.side_job(workload, root, "profile")
     times: dict[bool, list[Run]] = {True: [], False: []}
     size = 0
     for attempt in range(repeat):

@@ -82,6 +82,15 @@ def write_spec(workload: Workload, path: Path, out: Path) -> Path:
     return path
 
 
+def side_job(workload: Workload, root: Path, tag: str) -> tuple[dict[str, str], Path, Path]:
+    """A side benchmark's thresher job of `workload`: its environment, spec and output
+    folder (files named by `tag`), the trees compiled once so no measured run does."""
+    env = environment(root)
+    compile_trees(workload, env)
+    out = root / f"out-{workload.name}-{tag}"
+    return env, write_spec(workload, root / f"{workload.name}-{tag}.toml", out), out
+
+
 def tune(workload: Workload, spec_path: Path) -> Tuning:
     """`thresher tune`'s sweep and recommendation, called as a library."""
     from thresher.plan import plan_input, plan_placement

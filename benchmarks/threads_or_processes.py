@@ -76,10 +76,7 @@ def one_run(spec: Path, env: dict[str, str], out: Path) -> tuple[float, dict]:
 
 def compare(name: str, root: Path, quick: bool, repeat: int) -> Compared:
     workload = workload_for(name, root, quick)
-    env = systems.environment(root)
-    systems.compile_trees(workload, env)  # once, so no run below compiles the trees
-    out = root / f"out-{name}-placement"
-    spec = systems.write_spec(workload, root / f"{name}-placement.toml", out)
+    env, spec, out = systems.side_job(workload, root, "placement")
     store, seeded = root / f"{name}-placement.db", root / f"{name}-seeded.db"
     empty = root / f"{name}-empty.db"
     env["THRESHER_STORE"] = f"sqlite:///{store}"
