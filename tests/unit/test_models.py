@@ -319,6 +319,27 @@ def test_python_model_refusals(tmp_path: Path) -> None:
         load_model(wrong_options, CONTEXT)
 
 
+def test_a_model_file_is_hashed_once_per_version(tmp_path: Path) -> None:
+    """A job fingerprints its model twice (its earlier jobs, its manifest): one read."""
+    import hashlib
+    import os
+
+    from thresher.models import _file_digest
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"weights one")
+    spec = ModelSection(kind="onnx", uri=str(model))
+    before = _file_digest.cache_info()
+    first = model_fingerprint(spec)["sha256"]
+    assert model_fingerprint(spec)["sha256"] == first == hashlib.sha256(b"weights one").hexdigest()
+    after = _file_digest.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
+    stat = model.stat()
+    model.write_bytes(b"weights two")  # same size, rewritten in place
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert model_fingerprint(spec)["sha256"] == hashlib.sha256(b"weights two").hexdigest()
+
+
 def test_python_model_by_module_path_and_fingerprints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: Data
 ) -> None:

@@ -14,6 +14,7 @@ a third party's loader, `"mypkg.adapters:load_mine"`: any callable
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -151,8 +152,17 @@ def _module_file(dotted: str) -> Path | None:
 
 
 def _sha256(path: Path) -> str:
+    """The file's digest, read once per version of it in a process: a job asks twice, to
+    find the model's earlier jobs (plan/history.py) and for its manifest, and a model
+    file can be gigabytes. A file rewritten in place changes its size or mtime."""
+    stat = path.stat()
+    return _file_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as file:
+    with open(path, "rb") as file:
         while chunk := file.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()

@@ -82,13 +82,12 @@ def measured_choice(store: Store, spec: JobSpec, rows: int | None) -> Measured |
 
 def past_runs(store: Store, spec: JobSpec) -> list[PastRun]:
     """The model's latest local CPU jobs on this machine's number of cores."""
+    manifests = store.manifests_of(spec.model.uri, RECENT_JOBS)
+    if not manifests:  # the model's first job here: no file to hash for nothing
+        return []
     model = {"kind": spec.model.kind, **model_fingerprint(spec.model)}
     cores = os.cpu_count() or 1
-    return [
-        run
-        for manifest in store.manifests_of(spec.model.uri, RECENT_JOBS)
-        if (run := _past_run(manifest, model, cores)) is not None
-    ]
+    return [run for m in manifests if (run := _past_run(m, model, cores)) is not None]
 
 
 def _past_run(manifest: dict[str, Any], model: dict[str, Any], cores: int) -> PastRun | None:
