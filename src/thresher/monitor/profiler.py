@@ -1,8 +1,9 @@
 """Profiling a shard as a worker goes: each chunk's inputs and outputs, no second read.
 
 The cost is kept small on purpose (`[monitor]` promises at most a few per cent of a job):
-counts, nulls, min, max, mean and variance see every value in a handful of vectorised
-passes, while the KLL sketch, whose updates cost far more per value, sees a uniform
+counts, nulls, min, max, mean and variance see every value in one native pass, which
+for the model's input doubles is the model's own conversion of them (`thresher.moments`),
+while the KLL sketch, whose updates cost far more per value, sees a uniform
 Bernoulli sample of the rows at the job's `sample_rate`. The sample is drawn from a
 generator seeded by the shard's index, so a shard run again (retried, resumed) samples
 the same rows.
@@ -10,11 +11,8 @@ the same rows.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import math
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.arrays import to_numpy
+from thresher.moments import Seen, is_plain_double, reductions
 from thresher.monitor.profile import (
     PROBABILITY_BINS,
     ColumnProfile,
@@ -30,12 +29,10 @@ from thresher.monitor.profile import (
     Profile,
     Role,
 )
-from thresher.native import kernel
 
 __all__ = ["ShardProfiler", "column_kind", "sample_rate_for"]
 
 MAX_CATEGORIES = 1024  # more distinct values in one chunk: the column is text, not a category
-BLAS_ONE_THREAD = 8192  # OpenBLAS computes a dot of up to 10,000 values on one thread
 BINCOUNT_SPAN = 1 << 16  # integer values spread wider than this are counted by hashing
 MAX_SEGMENTS = 32  # segment values profiled apart; the rest are one "(other)" segment
 OTHER_SEGMENT = "(other)"
@@ -79,11 +76,14 @@ class ShardProfiler:
         inputs: pa.Table,
         outputs: pa.Table,
         segments: tuple[pa.ChunkedArray, pa.ChunkedArray] | None = None,
+        seen: Seen | None = None,
     ) -> None:
         """Profile one chunk: `inputs` the model's input columns of the rows read,
         `outputs` the prediction columns of the rows predicted, and `segments` the
-        `segment_by` column's values of each (which split both, per segment value)."""
-        self._add(inputs, "input")
+        `segment_by` column's values of each (which split both, per segment value).
+        `seen`: the moments the model's conversion took of the inputs, where they cover
+        a column's values (see thresher.moments); the rest are read here."""
+        self._add(inputs, "input", seen)
         self._add(outputs, "output")
         self._profile.rows += inputs.num_rows
         if segments is not None and self._segment_by:
@@ -93,7 +93,7 @@ class ShardProfiler:
         self._profile.segments = {k: s.profile() for k, s in sorted(self._segments.items())}
         return self._profile
 
-    def _add(self, table: pa.Table, role: Role) -> None:
+    def _add(self, table: pa.Table, role: Role, seen: Seen | None = None) -> None:
         if not table.num_rows:
             return
         sample = self._sample(table.num_rows)
@@ -104,7 +104,7 @@ class ShardProfiler:
                     name, role, column_kind(table.schema.field(name).type, role)
                 )
                 self._profile.columns[name] = column
-            add_values(column, table.column(name), sample)
+            add_values(column, table.column(name), sample, seen)
 
     def _sample(self, rows: int) -> np.ndarray | None:
         """Row positions drawn independently with probability `sample_rate` (None: every
@@ -140,7 +140,12 @@ class ShardProfiler:
             )
 
 
-def add_values(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray | None) -> None:
+def add_values(
+    column: ColumnProfile,
+    values: pa.ChunkedArray,
+    sample: np.ndarray | None,
+    seen: Seen | None = None,
+) -> None:
     """One chunk's values of a column into its profile. An output column comes in as many
     parts as the model had batches (hundreds while the tuner tries small sizes): past
     `MAX_PARTS` they are joined first, a copy that costs less than a pass per part."""
@@ -153,7 +158,7 @@ def add_values(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarra
     if column.kind in ("categorical", "text") and pa.types.is_string(values.type):
         _add_numbers(column, pc.utf8_length(values), sample)  # lengths, should it turn text
     elif column.kind == "numeric":
-        _add_numbers(column, values, sample)
+        _add_numbers(column, values, sample, seen)
 
 
 def _add_categories(column: ColumnProfile, values: pa.ChunkedArray) -> None:
@@ -189,10 +194,18 @@ def _value_counts(values: pa.ChunkedArray) -> tuple[list[Any], list[int]]:
     return [item for item, _ in kept], [count for _, count in kept]
 
 
-def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndarray | None) -> None:
+def _add_numbers(
+    column: ColumnProfile,
+    values: pa.ChunkedArray,
+    sample: np.ndarray | None,
+    seen: Seen | None = None,
+) -> None:
     """A column's values, one Arrow chunk at a time: a chunk read across a row group's end
     comes in two, and joining them copied every column into fresh memory (the passes
     below need none: each part's reductions merge)."""
+    if values.num_chunks == 1:  # the common case, without the sample's slicing
+        _add_number_part(column, values.chunk(0), sample, seen)
+        return
     start = 0
     for part in values.chunks:
         stop = start + len(part)
@@ -202,11 +215,13 @@ def _add_numbers(column: ColumnProfile, values: pa.ChunkedArray, sample: np.ndar
         if sample is not None:  # the sample's positions within this part
             lo, hi = np.searchsorted(sample, (start, stop))
             picked = sample[lo:hi] - start
-        _add_number_part(column, part, picked)
+        _add_number_part(column, part, picked, seen)
         start = stop
 
 
-def _add_number_part(column: ColumnProfile, values: pa.Array, sample: np.ndarray | None) -> None:
+def _add_number_part(
+    column: ColumnProfile, values: pa.Array, sample: np.ndarray | None, seen: Seen | None
+) -> None:
     if values.null_count:
         valid = to_numpy(pc.cast(pc.is_valid(values), pa.uint8())).astype(bool)
         numbers = np.asarray(to_numpy(values.drop_null()), dtype=np.float64)
@@ -214,8 +229,9 @@ def _add_number_part(column: ColumnProfile, values: pa.Array, sample: np.ndarray
             sample = np.cumsum(valid)[sample[valid[sample]]] - 1
     else:
         numbers = np.asarray(to_numpy(values), dtype=np.float64)
-    total, squares, low, high = _reductions(numbers)
-    if np.isfinite(total):  # no nan, no inf: either would have made the sum so
+    sums = seen.sums_of(values) if seen is not None and is_plain_double(values) else None
+    total, squares, low, high = sums or reductions(numbers)
+    if math.isfinite(total):  # no nan, no inf: either would have made the sum so
         finite = numbers
     else:
         keep = np.isfinite(numbers)
@@ -223,7 +239,7 @@ def _add_number_part(column: ColumnProfile, values: pa.Array, sample: np.ndarray
         column.nan += nan
         column.inf += len(numbers) - int(keep.sum()) - nan
         finite = numbers[keep]
-        total, squares, low, high = _reductions(finite)
+        total, squares, low, high = reductions(finite)
     moments = _moments(finite, total, squares, low, high)
     column.moments.merge(moments)
     if column.quantiles is not None and (sample is None or len(sample)):
@@ -234,92 +250,6 @@ def _add_number_part(column: ColumnProfile, values: pa.Array, sample: np.ndarray
         column.quantiles.update(picked if finite is numbers else picked[np.isfinite(picked)])
     if column.probability is not None and moments.count:
         _add_probabilities(column, finite, moments)
-
-
-# Σx, Σx², min and max of doubles in one pass, vectorised (AVX2 where the CPU has it:
-# target_clones picks at load). numpy takes four passes, one per reduction; on the
-# benchmark's 30-feature models at a million rows a second those passes were most of
-# what profiling cost (`benchmarks/profile_overhead.py`). Sixteen lanes of accumulators,
-# not one vector's four: each lane's additions wait for the one before (four cycles), so
-# one vector of accumulators ran at a quarter of what the core can add, 20 us for a
-# 65,536-value column already in cache. Its sum is not numpy's pairwise one: each lane
-# adds in order, so the error grows with a lane's share of the rows, which for a chunk's
-# column is ~1e-12 relative at most.
-ONE_PASS_C = r"""
-#include <math.h>
-#include <stdint.h>
-
-#define LANES 16
-
-__attribute__((target_clones("avx2", "default")))
-void thresher_reductions(const double* x, int64_t n, double* out) {
-    double sum[LANES], squares[LANES], low[LANES], high[LANES];
-    for (int j = 0; j < LANES; j++) {
-        sum[j] = 0.0; squares[j] = 0.0; low[j] = INFINITY; high[j] = -INFINITY;
-    }
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
-        #pragma omp simd
-        for (int j = 0; j < LANES; j++) {
-            double v = x[i + j];
-            sum[j] += v;
-            squares[j] += v * v;
-            low[j] = v < low[j] ? v : low[j];
-            high[j] = v > high[j] ? v : high[j];
-        }
-    }
-    double s = 0.0, q = 0.0, lo = INFINITY, hi = -INFINITY;
-    for (int j = 0; j < LANES; j++) {
-        s += sum[j]; q += squares[j];
-        lo = low[j] < lo ? low[j] : lo;
-        hi = high[j] > hi ? high[j] : hi;
-    }
-    for (; i < n; i++) {
-        double v = x[i];
-        s += v; q += v * v;
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-    }
-    out[0] = s; out[1] = q; out[2] = lo; out[3] = hi;
-}
-"""
-
-
-@functools.cache
-def _one_pass() -> Callable[[int, int, int], None] | None:
-    """The native `thresher_reductions`, or None where it cannot be built."""
-    library = kernel("profile-reductions", ONE_PASS_C)
-    if library is None:
-        return None
-    function = library.thresher_reductions
-    function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-    function.restype = None
-    return function
-
-
-def _reductions(values: np.ndarray) -> tuple[float, float, float, float]:
-    """Σx, Σx², min and max of float64 `values`: one native pass, or numpy's four."""
-    if not len(values):
-        return 0.0, 0.0, math.inf, -math.inf
-    one_pass = _one_pass()
-    if one_pass is not None:
-        values = np.ascontiguousarray(values)
-        out = np.empty(4)
-        one_pass(values.ctypes.data, len(values), out.ctypes.data)
-        return float(out[0]), float(out[1]), float(out[2]), float(out[3])
-    total = float(np.add.reduce(values))  # pairwise: SIMD, and no error grows with rows
-    return total, _sum_of_squares(values), float(values.min()), float(values.max())
-
-
-def _sum_of_squares(values: np.ndarray) -> float:
-    """Σx² through BLAS's dot, a slice of at most `BLAS_ONE_THREAD` values at a time:
-    OpenBLAS runs a longer dot on several threads, whose wake-ups on busy cores cost up
-    to a millisecond a call where the dot itself takes ten microseconds."""
-    total = 0.0
-    for start in range(0, len(values), BLAS_ONE_THREAD):
-        part = values[start : start + BLAS_ONE_THREAD]
-        total += float(np.dot(part, part))
-    return total
 
 
 def _moments(finite: np.ndarray, total: float, squares: float, low: float, high: float) -> Moments:

@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from thresher.arrays import to_numpy
 from thresher.models.features import to_matrix
+from thresher.moments import Reducer, reducing
 from thresher.trees import quickscorer
 
 Frontend = Literal["lightgbm", "xgboost"]
@@ -78,6 +79,36 @@ void thresher_predict(const double* const* columns, int64_t stride, int64_t rows
     for (int32_t k = 0; k < outputs; ++k) out[i * outputs + k] = (double)result[k];
   }
   free(row);
+}
+
+/* thresher_predict over columns (stride 1), and each column's Σx, Σx², min and max (four
+ * doubles a column, into `sums`) taken by `reduce` (thresher.moments' pass) a block of
+ * rows at a time just before the block is scored: the values come from memory once, for
+ * both. */
+#define THRESHER_BLOCK 1024
+void thresher_predict_reducing(const double* const* columns, int64_t rows, double* out,
+                               void (*reduce)(const double*, int64_t, double*),
+                               double* sums) {
+  const int32_t width = get_num_feature();
+  const int32_t outputs = N_TARGET * MAX_N_CLASS;
+  const double** block = malloc(sizeof(double*) * (width > 0 ? width : 1));
+  for (int32_t j = 0; j < width; ++j) {
+    sums[4 * j] = 0.0; sums[4 * j + 1] = 0.0;
+    sums[4 * j + 2] = INFINITY; sums[4 * j + 3] = -INFINITY;
+  }
+  for (int64_t start = 0; start < rows; start += THRESHER_BLOCK) {
+    const int64_t count = rows - start < THRESHER_BLOCK ? rows - start : THRESHER_BLOCK;
+    for (int32_t j = 0; j < width; ++j) {
+      double part[4], *total = sums + 4 * j;
+      block[j] = columns[j] + start;
+      reduce(block[j], count, part);
+      total[0] += part[0]; total[1] += part[1];
+      total[2] = part[2] < total[2] ? part[2] : total[2];
+      total[3] = part[3] > total[3] ? part[3] : total[3];
+    }
+    thresher_predict(block, 1, count, out + start * outputs);
+  }
+  free((void*)block);
 }
 """
 # The code that writes and drives the library, for its cache key: a thresher that writes
@@ -184,6 +215,15 @@ class TreeLibrary:
             ctypes.c_int64,
             ctypes.c_void_p,
         ]
+        self._reducing = handle.thresher_predict_reducing
+        self._reducing.restype = None
+        self._reducing.argtypes = [
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_int64,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ]
         self._threads = max(1, threads)
         self._pool: ThreadPoolExecutor | None = None
 
@@ -194,7 +234,9 @@ class TreeLibrary:
                 f"the model takes {self.width} features, the batch has {table.num_columns}"
             )
         keep, pointers, stride = _column_pointers(table)
-        out = self._score(pointers, stride, table.num_rows)
+        # Read in place, for a worker that profiles: the columns' moments on the way.
+        reducer = reducing() if stride == 1 else None
+        out = self._score(pointers, stride, table.num_rows, reducer)
         del keep  # the buffers the pointers point into lived until here
         return out
 
@@ -211,30 +253,45 @@ class TreeLibrary:
             return self._score(starts, 1, len(matrix))
         return self._score(_row_pointers(matrix), by_row, len(matrix))
 
-    def _score(self, pointers: list[int], stride: int, rows: int) -> np.ndarray:
+    def _score(
+        self, pointers: list[int], stride: int, rows: int, reducer: Reducer | None = None
+    ) -> np.ndarray:
         out = np.empty((rows, self.outputs), dtype=np.float64)
         parts = min(self._threads, rows // MIN_ROWS_PER_THREAD) or 1
         if parts == 1:
-            self._run(pointers, stride, 0, rows, out)
+            self._run(pointers, stride, (0, rows), out, reducer)
         else:
             bounds = np.linspace(0, rows, parts + 1).astype(np.int64)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="trees")
             runs = [
-                self._pool.submit(self._run, pointers, stride, int(start), int(stop), out)
-                for start, stop in itertools.pairwise(bounds)
+                self._pool.submit(self._run, pointers, stride, (int(a), int(b)), out, reducer)
+                for a, b in itertools.pairwise(bounds)
             ]
             for run in runs:
                 run.result()
         return out[:, 0] if self.outputs == 1 else out
 
     def _run(
-        self, pointers: list[int], stride: int, start: int, stop: int, out: np.ndarray
+        self,
+        pointers: list[int],
+        stride: int,
+        span: tuple[int, int],
+        out: np.ndarray,
+        reducer: Reducer | None = None,
     ) -> None:
+        """Score rows `span` (start, stop) into `out`, reducing them if asked."""
+        start, stop = span
         offset = start * stride * 8  # bytes: the columns hold doubles
-        shifted = (ctypes.c_void_p * len(pointers))(*[p + offset for p in pointers])
+        starts = [p + offset for p in pointers]
+        shifted = (ctypes.c_void_p * len(pointers))(*starts)
         target = out[start:stop].ctypes.data
-        self._predict(shifted, ctypes.c_int64(stride), ctypes.c_int64(stop - start), target)
+        if reducer is None:
+            self._predict(shifted, ctypes.c_int64(stride), ctypes.c_int64(stop - start), target)
+            return
+        sums = np.empty((len(pointers), 4))
+        self._reducing(shifted, stop - start, target, reducer.function, sums.ctypes.data)
+        reducer.keep(starts, stop - start, sums)
 
 
 def _column_pointers(table: pa.Table) -> tuple[list[Any], list[int], int]:

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from thresher.arrays import from_numpy
 from thresher.executors.tasks import WorkerSetup
+from thresher.moments import Seen
 from thresher.monitor.profiler import ShardProfiler
 from thresher.sources.base import Chunk
 
@@ -31,19 +32,20 @@ class ChunkProfiler:
         """The shard's profiler, or None when the job does not profile."""
         return cls(setup, shard) if setup.profile is not None else None
 
-    def add(self, item: tuple[Chunk, pa.Table, np.ndarray]) -> None:
+    def add(self, item: tuple[Chunk, pa.Table, np.ndarray, Seen | None]) -> None:
         """One chunk and its `output`, the predicted rows, at `positions` (the chunk's
         own, which rise through the chunk, so each output row's input row is found by
-        bisection)."""
+        bisection); `seen`, the moments its conversion for the model recorded."""
         started = time.thread_time()  # this thread's CPU: what profiling costs, alone
-        chunk, output, positions = item
+        chunk, output, positions, seen = item
         predictions = output.drop_columns([c for c in output.column_names if c in self._kept])
         segments = None
         if self._segment_by:
             column = chunk.table.column(self._segment_by)
             rows = np.searchsorted(chunk.positions, positions)
             segments = (column, column.take(from_numpy(rows)))
-        self._profiler.update(chunk.table.select(self._features), predictions, segments)
+        inputs = chunk.table.select(self._features)
+        self._profiler.update(inputs, predictions, segments, seen)
         self._cpu += time.thread_time() - started
 
     def result(self) -> str:

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from thresher.errors import BadInputError, ModelOutputError
 from thresher.executors.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.models.base import Model, SortsByLength
+from thresher.moments import recording
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import StagedPart, open_for_write
 from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
@@ -176,10 +177,13 @@ def run_shard(
             rows_in += chunk.table.num_rows + len(chunk.bad)
             for record in chunk.bad:
                 errors.add(record)
-            output, positions = work.predict_rows(chunk)
+            # The model's conversion of the chunk's doubles takes their moments on the
+            # way, so the profiler need not stream them from memory again.
+            with recording(enabled=profiler is not None) as seen:
+                output, positions = work.predict_rows(chunk)
             writer.put(output)
             if profiling:
-                profiling.put((chunk, output, positions))
+                profiling.put((chunk, output, positions, seen))
             rows_out += output.num_rows
             report(chunk.table.num_rows + len(chunk.bad))
     return ShardResult(
