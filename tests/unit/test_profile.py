@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 
 from thresher import moments, native
-from thresher.monitor import profiler
 from thresher.monitor.profile import Profile, merge_profiles
 from thresher.monitor.profiler import MAX_CATEGORIES, ShardProfiler, sample_rate_for
 

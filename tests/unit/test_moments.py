@@ -1,0 +1,128 @@
+"""Moments taken as a model reads its inputs: `to_matrix`'s native copy, what a profiling
+worker records of it, and when the profiler may use the record instead of reading."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from thresher import moments
+from thresher.models.features import to_matrix
+from thresher.monitor.profiler import ShardProfiler
+
+needs_kernel = pytest.mark.skipif(moments._kernels() is None, reason="no C compiler here")
+
+
+def numpy_matrix(table: pa.Table, dtype: type) -> np.ndarray:
+    """What to_matrix must give, through pyarrow and numpy alone."""
+    columns = [c.to_numpy(zero_copy_only=False).astype(np.float64) for c in table.columns]
+    return np.column_stack(columns).astype(dtype) if columns else np.empty((0, 0), dtype)
+
+
+def mixed_table(rows: int = 3_001) -> pa.Table:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=rows)
+    return pa.table(
+        {
+            "plain": x,
+            "split": pa.chunked_array([x[:1000] * 2, x[1000:1000], x[1000:] * 2]),
+            "nulls": pa.array(x * 3, mask=rng.random(rows) < 0.1),
+            "ints": pa.array(rng.integers(-5, 5, rows)),
+            "flags": pa.array(rng.random(rows) < 0.5),
+            "singles": pa.array(x.astype(np.float32)),
+        }
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kernel", ["native", "numpy"])
+def test_to_matrix_is_the_same_natively_or_not(
+    dtype: type, kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kernel == "numpy":
+        monkeypatch.setattr(moments, "_kernels", lambda: None)
+    elif moments._kernels() is None:
+        pytest.skip("no C compiler here")
+    table = mixed_table()
+    for batch in (table, table.slice(7, 2_000), table.slice(2_990)):
+        got = to_matrix(batch, dtype)
+        assert got.dtype == dtype and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, numpy_matrix(batch, dtype))
+
+
+@needs_kernel
+def test_batches_recorded_tile_the_chunk_and_give_its_moments() -> None:
+    x = np.random.default_rng(1).normal(3.0, 2.0, 10_000)
+    chunk = pa.table({"x": x, "y": -x})
+    with moments.recording() as seen:
+        for start in range(0, 10_000, 4_096):  # the tuner's batches, the last one short
+            to_matrix(chunk.slice(start, 4_096), np.float32)
+    assert seen is not None
+    total, squares, low, high = seen.sums_of(chunk.column("x").chunk(0)) or (0, 0, 0, 0)
+    assert total == pytest.approx(x.sum(), rel=1e-12)
+    assert squares == pytest.approx((x * x).sum(), rel=1e-12)
+    assert (low, high) == (x.min(), x.max())
+    assert seen.sums_of(chunk.column("y").chunk(0)) is not None
+    assert seen.sums_of(chunk.slice(100, 5_000).column("x").chunk(0)) is None  # not a tiling
+
+
+@needs_kernel
+def test_rows_converted_twice_or_not_at_all_are_not_taken_from_the_record() -> None:
+    x = np.arange(8_000, dtype=np.float64)
+    column = pa.array(x)
+    with moments.recording() as seen:
+        to_matrix(pa.table({"x": column.slice(0, 4_000)}))  # the second half never converted
+    assert seen is not None and seen.sums_of(column) is None
+    with moments.recording() as seen:  # a batch that failed, retried in halves
+        to_matrix(pa.table({"x": column}))
+        to_matrix(pa.table({"x": column.slice(0, 4_000)}))
+        to_matrix(pa.table({"x": column.slice(4_000)}))
+    assert seen is not None and seen.sums_of(column) is None
+    with moments.recording() as seen:  # the same rows twice: the same sums, kept once
+        to_matrix(pa.table({"x": column}))
+        to_matrix(pa.table({"x": column}))
+    assert seen is not None and seen.sums_of(column) == (x.sum(), (x * x).sum(), 0.0, 7_999.0)
+
+
+@needs_kernel
+def test_a_copy_of_the_values_is_not_mistaken_for_them() -> None:
+    """A model that converts a table of its own (scaled, say) records other buffers."""
+    column = pa.array(np.linspace(0.0, 1.0, 5_000))
+    with moments.recording() as seen:
+        to_matrix(pa.table({"x": pa.array(column.to_numpy() * 10)}))
+    assert seen is not None and seen.sums_of(column) is None
+
+
+def test_nothing_is_recorded_unless_asked() -> None:
+    with moments.recording(enabled=False) as seen:
+        to_matrix(pa.table({"x": np.ones(100)}))
+    assert seen is None
+    assert moments.reducing() is None
+
+
+@needs_kernel
+def test_the_profile_is_the_same_from_the_record_or_from_the_values() -> None:
+    """Counts, nan and inf exact, moments to the last digits, sampled rows the same."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(-1.0, 4.0, 20_000)
+    x[::333] = np.nan  # a column whose recorded sums are nan: read again, counted apart
+    chunk = pa.table({"x": x, "y": rng.lognormal(size=20_000)})
+    recorded, read = ShardProfiler(0.1, 3), ShardProfiler(0.1, 3)
+    with moments.recording() as seen:
+        for start in range(0, 20_000, 3_000):
+            to_matrix(chunk.slice(start, 3_000))
+    recorded.update(chunk, pa.table({}), None, seen)
+    read.update(chunk, pa.table({}))
+    for name in ("x", "y"):
+        a, b = recorded.profile().columns[name], read.profile().columns[name]
+        assert (a.rows, a.nulls, a.nan, a.inf) == (b.rows, b.nulls, b.nan, b.inf)
+        assert (a.moments.count, a.moments.min, a.moments.max) == (
+            b.moments.count,
+            b.moments.min,
+            b.moments.max,
+        )
+        assert a.moments.mean == pytest.approx(b.moments.mean, rel=1e-12)
+        assert a.moments.m2 == pytest.approx(b.moments.m2, rel=1e-9)
+        assert a.quantiles is not None and b.quantiles is not None
+        assert a.quantiles.n == b.quantiles.n
