@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
@@ -180,34 +181,60 @@ def address(values: pa.Array) -> int:
     return int(values.buffers()[1].address) + offset
 
 
+Run = tuple[int, list[float]]  # a run's values and their Σx, Σx², min and max
+
+
 @dataclass
 class Seen:
-    """The moments of the runs of doubles converted while recording, by the address of
-    each run's first value: (values, sums), or None where two runs of different lengths
-    began at one address (a batch the model retried in halves), which is not guessed at."""
+    """The moments of the runs of doubles converted while recording. `add` only keeps
+    each call's figures (the model's thread waits on it); the index by where each run
+    begins is built when first asked, on the profiler's thread."""
 
-    runs: dict[int, tuple[int, Sums] | None] = field(default_factory=dict)
+    calls: list[tuple[list[int], int, list[list[float]]]] = field(default_factory=list)
+    _runs: dict[int, Run | None] | None = None
 
-    def add(self, start: int, length: int, sums: Sums) -> None:
-        if start not in self.runs:
-            self.runs[start] = (length, sums)
-        elif (known := self.runs[start]) is not None and known[0] != length:
-            self.runs[start] = None
+    def add(self, starts: list[int], rows: int, sums: np.ndarray) -> None:
+        """`rows` doubles at each address of `starts`, their moments a row of `sums`."""
+        self.calls.append((starts, rows, sums.tolist()))
+        self._runs = None
 
     def sums_of(self, values: pa.Array) -> Sums | None:
         """The moments of a float64 array without nulls, when recorded runs tile its
         values exactly (None otherwise: the caller reads the values itself)."""
+        runs = self._index()
         at = address(values)
         end = at + 8 * len(values)
         total, squares, low, high = 0.0, 0.0, math.inf, -math.inf
         while at < end:
-            run = self.runs.get(at)
+            run = runs.get(at)
             if run is None:
                 return None
             length, (s, q, lo, hi) = run
             total, squares, low, high = total + s, squares + q, min(low, lo), max(high, hi)
             at += 8 * length
         return (total, squares, low, high) if at == end and len(values) else None
+
+    def _index(self) -> dict[int, Run | None]:
+        """Each run by the address of its first value. Where two runs began at one
+        address, the same run twice is kept once, and two of different lengths (a batch
+        the model retried in halves) give None: which tiles the values is not guessed."""
+        if self._runs is not None:
+            return self._runs
+        runs: dict[int, Run | None] = {}
+        for starts, rows, sums in self.calls:  # at C speed, for the common case
+            runs.update(
+                zip(starts, zip(itertools.repeat(rows, len(sums)), sums, strict=True), strict=True)
+            )
+        if len(runs) < sum(len(starts) for starts, _, _ in self.calls):
+            runs = {}
+            for starts, rows, sums in self.calls:
+                for start, found in zip(starts, sums, strict=True):
+                    if start not in runs:
+                        runs[start] = (rows, found)
+                    elif (known := runs[start]) is not None and known[0] != rows:
+                        runs[start] = None
+        self._runs = runs
+        return runs
 
 
 _recording: ContextVar[Seen | None] = ContextVar("thresher_moments_recording", default=None)
@@ -238,14 +265,10 @@ def is_plain_double(values: pa.Array) -> bool:
 class Reducer:
     """For a model that reads doubles in place (compiled trees): the native pass to call
     on the values as it reads them (`function`, the address of `thresher_reductions`),
-    and `keep` for what it found."""
+    and the `Seen` that keeps what it found."""
 
     function: int
     seen: Seen
-
-    def keep(self, starts: Sequence[int], rows: int, sums: np.ndarray) -> None:
-        """The moments of `rows` doubles at each of `starts`, one row of `sums` each."""
-        _keep(self.seen, starts, rows, sums)
 
 
 def reducing() -> Reducer | None:
@@ -256,12 +279,6 @@ def reducing() -> Reducer | None:
         return None
     function = ctypes.cast(library.thresher_reductions, ctypes.c_void_p).value
     return Reducer(int(function or 0), seen)
-
-
-def _keep(seen: Seen, starts: Sequence[int] | np.ndarray, rows: int, sums: np.ndarray) -> None:
-    listed = starts.tolist() if isinstance(starts, np.ndarray) else starts
-    for start, found in zip(listed, sums.tolist(), strict=True):
-        seen.add(start, rows, (found[0], found[1], found[2], found[3]))
 
 
 def into_matrix(matrix: np.ndarray, parts: Sequence[tuple[int, int, pa.Array]]) -> bool:
@@ -291,5 +308,5 @@ def into_matrix(matrix: np.ndarray, parts: Sequence[tuple[int, int, pa.Array]]) 
             None if sums is None else sums.ctypes.data,
         )
         if seen is not None and sums is not None:
-            _keep(seen, starts, rows, sums)
+            seen.add(starts.tolist(), rows, sums)
     return True

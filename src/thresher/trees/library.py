@@ -291,7 +291,7 @@ class TreeLibrary:
             return
         sums = np.empty((len(pointers), 4))
         self._reducing(shifted, stop - start, target, reducer.function, sums.ctypes.data)
-        reducer.keep(starts, stop - start, sums)
+        reducer.seen.add(starts, stop - start, sums)
 
 
 def _column_pointers(table: pa.Table) -> tuple[list[Any], list[int], int]:
