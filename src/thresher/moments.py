@@ -195,6 +195,8 @@ class Seen:
 
     def add(self, starts: list[int], rows: int, sums: np.ndarray) -> None:
         """`rows` doubles at each address of `starts`, their moments a row of `sums`."""
+        if rows <= 0:  # no values: nothing to say (and a run that tiles nothing)
+            return
         self.calls.append((starts, rows, sums.tolist()))
         self._runs = None
 

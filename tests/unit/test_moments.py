@@ -94,6 +94,13 @@ def test_a_copy_of_the_values_is_not_mistaken_for_them() -> None:
     assert seen is not None and seen.sums_of(column) is None
 
 
+def test_an_empty_run_says_nothing() -> None:
+    column = pa.array(np.ones(10))
+    seen = moments.Seen()
+    seen.add([moments.address(column)], 0, np.zeros((1, 4)))
+    assert seen.sums_of(column) is None
+
+
 def test_nothing_is_recorded_unless_asked() -> None:
     with moments.recording(enabled=False) as seen:
         to_matrix(pa.table({"x": np.ones(100)}))
