@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +47,10 @@ class ErrorPart:
                 "to _errors/ and go on)"
             )
         self.add_line(record.to_json())
+
+    def add_all(self, records: Iterable[BadRecord]) -> None:
+        for record in records:
+            self.add(record)
 
     def add_line(self, line: str) -> None:
         """Write one error record that is already JSON (kept from an earlier error file)."""
@@ -169,16 +173,13 @@ def run_shard(
     with (
         Prefetch(setup.reader.read(shard, setup.batch.read_rows(sorts_by_length(model)))) as chunks,
         WriteBehind(part.write) as writer,
-        # Profiled on a thread of its own, like the write: numpy's passes release the GIL,
-        # so the model goes on with the next chunk meanwhile.
+        # Profiled on a thread of its own, like the write, but for the inputs' moments:
+        # those are taken as the model reads the values (`recording`, thresher.moments).
         WriteBehind(profiler.add) if profiler else contextlib.nullcontext() as profiling,
     ):
         for chunk in chunks:
             rows_in += chunk.table.num_rows + len(chunk.bad)
-            for record in chunk.bad:
-                errors.add(record)
-            # The model's conversion of the chunk's doubles takes their moments on the
-            # way, so the profiler need not stream them from memory again.
+            errors.add_all(chunk.bad)
             with recording(enabled=profiler is not None) as seen:
                 output, positions = work.predict_rows(chunk)
             writer.put(output)
