@@ -199,31 +199,20 @@ class TreeLibrary:
     per output (class) when the model has several."""
 
     def __init__(self, library: Path, threads: int) -> None:
+        columns, rows, address = ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, ctypes.c_void_p
         try:
             handle = ctypes.CDLL(str(library))
-            self._predict = handle.thresher_predict
+            # (columns, stride, rows, out), and (columns, rows, out, reduce, sums)
+            self._predict = _declared(handle.thresher_predict, columns, rows, rows, address)
+            self._reducing = _declared(
+                handle.thresher_predict_reducing, columns, rows, address, address, address
+            )
             self.width = int(handle.get_num_feature())
             self.outputs = int(handle.thresher_outputs())
             # Rows the QuickScorer kernel scores at a time on this CPU; 0: the if/else code.
             self.lanes = int(handle.thresher_lanes())
         except (OSError, AttributeError) as exc:  # not ours, or not loadable here
             raise BuildError(f"cannot load {library.name}: {exc}") from None
-        self._predict.restype = None
-        self._predict.argtypes = [
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_void_p,
-        ]
-        self._reducing = handle.thresher_predict_reducing
-        self._reducing.restype = None
-        self._reducing.argtypes = [
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.c_int64,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ]
         self._threads = max(1, threads)
         self._pool: ThreadPoolExecutor | None = None
 
@@ -292,6 +281,13 @@ class TreeLibrary:
         sums = np.empty((len(pointers), 4))
         self._reducing(shifted, stop - start, target, reducer.function, sums.ctypes.data)
         reducer.seen.add(starts, stop - start, sums)
+
+
+def _declared(function: Any, *arguments: Any) -> Any:
+    """A library function, told its arguments and that it returns nothing."""
+    function.argtypes = list(arguments)
+    function.restype = None
+    return function
 
 
 def _column_pointers(table: pa.Table) -> tuple[list[Any], list[int], int]:
