@@ -148,8 +148,9 @@ def add_values(
 ) -> None:
     """One chunk's values of a column into its profile. An output column comes in as many
     parts as the model had batches (hundreds while the tuner tries small sizes): past
-    `MAX_PARTS` they are joined first, a copy that costs less than a pass per part."""
-    if values.num_chunks > MAX_PARTS:
+    `MAX_PARTS` they are joined first, a copy that costs less than a pass per part. Not
+    when the model's read recorded moments (`seen`): those are of the parts as they are."""
+    if values.num_chunks > MAX_PARTS and seen is None:
         values = pa.chunked_array([values.combine_chunks()], type=values.type)
     column.rows += len(values)
     column.nulls += values.null_count
