@@ -36,6 +36,7 @@ __all__ = [
     "Seen",
     "Sums",
     "address",
+    "fresh_sums",
     "into_matrix",
     "is_plain_double",
     "recording",
@@ -93,16 +94,23 @@ void thresher_reductions(const double* x, int64_t n, double* out) {
     out[0] = s; out[1] = q; out[2] = lo; out[3] = hi;
 }
 
+/* The moments of x[0..n) added into `totals` (Σx, Σx², min, max; started by the caller
+   at 0, 0, inf, -inf): a column's blocks, one at a time, into its running figures. */
+void thresher_reduce_into(const double* x, int64_t n, double* totals) {
+    double part[4];
+    thresher_reductions(x, n, part);
+    totals[0] += part[0]; totals[1] += part[1];
+    totals[2] = part[2] < totals[2] ? part[2] : totals[2];
+    totals[3] = part[3] > totals[3] ? part[3] : totals[3];
+}
+
 /* Columns `sources` (each `rows` doubles) into the matrix columns `targets` of a C-ordered
    matrix of `width` columns starting at `matrix` (floats when `single`, else doubles);
-   with `sums`, each column's Σx, Σx², min and max (four doubles a column) too. */
+   with `sums` (`fresh_sums`), each column's Σx, Σx², min and max (four doubles a column)
+   too. */
 __attribute__((target_clones("avx2", "default")))
 void thresher_matrix(int64_t columns, const double* const* sources, const int64_t* targets,
                      int64_t rows, void* matrix, int64_t width, int32_t single, double* sums) {
-    for (int64_t c = 0; sums && c < columns; c++) {
-        double* s = sums + 4 * c;
-        s[0] = 0.0; s[1] = 0.0; s[2] = INFINITY; s[3] = -INFINITY;
-    }
     for (int64_t start = 0; start < rows; start += BLOCK) {
         int64_t stop = start + BLOCK < rows ? start + BLOCK : rows;
         for (int64_t c = 0; c < columns; c++) {
@@ -114,13 +122,7 @@ void thresher_matrix(int64_t columns, const double* const* sources, const int64_
                 double* out = (double*)matrix + targets[c];
                 for (int64_t r = start; r < stop; r++) out[r * width] = x[r];
             }
-            if (sums) {
-                double part[4], *s = sums + 4 * c;
-                thresher_reductions(x + start, stop - start, part);
-                s[0] += part[0]; s[1] += part[1];
-                s[2] = part[2] < s[2] ? part[2] : s[2];
-                s[3] = part[3] > s[3] ? part[3] : s[3];
-            }
+            if (sums) thresher_reduce_into(x + start, stop - start, sums + 4 * c);
         }
     }
 }
@@ -129,8 +131,8 @@ void thresher_matrix(int64_t columns, const double* const* sources, const int64_
 
 @functools.cache
 def _kernels() -> Any:
-    """The native library (`thresher_reductions`, `thresher_matrix`), or None where it
-    cannot be built."""
+    """The native library (`thresher_reductions`, `thresher_reduce_into`,
+    `thresher_matrix`), or None where it cannot be built."""
     library = kernel("moments", KERNELS_C)
     if library is None:
         return None
@@ -148,6 +150,12 @@ def _kernels() -> Any:
     ]
     library.thresher_matrix.restype = None
     return library
+
+
+def fresh_sums(columns: int) -> np.ndarray:
+    """Running Σx, Σx², min and max for `columns` columns, before any value: what the
+    native passes that add blocks into them (`thresher_reduce_into`) start from."""
+    return np.tile(np.array([0.0, 0.0, math.inf, -math.inf]), (columns, 1))
 
 
 def reductions(values: np.ndarray) -> Sums:
@@ -266,8 +274,9 @@ def is_plain_double(values: pa.Array) -> bool:
 @dataclass(frozen=True)
 class Reducer:
     """For a model that reads doubles in place (compiled trees): the native pass to call
-    on the values as it reads them (`function`, the address of `thresher_reductions`),
-    and the `Seen` that keeps what it found."""
+    on each block of values as it reads them (`function`, the address of
+    `thresher_reduce_into`, which adds into sums started by `fresh_sums`), and the `Seen`
+    that keeps what it found."""
 
     function: int
     seen: Seen
@@ -279,7 +288,7 @@ def reducing() -> Reducer | None:
     library = _kernels()
     if seen is None or library is None:
         return None
-    function = ctypes.cast(library.thresher_reductions, ctypes.c_void_p).value
+    function = ctypes.cast(library.thresher_reduce_into, ctypes.c_void_p).value
     return Reducer(int(function or 0), seen)
 
 
@@ -296,12 +305,13 @@ def into_matrix(matrix: np.ndarray, parts: Sequence[tuple[int, int, pa.Array]]) 
         groups.setdefault((row, len(values)), []).append((column, values))
     width, itemsize = matrix.shape[1], matrix.itemsize
     for (row, rows), group in groups.items():
-        starts = np.fromiter((address(v) for _, v in group), dtype=np.uintp, count=len(group))
+        starts = [address(v) for _, v in group]
+        pointers = np.array(starts, dtype=np.uintp)
         targets = np.fromiter((c for c, _ in group), dtype=np.int64, count=len(group))
-        sums = np.empty((len(group), 4)) if seen is not None else None
+        sums = fresh_sums(len(group)) if seen is not None else None
         library.thresher_matrix(
             len(group),
-            starts.ctypes.data,
+            pointers.ctypes.data,
             targets.ctypes.data,
             rows,
             matrix.ctypes.data + row * width * itemsize,
@@ -310,5 +320,5 @@ def into_matrix(matrix: np.ndarray, parts: Sequence[tuple[int, int, pa.Array]]) 
             None if sums is None else sums.ctypes.data,
         )
         if seen is not None and sums is not None:
-            seen.add(starts.tolist(), rows, sums)
+            seen.add(starts, rows, sums)
     return True

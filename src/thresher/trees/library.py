@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from thresher.arrays import to_numpy
 from thresher.models.features import to_matrix
-from thresher.moments import Reducer, reducing
+from thresher.moments import Reducer, fresh_sums, reducing
 from thresher.trees import quickscorer
 
 Frontend = Literal["lightgbm", "xgboost"]
@@ -82,7 +82,7 @@ void thresher_predict(const double* const* columns, int64_t stride, int64_t rows
 }
 
 /* thresher_predict over columns (stride 1), and each column's Σx, Σx², min and max (four
- * doubles a column, into `sums`) taken by `reduce` (thresher.moments' pass) a block of
+ * doubles a column, added into `sums`) by `reduce` (thresher.moments' pass) a block of
  * rows at a time just before the block is scored: the values come from memory once, for
  * both. */
 #define THRESHER_BLOCK 1024
@@ -92,19 +92,11 @@ void thresher_predict_reducing(const double* const* columns, int64_t rows, doubl
   const int32_t width = get_num_feature();
   const int32_t outputs = N_TARGET * MAX_N_CLASS;
   const double** block = malloc(sizeof(double*) * (width > 0 ? width : 1));
-  for (int32_t j = 0; j < width; ++j) {
-    sums[4 * j] = 0.0; sums[4 * j + 1] = 0.0;
-    sums[4 * j + 2] = INFINITY; sums[4 * j + 3] = -INFINITY;
-  }
   for (int64_t start = 0; start < rows; start += THRESHER_BLOCK) {
     const int64_t count = rows - start < THRESHER_BLOCK ? rows - start : THRESHER_BLOCK;
     for (int32_t j = 0; j < width; ++j) {
-      double part[4], *total = sums + 4 * j;
       block[j] = columns[j] + start;
-      reduce(block[j], count, part);
-      total[0] += part[0]; total[1] += part[1];
-      total[2] = part[2] < total[2] ? part[2] : total[2];
-      total[3] = part[3] > total[3] ? part[3] : total[3];
+      reduce(block[j], count, sums + 4 * j);
     }
     thresher_predict(block, 1, count, out + start * outputs);
   }
@@ -278,7 +270,7 @@ class TreeLibrary:
         if reducer is None:
             self._predict(shifted, ctypes.c_int64(stride), ctypes.c_int64(stop - start), target)
             return
-        sums = np.empty((len(pointers), 4))
+        sums = fresh_sums(len(pointers))
         self._reducing(shifted, stop - start, target, reducer.function, sums.ctypes.data)
         reducer.seen.add(starts, stop - start, sums)
 
