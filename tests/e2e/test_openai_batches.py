@@ -1,7 +1,8 @@
 """The official `openai` client, unchanged but for `base_url` and `api_key`, against a
 real `thresher serve`: files, an embeddings batch whose vectors equal
 sentence-transformers' own `encode` (all-MiniLM-L6-v2, offline), bad lines, bad
-parameters, another tenant, a bad key, cancel, and pagination."""
+parameters, the server's limits, a batch whose every line fails, another tenant, a bad
+key, cancel, expiry, pagination and a server killed mid-batch."""
 
 from __future__ import annotations
 
@@ -37,10 +38,11 @@ class SlowEmbed:
 TEXTS = ["the cat sat on the mat", "batch inference, exactly once", "a third, longer sentence here"]
 
 
-def site_with_models(root: Path) -> ServiceSite:
+def site_with_models(root: Path, limits: str = "") -> ServiceSite:
     (root / "slow_embed.py").write_text(SLOW_EMBED)
     settings = f"""
 batch_completion_windows = ["24h", "4s"]
+{limits}
 
 [models.minilm]
 kind = "sentence-transformers"
@@ -290,3 +292,86 @@ def test_embeddings_create_answers_now_batched_with_concurrent_requests(served: 
         acme.embeddings.create(model="minilm", input="x", dimensions=7)
     with pytest.raises(openai.BadRequestError):
         acme.embeddings.create(model="nope", input="x")
+
+
+def test_limits_pages_and_a_batch_whose_every_line_fails(tmp_path: Path) -> None:
+    site = site_with_models(tmp_path, "batch_max_requests = 3\nbatch_max_bytes = 1000")
+    server = Server(site)
+    try:
+        acme = OpenAI(base_url=f"{server.url}/v1", api_key=site.token("acme"), max_retries=0)
+        globex = OpenAI(base_url=f"{server.url}/v1", api_key=site.token("globex"), max_retries=0)
+        body = {"model": "minilm", "input": "x"}
+        files = {
+            "empty": [""],
+            "long": [request(f"r{i}", {"model": "minilm", "input": "x"}) for i in range(4)],
+            "wide": [request("a", {"model": "minilm", "input": "x" * 1000})],
+            "bad": [
+                json.dumps({"method": "POST", "url": "/v1/embeddings", "body": body}),
+                json.dumps(
+                    {"custom_id": "b", "method": "GET", "url": "/v1/embeddings", "body": body}
+                ),
+                request("c", {**body, "stream": True}),
+            ],
+            "unknown": [request("a", {"model": "nope", "input": "x"})],
+            "chat": [
+                request(
+                    "a",
+                    {"model": "minilm", "messages": [{"role": "user", "content": "hi"}]},
+                    "/v1/chat/completions",
+                )
+            ],
+            "dims": [
+                request(f"d{i}", {"model": "minilm", "input": "x", "dimensions": 7})
+                for i in range(2)
+            ],
+        }
+        uploaded = {name: upload(acme, lines) for name, lines in files.items()}
+        created = {
+            name: acme.batches.create(
+                input_file_id=f.id,
+                endpoint="/v1/chat/completions" if name == "chat" else "/v1/embeddings",
+                completion_window="24h",
+            )
+            for name, f in uploaded.items()
+        }
+        done = {name: wait_batch(acme, b.id) for name, b in created.items()}
+        codes = {
+            name: sorted((e.code, e.line) for e in b.errors.data)
+            for name, b in done.items()
+            if b.status == "failed" and b.errors is not None
+        }
+        assert codes == {
+            "empty": [("empty_file", None)],
+            "long": [("too_many_requests", 4)],
+            "wide": [("file_too_large", None)],
+            "bad": [("invalid_method", 2), ("missing_custom_id", 1), ("stream_unsupported", 3)],
+            "unknown": [("model_not_found", 1)],
+            "chat": [("model_not_supported", 1)],
+        }
+        every_failed = done["dims"]
+        assert every_failed.status == "completed" and every_failed.output_file_id is None
+        counts = every_failed.request_counts
+        assert counts is not None and (counts.completed, counts.failed) == (0, 2)
+        errors = acme.files.content(every_failed.error_file_id).text.splitlines()
+        assert [json.loads(x)["custom_id"] for x in errors] == ["d0", "d1"]
+
+        with pytest.raises(openai.BadRequestError) as refused:
+            acme.batches.create(
+                input_file_id=uploaded["dims"].id,
+                endpoint="/v1/embeddings",
+                completion_window="24h",
+                metadata={f"k{i}": "v" for i in range(17)},
+            )
+        assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "metadata"
+
+        first = acme.batches.list(limit=3)
+        assert len(first.data) == 3 and first.has_more is True
+        newest_first = [b.id for b in reversed(list(created.values()))]
+        assert [b.id for b in acme.batches.list(limit=3)] == newest_first  # every page
+        oldest_first = [f.id for f in uploaded.values()]
+        pages = acme.files.list(purpose="batch", order="asc", limit=2)
+        assert len(pages.data) == 2 and pages.has_more is True
+        assert [f.id for f in pages] == oldest_first  # the client follows `after`
+        assert globex.batches.list().data == [] and globex.files.list().data == []
+    finally:
+        server.stop()

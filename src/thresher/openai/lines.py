@@ -5,9 +5,9 @@ Each line is `{"custom_id", "method": "POST", "url": <the batch's endpoint>, "bo
 Problems with the file itself fail the whole batch, each reported with OpenAI's `code`
 and the 1-based `line`: a line that is not a JSON object, a missing or repeated
 `custom_id`, a `method` other than POST, a `url` that is not the batch's endpoint, a body
-without its input, `stream: true`, a model the server does not serve or two models in one
-file, an empty file, more lines than the server takes. A file with any of them makes no
-job (OpenAI's behaviour: nothing is half run).
+without its input, `stream: true`, a model the server does not serve (or not for this
+endpoint) or two models in one file, an empty file, more lines or bytes than the server
+takes. A file with any of them makes no job (OpenAI's behaviour: nothing is half run).
 
 The check of one line is `LineCheck.check`, the same for the service (which needs every
 line good) and for `thresher run`'s `openai-batch` source (which makes each bad line a
@@ -26,10 +26,10 @@ the lines (no native code: a hostile line raises, it cannot crash the server).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 __all__ = [
     "ENDPOINTS",
@@ -40,6 +40,7 @@ __all__ = [
     "LineProblem",
     "Prepared",
     "SeenIds",
+    "answers",
     "prepare_lines",
 ]
 
@@ -121,6 +122,7 @@ class LineCheck:
     endpoint: str
     ids: CustomIds
     model: str | None = None
+    model_line: int | None = None  # the first line that named `model`
 
     def check(self, raw: bytes, number: int) -> tuple[list[dict[str, Any]], list[LineProblem]]:
         """The job rows of line `number` (1-based), or its problems (and no rows)."""
@@ -132,7 +134,7 @@ class LineCheck:
         body: dict[str, Any] = given if isinstance(given, dict) else {}
         model = body.get("model")
         if isinstance(model, str) and self.model is None:
-            self.model = model
+            self.model, self.model_line = model, number
         elif isinstance(model, str) and model != self.model:
             message = (
                 f"model {model!r}: every line of a batch uses one model ({self.model!r} before)"
@@ -147,47 +149,73 @@ class LineCheck:
         return [{"custom_id": custom_id, "line": number, **row} for row in rows], []
 
 
+def answers(kind: str, endpoint: str) -> bool:
+    """Whether a model of `kind` can answer `endpoint`'s requests: the generation
+    endpoints take an `llm`, embeddings any other kind (one that gives `embedding`)."""
+    return (kind == "llm") == (endpoint != ENDPOINTS[0])
+
+
 def prepare_lines(
-    source: Path, dest: Path, endpoint: str, models: set[str], max_requests: int
+    source: Path,
+    dest: Path,
+    endpoint: str,
+    models: Mapping[str, str],
+    limits: tuple[int, int],
 ) -> Prepared:
-    """Check every line of `source`; write the job's input rows to `dest` if all pass
-    (`dest` is removed otherwise)."""
-    check = LineCheck(endpoint, SeenIds())
+    """Check every line of `source`, a file of at most `limits` = (requests, bytes),
+    against the server's `models` (name: kind); write the job's input rows to `dest` if
+    all pass (`dest` is removed otherwise)."""
+    max_requests, max_bytes = limits
     found = Prepared()
+    size = source.stat().st_size
+    if size > max_bytes:
+        message = f"the file has {size:,} bytes, more than this server's {max_bytes:,}; split it"
+        found.add(LineProblem("file_too_large", message))
+        return found
+    check = LineCheck(endpoint, SeenIds())
     with source.open("rb") as lines, dest.open("w", encoding="utf-8") as out:
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            found.requests += 1
-            if found.requests > max_requests:
-                found.add(
-                    LineProblem(
-                        "too_many_requests",
-                        f"more than {max_requests:,} requests in the file; split it",
-                        number,
-                    )
-                )
-                break
-            rows, problems = check.check(raw, number)
-            for problem in problems:
-                found.add(problem)
-            if not found.problems:
-                out.writelines(json.dumps(row) + "\n" for row in rows)
+        _check_lines(lines, check, found, max_requests, out)
     found.model = check.model
     if found.requests == 0:
         found.add(LineProblem("empty_file", "the file has no request lines"))
-    if found.model is not None and found.model not in models:
-        served = ", ".join(sorted(models)) or "none"
-        found.add(
-            LineProblem(
-                "model_not_found",
-                f"the server serves no model {found.model!r} (it serves: {served})",
-                param="body.model",
-            )
-        )
+    if check.model is not None:
+        for problem in _model_problems(check.model, check.model_line, endpoint, models):
+            found.add(problem)
     if found.problems:
         dest.unlink(missing_ok=True)
     return found
+
+
+def _check_lines(
+    lines: Iterable[bytes], check: LineCheck, found: Prepared, max_requests: int, out: TextIO
+) -> None:
+    """Check each line into `found`, writing the rows to `out` while none has a problem."""
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        found.requests += 1
+        if found.requests > max_requests:
+            message = f"more than {max_requests:,} requests in the file; split it"
+            found.add(LineProblem("too_many_requests", message, number))
+            return
+        rows, problems = check.check(raw, number)
+        for problem in problems:
+            found.add(problem)
+        if not found.problems:
+            out.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def _model_problems(
+    model: str, line: int | None, endpoint: str, models: Mapping[str, str]
+) -> Iterator[LineProblem]:
+    """Why the server cannot run the file's `model` (named first on `line`), if it cannot."""
+    if model not in models:
+        served = ", ".join(sorted(models)) or "none"
+        message = f"the server serves no model {model!r} (it serves: {served})"
+        yield LineProblem("model_not_found", message, line, "body.model")
+    elif not answers(models[model], endpoint):
+        message = f"model {model!r} ({models[model]}) does not answer {endpoint} requests"
+        yield LineProblem("model_not_supported", message, line, "body.model")
 
 
 def _inputs(

@@ -129,9 +129,11 @@ class ServerConfig(BaseModel):
     buffer: dict[str, BufferSettings] = Field(default_factory=dict)
     run: RunSection = Field(default_factory=RunSection)
     schedules: dict[str, ScheduleSettings] = Field(default_factory=dict)
-    # OpenAI-style batches: the most request lines one file may hold, and the
-    # `completion_window`s a batch may ask for (a batch not done by then expires).
+    # OpenAI-style batches: the most request lines and bytes one file may hold (OpenAI's
+    # own limits), and the `completion_window`s a batch may ask for (a batch not done by
+    # then expires).
     batch_max_requests: int = Field(default=50_000, ge=1)
+    batch_max_bytes: int = Field(default=200 * 1024**2, ge=1)
     batch_completion_windows: list[str] = Field(default_factory=lambda: ["24h"])
     triggers: dict[str, TriggerSettings] = Field(default_factory=dict)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)

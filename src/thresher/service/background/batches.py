@@ -84,9 +84,9 @@ class BatchWorker:
         source = find_file(self.state.store, batch.tenant, batch.input_file_id)
         dest = prepared_input(self.state, batch.id)
         dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        found = prepare_lines(
-            Path(source.path), dest, batch.endpoint, set(config.models), config.batch_max_requests
-        )
+        limits = (config.batch_max_requests, config.batch_max_bytes)
+        kinds = {name: model.kind for name, model in config.models.items()}
+        found = prepare_lines(Path(source.path), dest, batch.endpoint, kinds, limits)
         if found.problems:
             data = [p.public() for p in found.problems]
             errors = {"object": "list", "data": data, "more": found.more_problems}
@@ -95,7 +95,7 @@ class BatchWorker:
         assert found.model is not None
         job_id = self._submit(batch, found.model, dest)
         counts = {"total": found.requests, "completed": 0, "failed": 0}
-        self.table.move(
+        moved = self.table.move(
             batch.id,
             BatchStatus.VALIDATING,
             BatchStatus.IN_PROGRESS,
@@ -103,6 +103,8 @@ class BatchWorker:
             model=found.model,
             counts=counts,
         )
+        if not moved:  # cancelled while its lines were checked: the job is not wanted
+            self.state.store.request_cancel(job_id)
 
     def _submit(self, batch: BatchRow, model: str, rows: Path) -> str:
         section = self.state.config.models[model]

@@ -1,0 +1,119 @@
+"""The service's OpenAI batch worker and the checks of a batch file: the server's limits,
+a model that cannot answer the batch's endpoint, and a batch cancelled while its lines
+were being checked (its job, made just then, must not run)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thresher.openai.lines import answers, prepare_lines
+from thresher.service.background import batches
+from thresher.service.config import ServerConfig, prepare
+from thresher.service.state import ServiceState
+from thresher.spec import ModelSection
+from thresher.store import JobState, open_store
+from thresher.store.batches import BatchRow, BatchStatus, BatchTable
+from thresher.store.db import now
+from thresher.store.uploads import FileRecord, FileTable
+
+pytestmark = pytest.mark.unit
+
+MODEL = """
+class Embed:
+    def predict(self, batch):
+        return {"embedding": [[1.0, 2.0]] * len(batch["input"])}
+"""
+LIMITS = (50_000, 200 * 1024**2)
+
+
+def request(custom_id: str, model: str, url: str = "/v1/embeddings") -> str:
+    body = {"model": model, "input": "x"}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+def batch_file(path: Path, *lines: str) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def codes(found: Any) -> list[tuple[str, int | None]]:
+    return [(p.code, p.line) for p in found.problems]
+
+
+def test_a_file_over_the_byte_limit_fails_unread(tmp_path: Path) -> None:
+    source = batch_file(tmp_path / "in.jsonl", request("a", "m"), "{not json")
+    found = prepare_lines(source, tmp_path / "rows.jsonl", "/v1/embeddings", {"m": "x"}, (9, 10))
+    assert codes(found) == [("file_too_large", None)]
+    assert found.requests == 0 and not (tmp_path / "rows.jsonl").exists()
+
+
+def test_the_limits_let_a_file_at_them_through(tmp_path: Path) -> None:
+    source = batch_file(tmp_path / "in.jsonl", request("a", "m"), request("b", "m"))
+    size = source.stat().st_size
+    found = prepare_lines(source, tmp_path / "rows.jsonl", "/v1/embeddings", {"m": "x"}, (2, size))
+    assert codes(found) == [] and found.requests == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "endpoint", "answered"),
+    [
+        ("sentence-transformers", "/v1/embeddings", True),
+        ("python", "/v1/embeddings", True),
+        ("llm", "/v1/embeddings", False),
+        ("llm", "/v1/chat/completions", True),
+        ("llm", "/v1/completions", True),
+        ("sentence-transformers", "/v1/chat/completions", False),
+    ],
+)
+def test_generation_takes_an_llm_and_embeddings_any_other_model(
+    kind: str, endpoint: str, answered: bool
+) -> None:
+    assert answers(kind, endpoint) is answered
+
+
+def test_a_model_named_first_on_a_line_is_reported_there(tmp_path: Path) -> None:
+    source = batch_file(tmp_path / "in.jsonl", "", request("a", "chat"), request("b", "chat"))
+    models = {"chat": "llm", "minilm": "sentence-transformers"}
+    found = prepare_lines(source, tmp_path / "rows.jsonl", "/v1/embeddings", models, LIMITS)
+    assert codes(found) == [("model_not_supported", 2)]
+    found = prepare_lines(source, tmp_path / "rows.jsonl", "/v1/embeddings", {}, LIMITS)
+    assert codes(found) == [("model_not_found", 2)]
+
+
+def test_a_batch_cancelled_while_its_lines_are_checked_cancels_the_job_made_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "embed.py").write_text(MODEL)
+    model = ModelSection(kind="python", uri=f"{tmp_path / 'embed.py'}:Embed")
+    config = prepare(ServerConfig(data_dir=tmp_path / "data", models={"embed": model}))
+    state = ServiceState(open_store(f"sqlite:///{tmp_path / 'store.db'}"), config, tmp_path)
+    source = batch_file(tmp_path / "in.jsonl", request("a", "embed"), request("b", "embed"))
+    size = source.stat().st_size
+    record = FileRecord(
+        "file-1", "acme", "in.jsonl", "jsonl", size, "-", str(source), now(), "batch"
+    )
+    FileTable(state.store.db).add(record)
+    table = BatchTable(state.store.db)
+    created = int(time.time())
+    batch = BatchRow(
+        "batch_1", "acme", "file-1", "/v1/embeddings", "24h", BatchStatus.VALIDATING, created
+    )
+    table.create(batch)
+    checked = batches.prepare_lines
+
+    def cancelled_meanwhile(*args: Any) -> Any:
+        found = checked(*args)
+        assert table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.CANCELLED)  # the route
+        return found
+
+    monkeypatch.setattr(batches, "prepare_lines", cancelled_meanwhile)
+    batches.BatchWorker(state).step()
+    after = table.find(batch.id, "acme")
+    assert after is not None and after.status == BatchStatus.CANCELLED
+    (job,) = state.store.jobs()
+    assert job.state == JobState.CANCELLED
