@@ -1,7 +1,8 @@
 """A chat-completions batch through the official `openai` client against a real
 `thresher serve`, on a small causal LM made in the test (random weights, a tokenizer
 trained offline): greedy answers equal transformers' own `generate` token for token, a
-request with a parameter the model does not support goes to the error file alone."""
+request with a parameter the model does not support goes to the error file alone; and a
+completions batch of plain prompts, equal to `generate` too."""
 
 from __future__ import annotations
 
@@ -23,18 +24,23 @@ CHATS = [
     [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the quick fox"}],
     [{"role": "user", "content": "batch inference runs a model"}],
 ]
+PROMPTS = ["once upon a time", "the model reads"]
 MAX_TOKENS = 6
 
 
-def greedy(folder: Path, messages: list[dict[str, str]]) -> tuple[str, int, int]:
-    """transformers' own greedy generate: (text, prompt tokens, completion tokens)."""
+def greedy(folder: Path, messages: list[dict[str, str]] | str) -> tuple[str, int, int]:
+    """transformers' own greedy generate on a chat (its template) or a plain prompt:
+    (text, prompt tokens, completion tokens)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if isinstance(messages, str):
+        prompt = tokenizer(messages)["input_ids"]
+    else:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
     inputs = torch.tensor([prompt])
     with torch.inference_mode():
         out = model.generate(
@@ -88,8 +94,35 @@ options = {{ device = "cpu" }}
         assert error["custom_id"] == "odd" and error["response"]["status_code"] == 400
         assert "logit_bias" in error["response"]["body"]["error"]["message"]
         assert done.usage is not None and done.usage.output_tokens > 0
+        check_completions(client, folder)
     finally:
         server.stop()
+
+
+def check_completions(client: OpenAI, folder: Path) -> None:
+    """A `/v1/completions` batch: each prompt's `text_completion` equals greedy generate."""
+    lines = [
+        json.dumps({"custom_id": f"p{i}", "method": "POST", "url": "/v1/completions",
+                    "body": {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS}})
+        for i, prompt in enumerate(PROMPTS)
+    ]  # fmt: skip
+    uploaded = client.files.create(file=("\n".join(lines) + "\n").encode(), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/completions", completion_window="24h"
+    )
+    done = wait_batch(client, batch.id)
+    assert done.status == "completed" and done.error_file_id is None, done
+    answers = _lines(client, done.output_file_id)
+    assert [a["custom_id"] for a in answers] == ["p0", "p1"]
+    for answer, prompt in zip(answers, PROMPTS, strict=True):
+        body = answer["response"]["body"]
+        text, prompt_tokens, completion_tokens = greedy(folder, prompt)
+        assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+        (choice,) = body["choices"]
+        assert (choice["index"], choice["text"]) == (0, text)
+        assert choice["finish_reason"] == ("length" if completion_tokens == MAX_TOKENS else "stop")
+        assert body["usage"]["completion_tokens"] == completion_tokens
+        assert body["usage"]["prompt_tokens"] == prompt_tokens
 
 
 def check_greedy_answers(answers: list[Any], folder: Path) -> None:
