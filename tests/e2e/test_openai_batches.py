@@ -38,11 +38,11 @@ class SlowEmbed:
 TEXTS = ["the cat sat on the mat", "batch inference, exactly once", "a third, longer sentence here"]
 
 
-def site_with_models(root: Path, limits: str = "") -> ServiceSite:
+def site_with_models(root: Path, extra: str = "") -> ServiceSite:
     (root / "slow_embed.py").write_text(SLOW_EMBED)
     settings = f"""
 batch_completion_windows = ["24h", "4s"]
-{limits}
+{extra}
 
 [models.minilm]
 kind = "sentence-transformers"

@@ -27,10 +27,13 @@ from thresher.service.background.webhooks import (
     verify_signature,
 )
 from thresher.service.config import ServerConfig, prepare
+from thresher.service.openai.webhooks import new_endpoint_id, new_secret, signed_headers, subject
 from thresher.service.policies import webhook_urls as webhook_policy
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec
 from thresher.store import JobRecord, JobState, Store, open_store
+from thresher.store.batches import BatchRow, BatchStatus
+from thresher.store.webhook_endpoints import EndpointRow, EndpointTable
 
 SECRET = "s3cret"
 FAST = (0.05, 0.1, 0.2, 0.4)  # five tries, well under a second of waiting
@@ -523,3 +526,73 @@ def test_a_drift_alert_goes_once_a_job_against_the_run_before(
         sender.close()
     assert len(receiver.received) == 1
     assert [d["event"] for d in deliveries(store.db, second.id)] == ["monitor.drift"]
+
+
+# -- OpenAI batch events to a tenant's webhook endpoints ----------------------------------
+
+
+def endpoint(store: Store, url: str, events: list[str], tenant: str = "acme") -> EndpointRow:
+    row = EndpointRow(
+        new_endpoint_id(), tenant, "hook", url, events, new_secret(), None, None, 1, 1
+    )
+    EndpointTable(store.db).add(row)
+    return row
+
+
+def ended_batch(status: BatchStatus, tenant: str = "acme") -> BatchRow:
+    at = int(time.time())
+    return BatchRow(f"batch_{time.monotonic_ns()}", tenant, "file-1", "/v1/embeddings", "24h",
+                    status, at - 5, completed_at=at, failed_at=at)  # fmt: skip
+
+
+def test_a_batch_event_goes_to_the_endpoints_that_take_it_signed_with_their_secrets(
+    store: Store, receiver: Receiver
+) -> None:
+    from openai import OpenAI
+
+    taker = endpoint(store, receiver.url(), ["batch.completed"])
+    endpoint(store, receiver.url("localhost"), ["batch.failed"])  # not this event
+    endpoint(store, receiver.url(), ["batch.completed"], tenant="globex")  # another's
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    batch = ended_batch(BatchStatus.COMPLETED)
+    try:
+        sender.batch_ended(batch)
+        sender.batch_ended(batch)  # seen twice, sent once
+        sender.batch_ended(ended_batch(BatchStatus.IN_PROGRESS))  # not ended: nothing
+        receiver.wait_for(1)
+        time.sleep(0.2)
+    finally:
+        sender.close()
+    (got,) = receiver.received
+    client = OpenAI(api_key="unused", base_url="http://127.0.0.1:9")
+    event = client.webhooks.unwrap(got["body"], got["headers"], secret=taker.secret)
+    assert (event.type, event.data.id, event.created_at) == (
+        "batch.completed",
+        batch.id,
+        batch.completed_at,
+    )
+    assert got["headers"]["webhook-id"] == event.id  # the same id on every retry
+
+
+def test_a_rotated_secret_signs_beside_the_old_one_only_while_it_is_kept() -> None:
+    row = EndpointRow("we_1", "acme", "h", "http://x", [], "new", "old", 1_000, 1, 1)
+    assert row.secrets(999.0) == ["new", "old"] and row.secrets(1_000.0) == ["new"]
+    headers = signed_headers(row.secrets(0.0), "evt_1", "5", b"{}")
+    assert len(headers["webhook-signature"].split()) == 2
+
+
+def test_a_delivery_to_a_deleted_endpoint_is_refused_unsent(
+    store: Store, receiver: Receiver
+) -> None:
+    gone = endpoint(store, receiver.url(), ["batch.failed"])
+    receiver.statuses = [503]  # the first try fails; the endpoint is deleted before the next
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=(0.3,)))
+    batch = ended_batch(BatchStatus.FAILED)
+    try:
+        sender.batch_ended(batch)
+        receiver.wait_for(1)
+        EndpointTable(store.db).remove(gone.id, "acme")
+        row = wait_state(store, subject(gone.id, batch.id), "refused")
+    finally:
+        sender.close()
+    assert "deleted" in row["last_error"] and len(receiver.received) == 1

@@ -45,6 +45,7 @@ from thresher.service.routers import (
     quality,
     schedules,
     triggers,
+    webhook_endpoints,
 )
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
@@ -59,6 +60,21 @@ its status, and download its results and its bad records. Producers can also pos
 records to the request buffer, which runs them in batches. Every `/v1` route needs
 `Authorization: Bearer <token>` (`thresher token create --tenant NAME`), and a tenant sees
 only its own files, jobs and requests."""
+
+
+# The route modules, one per resource (`routers/`).
+RESOURCES = (
+    files,
+    jobs,
+    profiles,
+    drift,
+    quality,
+    batches,
+    webhook_endpoints,
+    embeddings,
+    schedules,
+    triggers,
+)
 
 
 def create_app(state: ServiceState, background: bool = True) -> FastAPI:
@@ -97,8 +113,7 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         pace=Pace(config.body_timeout, config.body_min_rate),
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
-    routers = (files, jobs, profiles, drift, quality, batches, embeddings, schedules, triggers)
-    for router in (*(r.router for r in routers), buffer_router, metrics.router):
+    for router in (*(r.router for r in RESOURCES), buffer_router, metrics.router):
         app.include_router(router)
     return app
 

@@ -32,6 +32,7 @@ from starlette.requests import HTTPConnection
 
 from thresher.service.config import ServerConfig
 from thresher.store import JobRecord, Store
+from thresher.store.batches import BatchRow, BatchTable
 
 if TYPE_CHECKING:
     from thresher.service.schedules import TickNotice
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("thresher.service")
 
 JobHook = Callable[[JobRecord], None]
+BatchHook = Callable[[BatchRow], None]
 TickHook = Callable[["TickNotice"], None]
 
 
@@ -58,6 +60,8 @@ class ServiceState:
     ticks_waiting: threading.Event = field(default_factory=threading.Event)
     # Set when a batch is created or cancelled, so the batch worker acts at once.
     batches_waiting: threading.Event = field(default_factory=threading.Event)
+    # Called with each OpenAI-style batch that has just ended (its webhook events).
+    on_batch_ended: list[BatchHook] = field(default_factory=list)
 
     def job_finished(self, record: JobRecord) -> None:
         """Call every `on_job_finished` hook with a job's final record."""
@@ -66,6 +70,17 @@ class ServiceState:
                 hook(record)
             except Exception:
                 log.exception("on_job_finished hook %r failed for job %s", hook, record.id)
+
+    def batch_ended(self, batch_id: str) -> None:
+        """Call every `on_batch_ended` hook with the batch, as it ended."""
+        batch = BatchTable(self.store.db).find(batch_id)
+        if batch is None:
+            return
+        for hook in list(self.on_batch_ended):
+            try:
+                hook(batch)
+            except Exception:
+                log.exception("on_batch_ended hook %r failed for batch %s", hook, batch_id)
 
     def tick_missed(self, notice: TickNotice) -> None:
         """Call every `on_tick_missed` hook with a tick that did not start its job."""

@@ -171,6 +171,15 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX IF NOT EXISTS thresher_trigger_files_taken"
         " ON thresher_trigger_files (trigger_name, taken_at)",
     ],
+    # 14: tenants' webhook endpoints for batch events (OpenAI's `/v1/webhook_endpoints`).
+    # The signing secret is kept as given out (it signs, so it cannot be a hash); a
+    # rotated one stays valid until `old_secret_until` (Unix seconds) when asked.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_webhook_endpoints (
+            id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, url TEXT NOT NULL,
+            event_types TEXT NOT NULL, secret TEXT NOT NULL, old_secret TEXT,
+            old_secret_until BIGINT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)""",
+    ],
 ]
 
 

@@ -13,6 +13,8 @@
   written as OpenAI's output and error files (`thresher.openai.results`, every request line in
   exactly one), recorded as `batch_output` files → `completed` (or `cancelled`,
   `expired`, `failed`). Every step can run again after a crash and ends the same.
+
+A batch that ends calls the state's `on_batch_ended` hooks (its webhook events).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class BatchWorker:
         if found.problems:
             data = [p.public() for p in found.problems]
             errors = {"object": "list", "data": data, "more": found.more_problems}
-            self.table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.FAILED, errors=errors)
+            if self.table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.FAILED, errors=errors):
+                self.state.batch_ended(batch.id)
             return
         assert found.model is not None
         job_id = self._submit(batch, found.model, dest)
@@ -148,7 +151,7 @@ class BatchWorker:
             message = job.message or "the batch's job failed"
             failure = {"code": "batch_failed", "message": message, "param": None, "line": None}
             end, errors = BatchStatus.FAILED, {"object": "list", "data": [failure]}
-        self.table.move(
+        ended = self.table.move(
             batch.id,
             batch.status,
             end,
@@ -158,6 +161,8 @@ class BatchWorker:
             output_file_id=ids["output"] if written.completed else None,
             error_file_id=ids["errors"] if written.failed else None,
         )
+        if ended:
+            self.state.batch_ended(batch.id)
 
     def _write(self, batch: BatchRow, job: JobRecord, unrun: str) -> tuple[Written, dict[str, str]]:
         """The output and error files, written and recorded; their file ids."""

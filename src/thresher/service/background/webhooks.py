@@ -14,7 +14,9 @@ as `GET /v1/jobs/{id}` shows it (`succeeded`, `failed`, `cancelled`). A schedule
      "nominal_time": "2026-12-01T02:00:00+00:00", "outcome": "missed",
      "message": "too late to run"}
 
-(its delivery row's `job_id` is the tick's key, `tick:<schedule>:<nominal time>`).
+(its delivery row's `job_id` is the tick's key, `tick:<schedule>:<nominal time>`). A
+tenant's OpenAI batch events go to its webhook endpoints, signed as OpenAI signs them
+(`thresher.service.openai.webhooks`; the row's `job_id` is `<endpoint id>/<batch id>`).
 
 Every attempt is signed with the server's `webhook_secret`: `X-Thresher-Timestamp` is the
 attempt's Unix time and `X-Thresher-Signature` is `sha256=` + the hex HMAC-SHA256 of
@@ -53,11 +55,14 @@ from typing import TYPE_CHECKING, Any
 import httpx2 as httpx
 
 from thresher.service.background.delivery import Delivery, RetryingDispatcher
+from thresher.service.openai.webhooks import batch_event, endpoint_of, signed_headers, subject
 from thresher.service.policies.webhook_urls import check_webhook_url, resolve_webhook_url
 from thresher.store import JobRecord, JobState, Store
+from thresher.store.batches import BatchRow
 from thresher.store.db import Database
 from thresher.store.deliveries import DeliveryState, DeliveryTable
 from thresher.store.ticks import tick_key
+from thresher.store.webhook_endpoints import EndpointTable
 
 if TYPE_CHECKING:
     from thresher.service.schedules import TickNotice
@@ -67,6 +72,7 @@ __all__ = [
     "WebhookSender",
     "WebhookSettings",
     "check_webhook_url",
+    "post_webhook",
     "sign",
     "start_webhooks",
     "verify_signature",
@@ -161,6 +167,17 @@ class WebhookSender:
             if alert is not None:
                 self._send(job.id, *alert)
 
+    def batch_ended(self, batch: BatchRow) -> None:
+        """Record and queue an ended batch's OpenAI event (`batch.completed`, …) for each
+        of its tenant's endpoints that takes it, once per endpoint
+        (`thresher.service.openai.webhooks`)."""
+        event = batch_event(batch)
+        if event is None:
+            return
+        payload = json.dumps(event)
+        for endpoint in EndpointTable(self._store.db).subscribed(batch.tenant, event["type"]):
+            self._send(subject(endpoint.id, batch.id), event["type"], endpoint.url, payload)
+
     def _send(self, job_id: str, event: str, url: str, payload: str) -> None:
         if self._deliveries.add(job_id, event, url, payload):
             self._dispatcher.submit(Delivery(job_id, event, url, payload))
@@ -232,23 +249,25 @@ class WebhookSender:
         return None
 
     def _post(self, delivery: Delivery) -> int:
-        addresses = resolve_webhook_url(delivery.url, self._settings.allow_private)
         body = delivery.payload.encode()
+        headers = self._signature(delivery, body)
+        return post_webhook(self._client, delivery.url, body, headers, self._settings.allow_private)
+
+    def _signature(self, delivery: Delivery, body: bytes) -> dict[str, str]:
+        """The attempt's signature headers: thresher's, or OpenAI's for a batch event
+        (keyed by its endpoint's secrets; ValueError when the endpoint is gone)."""
         timestamp = str(int(time.time()))
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "thresher-webhooks",
-            TIMESTAMP_HEADER: timestamp,
-            SIGNATURE_HEADER: sign(self._settings.secret, timestamp, body),
-        }
-        url = httpx.URL(delivery.url)
-        extensions: dict[str, Any] = {}
-        if addresses:  # connect to the address just checked, whatever DNS says next
-            headers["Host"] = url.netloc.decode("ascii")
-            extensions["sni_hostname"] = url.host
-            url = url.copy_with(host=str(addresses[0]))
-        response = self._client.post(url, content=body, headers=headers, extensions=extensions)
-        return response.status_code
+        endpoint_id = endpoint_of(delivery.job_id)
+        if endpoint_id is None:
+            return {
+                TIMESTAMP_HEADER: timestamp,
+                SIGNATURE_HEADER: sign(self._settings.secret, timestamp, body),
+            }
+        endpoint = EndpointTable(self._store.db).find(endpoint_id)
+        if endpoint is None:
+            raise ValueError(f"webhook endpoint {endpoint_id} was deleted")
+        event_id = str(json.loads(delivery.payload)["id"])
+        return signed_headers(endpoint.secrets(time.time()), event_id, timestamp, body)
 
     def _record(
         self,
@@ -261,6 +280,25 @@ class WebhookSender:
         key = (delivery.job_id, delivery.event, delivery.url)
         self._deliveries.record(key, tries, (status, error), state)
         delivery.attempts = tries
+
+
+def post_webhook(
+    client: httpx.Client, url: str, body: bytes, signature: dict[str, str], allow_private: bool
+) -> int:
+    """POST one signed JSON message to `url` as the URL policy allows it now, connecting to
+    the very address it checked (whatever DNS says next); the receiver's HTTP status.
+    ValueError when the policy refuses the URL, httpx.TransportError when it cannot be
+    reached."""
+    addresses = resolve_webhook_url(url, allow_private)
+    headers = {"Content-Type": "application/json", "User-Agent": "thresher-webhooks", **signature}
+    target = httpx.URL(url)
+    extensions: dict[str, Any] = {}
+    if addresses:
+        headers["Host"] = target.netloc.decode("ascii")
+        extensions["sni_hostname"] = target.host
+        target = target.copy_with(host=str(addresses[0]))
+    response = client.post(target, content=body, headers=headers, extensions=extensions)
+    return response.status_code
 
 
 def deliveries(db: Database, job_id: str) -> list[dict[str, Any]]:
@@ -281,5 +319,6 @@ def start_webhooks(
     sender = WebhookSender(state.store, settings)
     state.on_job_finished.append(sender.job_finished)
     state.on_tick_missed.append(sender.tick_missed)
+    state.on_batch_ended.append(sender.batch_ended)
     sender.resume_pending()
     return sender.close

@@ -10,8 +10,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-OPENAI_PATHS = ("/v1/batches", "/v1/files", "/v1/embeddings")
-BATCH_PATHS = ("/v1/batches", "/v1/embeddings")
+OPENAI_PATHS = ("/v1/batches", "/v1/files", "/v1/embeddings", "/v1/webhook_endpoints")
+BATCH_PATHS = ("/v1/batches", "/v1/embeddings", "/v1/webhook_endpoints")
 TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
 
 __all__ = ["OPENAI_PATHS", "envelope", "is_openai_path", "openai_status"]

@@ -160,7 +160,8 @@ def cancel_batch(batch_id: str, state: StateDep, tenant: Tenant) -> dict[str, An
     batch = _tenant_batch(state, tenant, batch_id)
     table = BatchTable(state.store.db)
     if batch.status == BatchStatus.VALIDATING:
-        table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.CANCELLED)
+        if table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.CANCELLED):
+            state.batch_ended(batch.id)
     elif batch.status == BatchStatus.IN_PROGRESS:
         table.move(batch.id, BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING)
         if batch.job_id is not None:
