@@ -117,3 +117,37 @@ def test_a_batch_cancelled_while_its_lines_are_checked_cancels_the_job_made_for_
     assert after is not None and after.status == BatchStatus.CANCELLED
     (job,) = state.store.jobs()
     assert job.state == JobState.CANCELLED
+
+
+def test_a_batch_asks_for_its_jobs_priority_within_the_tenants_limit(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from thresher.service.app import create_app
+    from thresher.service.config import TenantLimits
+    from thresher.service.policies.auth import create_token
+
+    (tmp_path / "embed.py").write_text(MODEL)
+    model = ModelSection(kind="python", uri=f"{tmp_path / 'embed.py'}:Embed")
+    limits = {"acme": TenantLimits(max_priority=5)}
+    config = prepare(
+        ServerConfig(data_dir=tmp_path / "data", models={"embed": model}, tenants=limits)
+    )
+    state = ServiceState(open_store(f"sqlite:///{tmp_path / 'store.db'}"), config, tmp_path)
+    auth = {"Authorization": f"Bearer {create_token(state.store, 'acme')}"}
+    with TestClient(create_app(state, background=False)) as client:
+        lines = (request("a", "embed") + "\n").encode()
+        upload = client.post(
+            "/v1/files", data={"purpose": "batch"}, files={"file": ("in", lines)}, headers=auth
+        )
+        body = {
+            "input_file_id": upload.json()["id"],
+            "endpoint": "/v1/embeddings",
+            "completion_window": "24h",
+        }
+        refused = client.post("/v1/batches", json={**body, "priority": 6}, headers=auth)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "priority"
+        made = client.post("/v1/batches", json={**body, "priority": 5}, headers=auth).json()
+        assert made["priority"] == 5
+    batches.BatchWorker(state).step()
+    (job,) = state.store.jobs()
+    assert job.spec.job.priority == 5

@@ -71,6 +71,7 @@ class BatchRow:
     expired_at: int | None = None
     cancelling_at: int | None = None
     cancelled_at: int | None = None
+    priority: int = 0  # thresher's: the priority of the batch's job
 
 
 COLUMNS = [f.name for f in fields(BatchRow)]

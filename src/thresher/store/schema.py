@@ -173,8 +173,10 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 14: tenants' webhook endpoints for batch events (OpenAI's `/v1/webhook_endpoints`).
     # The signing secret is kept as given out (it signs, so it cannot be a hash); a
-    # rotated one stays valid until `old_secret_until` (Unix seconds) when asked.
+    # rotated one stays valid until `old_secret_until` (Unix seconds) when asked. A
+    # batch's priority, for the job made when its lines pass.
     [
+        "ALTER TABLE thresher_batches ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
         """CREATE TABLE IF NOT EXISTS thresher_webhook_endpoints (
             id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, url TEXT NOT NULL,
             event_types TEXT NOT NULL, secret TEXT NOT NULL, old_secret TEXT,

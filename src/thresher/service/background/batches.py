@@ -116,6 +116,7 @@ class BatchWorker:
             "model": model,
             "id_column": "custom_id",
             "name": f"batch {batch.id}",
+            "priority": batch.priority,
             "output_format": "parquet",  # vectors stay binary until the answers are written
         }
         options: dict[str, object] = {}

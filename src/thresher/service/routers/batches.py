@@ -23,6 +23,7 @@ from thresher.openai.lines import ENDPOINTS
 from thresher.openai.results import partial_lines
 from thresher.service.downloads import output_of
 from thresher.service.errors import BadRequest, NotFound
+from thresher.service.limits import PRIORITY_LIMIT
 from thresher.service.policies.auth import Tenant
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.uploads import find_file
@@ -43,6 +44,8 @@ class BatchRequest(BaseModel):
     endpoint: str = Field(max_length=64)
     completion_window: str = Field(max_length=16)
     metadata: dict[str, str] | None = Field(None, max_length=16)
+    # thresher's own (the client's `extra_body`): the priority of the batch's job.
+    priority: int = Field(0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
 
 
 def new_batch_id() -> str:
@@ -51,7 +54,7 @@ def new_batch_id() -> str:
 
 
 def public(batch: BatchRow) -> dict[str, Any]:
-    """OpenAI's batch object."""
+    """OpenAI's batch object, and thresher's `priority` beside it."""
     counts = batch.counts or {"total": 0, "completed": 0, "failed": 0}
     return {
         "id": batch.id,
@@ -76,6 +79,7 @@ def public(batch: BatchRow) -> dict[str, Any]:
         "request_counts": counts,
         "usage": batch.usage,
         "metadata": batch.metadata,
+        "priority": batch.priority,
     }
 
 
@@ -91,6 +95,9 @@ def _checked(state: ServiceState, tenant: str, request: BatchRequest) -> int:
     matched = WINDOW.match(request.completion_window)
     if request.completion_window not in windows or matched is None:
         raise BadRequest(f"completion_window: this server accepts {', '.join(windows)}")
+    highest = state.config.limits(tenant).max_priority
+    if highest is not None and request.priority > highest:
+        raise BadRequest(f"priority: tenant {tenant}'s batches run at priority {highest} or lower")
     for key, value in (request.metadata or {}).items():
         if len(key) > 64 or len(value) > 512:
             raise BadRequest("metadata: keys are at most 64 characters, values at most 512")
@@ -117,6 +124,7 @@ def create_batch(request: BatchRequest, state: StateDep, tenant: Tenant) -> dict
         created_at=created,
         expires_at=created + window,
         metadata=request.metadata,
+        priority=request.priority,
     )
     BatchTable(state.store.db).create(batch)
     state.batches_waiting.set()
