@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -371,3 +372,43 @@ def test_a_model_that_returns_the_wrong_number_of_rows_is_an_error() -> None:
 
     with pytest.raises(ModelOutputError, match=r"returned 9 values .* the batch has 10 rows"):
         predict_isolating(Short(), table(10), "short")
+
+
+def test_the_tuner_hears_the_whole_batchs_time_not_only_the_model_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch costs more than its model call (the missing-value check, slicing, the
+    output table); the tuner must weigh sizes by all of it, or every size past the one
+    where the call alone flattens looks no better."""
+    from types import SimpleNamespace
+
+    from thresher.sources.base import Chunk
+    from thresher.worker import shard
+
+    heard: list[tuple[int, float]] = []
+
+    class Listening(BatchTuner):
+        def observe(self, rows: int, seconds: float, work: float | None = None) -> None:
+            heard.append((rows, seconds))
+
+    def slow_check(rows: Any, errors: Any) -> Any:
+        time.sleep(0.02)  # a batch's own cost, outside the model call
+        return rows
+
+    class Instant:
+        def predict(self, batch: pa.Table) -> dict[str, Any]:
+            return {"y": np.zeros(batch.num_rows)}
+
+    monkeypatch.setattr(shard, "_drop_missing", slow_check)
+    setup = SimpleNamespace(
+        context=SimpleNamespace(features=("x",)),
+        id_column=None,
+        keep_columns=[],
+        model=SimpleNamespace(uri="instant"),
+    )
+    work = shard.ShardWork(setup, Instant(), None, None, Listening(fixed=4))  # type: ignore[arg-type]
+    table = pa.table({"x": np.arange(8.0)})
+    output, _ = work.predict_rows(Chunk(table, np.arange(8)))
+    assert output.column("y").to_pylist() == [0.0] * 8
+    assert [rows for rows, _ in heard] == [4, 4]
+    assert all(seconds >= 0.02 for _, seconds in heard)

@@ -8,7 +8,6 @@ its batch still get their predictions.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -30,26 +29,23 @@ class Predicted:
     rows: np.ndarray
     columns: dict[str, pa.Array]
     failed: dict[int, tuple[str, str]] = field(default_factory=dict)
+    whole: bool = True  # the batch ran in one model call (none split, none failed)
 
 
 def predict_isolating(
-    model: Model,
-    features: pa.Table,
-    model_name: str,
-    tuner: BatchTuner | None = None,
-    work: float | None = None,
+    model: Model, features: pa.Table, model_name: str, tuner: BatchTuner | None = None
 ) -> Predicted:
     """Predict every row that the model accepts; isolate the ones that make it raise.
-    Out of memory splits the batch too (and tells the tuner), but fails no row. The
-    tuner hears how long the whole batch took, and its `work` (see BatchTuner.observe)."""
-    calls = _Bisection(model, features, model_name, tuner, work)
+    Out of memory splits the batch too (and tells the tuner), but fails no row."""
+    calls = _Bisection(model, features, model_name, tuner)
     calls.run(features, 0)
     segments, failed = calls.segments, calls.failed
     rows = np.concatenate(
         [np.arange(lo, lo + _length(cols), dtype=np.int64) for lo, cols in segments]
         or [np.empty(0, dtype=np.int64)]
     )
-    predicted = Predicted(rows=rows, columns=_concat([c for _, c in segments]), failed=failed)
+    columns = _concat([c for _, c in segments])
+    predicted = Predicted(rows, columns, failed, whole=len(segments) == 1 and not failed)
     _flag_non_finite(predicted)
     return predicted
 
@@ -66,7 +62,6 @@ class _Bisection:
     whole: pa.Table
     model_name: str
     tuner: BatchTuner | None
-    work: float | None
     segments: list[tuple[int, dict[str, pa.Array]]] = field(default_factory=list)
     failed: dict[int, tuple[str, str]] = field(default_factory=dict)
 
@@ -74,10 +69,7 @@ class _Bisection:
         if part.num_rows == 0:
             return
         try:
-            clock = time.perf_counter()
             outputs = self.model.predict(part)
-            if self.tuner is not None and offset == 0 and part is self.whole:
-                self.tuner.observe(part.num_rows, time.perf_counter() - clock, self.work)
         except Exception as exc:
             out_of_memory = is_out_of_memory(exc)
             if out_of_memory and part.num_rows == 1:
