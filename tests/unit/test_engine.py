@@ -412,3 +412,26 @@ def test_the_tuner_hears_the_whole_batchs_time_not_only_the_model_call(
     assert output.column("y").to_pylist() == [0.0] * 8
     assert [rows for rows, _ in heard] == [4, 4]
     assert all(seconds >= 0.02 for _, seconds in heard)
+
+
+def test_a_workers_progress_is_sent_at_most_every_quarter_second_and_all_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each chunk's rows add up; a send per chunk woke the coordinator every few ms."""
+    from thresher.executors import serve
+    from thresher.executors.tasks import Progress
+
+    clock = [100.0]
+    monkeypatch.setattr(serve.time, "monotonic", lambda: clock[0])
+    sent: list[Any] = []
+    report = serve.ThrottledProgress(sent.append, shard=3)
+    for _ in range(10):  # ten chunks in 0.1 s: nothing sent yet
+        clock[0] += 0.01
+        report(100)
+    assert sent == []
+    clock[0] += 0.2
+    report(100)  # a quarter second since the shard began: all 1,100 rows go
+    report(50)
+    report.flush()  # the shard's end: the rest
+    report.flush()  # nothing more to say
+    assert sent == [Progress(3, 1100), Progress(3, 50)]

@@ -175,9 +175,11 @@ class BatchTuner:
         best, challenger = self._tallies.get(self.size), self._tallies.get(self._challenger)
         if not (best and challenger):
             return
-        samples = min(len(best.seconds), len(challenger.seconds))
+        measured = best.enough() and challenger.enough()
+        if not measured and min(len(best.seconds), len(challenger.seconds)) < SAMPLES:
+            return  # too soon to judge (the fits below cost more than a small batch's call)
         gain = self._throughput(challenger, self._challenger) / self._throughput(best, self.size)
-        if (best.enough() and challenger.enough()) or (samples >= SAMPLES and gain > DECISIVE):
+        if measured or gain > DECISIVE:
             if gain > GAIN:
                 self.size, self._flat_steps = self._challenger, 0
             else:
