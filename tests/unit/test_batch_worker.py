@@ -65,6 +65,7 @@ def test_the_limits_let_a_file_at_them_through(tmp_path: Path) -> None:
         ("sentence-transformers", "/v1/embeddings", True),
         ("python", "/v1/embeddings", True),
         ("llm", "/v1/embeddings", False),
+        ("lightgbm", "/v1/embeddings", False),  # predictions, never vectors
         ("llm", "/v1/chat/completions", True),
         ("llm", "/v1/completions", True),
         ("sentence-transformers", "/v1/chat/completions", False),
@@ -151,3 +152,39 @@ def test_a_batch_asks_for_its_jobs_priority_within_the_tenants_limit(tmp_path: P
     batches.BatchWorker(state).step()
     (job,) = state.store.jobs()
     assert job.spec.job.priority == 5
+
+
+def test_a_cancel_that_finds_its_batch_moved_on_stops_the_job_it_got(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The route read the batch as validating; before it moved it, the worker made its
+    job. The cancel must still stop that job, not be dropped."""
+    from dataclasses import replace
+
+    from fastapi.testclient import TestClient
+
+    from thresher.service.app import create_app
+    from thresher.service.policies.auth import create_token
+    from thresher.service.routers import batches as routes
+
+    (tmp_path / "embed.py").write_text(MODEL)
+    model = ModelSection(kind="python", uri=f"{tmp_path / 'embed.py'}:Embed")
+    config = prepare(ServerConfig(data_dir=tmp_path / "data", models={"embed": model}))
+    state = ServiceState(open_store(f"sqlite:///{tmp_path / 'store.db'}"), config, tmp_path)
+    auth = {"Authorization": f"Bearer {create_token(state.store, 'acme')}"}
+    with TestClient(create_app(state, background=False)) as client:
+        lines = (request("a", "embed") + "\n").encode()
+        upload = client.post(
+            "/v1/files", data={"purpose": "batch"}, files={"file": ("in", lines)}, headers=auth
+        )
+        body = {"input_file_id": upload.json()["id"], "endpoint": "/v1/embeddings"}
+        made = client.post("/v1/batches", json={**body, "completion_window": "24h"}, headers=auth)
+        batch_id = made.json()["id"]
+        batches.BatchWorker(state).step()  # validated: in progress, with its job
+        found = routes._tenant_batch
+        stale = [replace(found(state, "acme", batch_id), status=BatchStatus.VALIDATING)]
+        monkeypatch.setattr(routes, "_tenant_batch", lambda *a: stale.pop() if stale else found(*a))
+        answer = client.post(f"/v1/batches/{batch_id}/cancel", headers=auth).json()
+    assert answer["status"] == "cancelling"
+    (job,) = state.store.jobs()
+    assert job.state == JobState.CANCELLED

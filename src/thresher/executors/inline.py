@@ -30,8 +30,9 @@ STOP_WAIT_SECONDS = 5.0  # how long shutdown waits for the thread to reach a chu
 
 
 class _Stopped(BaseException):
-    """Raised in the worker thread at its next chunk once the executor shuts down (a
-    BaseException, so the task loop's `except Exception` does not report it)."""
+    """Raised in the worker thread at its next progress report (a chunk's end, at most
+    every `PROGRESS_SECONDS`) once the executor shuts down (a BaseException, so the task
+    loop's `except Exception` does not report it)."""
 
 
 @dataclass

@@ -85,9 +85,8 @@ def serve_tasks(
 @dataclass
 class ThrottledProgress:
     """A shard's progress (`report(rows)` after each chunk), sent on at most every
-    `PROGRESS_SECONDS`. Each send wakes the coordinator, which on a busy machine took the
-    worker's core from it: a send per chunk cost a worker 2-3 ms each, 0.1-0.2 s of a
-    5M-row job."""
+    `PROGRESS_SECONDS`: each send wakes the coordinator, which on a busy machine takes
+    the worker's core from it for a while (benchmarks/results/profile-overhead.md)."""
 
     send: Callable[[Event | str], None]
     shard: int
@@ -95,7 +94,7 @@ class ThrottledProgress:
     sent_at: float = field(init=False)
 
     def __post_init__(self) -> None:
-        self.sent_at = time.monotonic()
+        self.sent_at = time.monotonic()  # the shard's start
 
     def __call__(self, rows: int) -> None:
         self.rows += rows

@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 ENDPOINTS = ("/v1/embeddings", "/v1/chat/completions", "/v1/completions")
+EMBEDDINGS = ENDPOINTS[0]
+TABULAR_KINDS = ("sklearn", "xgboost", "lightgbm")  # predictions and probabilities only
 MAX_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
 # The body's members that are the request itself, not its sampling parameters.
 NOT_PARAMS = ("model", "messages", "prompt", "stream", "user")
@@ -151,8 +153,11 @@ class LineCheck:
 
 def answers(kind: str, endpoint: str) -> bool:
     """Whether a model of `kind` can answer `endpoint`'s requests: the generation
-    endpoints take an `llm`, embeddings any other kind (one that gives `embedding`)."""
-    return (kind == "llm") == (endpoint != ENDPOINTS[0])
+    endpoints take an `llm`; embeddings any kind that may give an `embedding` column
+    (an encoder, or a model of the user's own), not an `llm` nor a tabular model."""
+    if endpoint == EMBEDDINGS:
+        return kind not in ("llm", *TABULAR_KINDS)
+    return kind == "llm"
 
 
 def prepare_lines(

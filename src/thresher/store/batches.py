@@ -11,7 +11,7 @@ from typing import Any
 
 from thresher.store.db import Database
 
-__all__ = ["BatchRow", "BatchStatus", "BatchTable"]
+__all__ = ["STAMPS", "BatchRow", "BatchStatus", "BatchTable"]
 
 
 class BatchStatus(StrEnum):

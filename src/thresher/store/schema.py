@@ -181,6 +181,8 @@ MIGRATIONS: list[list[str]] = [
             id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, url TEXT NOT NULL,
             event_types TEXT NOT NULL, secret TEXT NOT NULL, old_secret TEXT,
             old_secret_until BIGINT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS thresher_webhook_endpoints_tenant"
+        " ON thresher_webhook_endpoints (tenant, id)",
     ],
 ]
 

@@ -29,8 +29,9 @@ class EndpointRow:
     def secrets(self, at: float) -> list[str]:
         """The secrets a delivery made at `at` is signed with: the current one, and the
         one before it while it is kept valid."""
-        kept = self.old_secret is not None and (self.old_secret_until or 0) > at
-        return [self.secret, *([self.old_secret] if kept and self.old_secret else [])]
+        if self.old_secret and (self.old_secret_until or 0) > at:
+            return [self.secret, self.old_secret]
+        return [self.secret]
 
 
 COLUMNS = [f.name for f in fields(EndpointRow)]
@@ -79,15 +80,15 @@ class EndpointTable:
         )
         return [row for row in map(_row, rows) if event in row.event_types]
 
-    def save(self, row: EndpointRow) -> None:
-        """Write back an endpoint's changed fields (all but its id, tenant and creation)."""
-        changed = [c for c in COLUMNS if c not in ("id", "tenant", "created_at")]
+    def save(self, row: EndpointRow, changed: tuple[str, ...]) -> None:
+        """Write back the `changed` fields of an endpoint, and only those: an update and
+        a rotation at once must not write back each other's old values."""
         values = dict(zip(COLUMNS, _stored(row), strict=True))
-        sets = ", ".join(f"{c} = ?" for c in changed)
+        sets = ", ".join(f"{c} = ?" for c in (*changed, "updated_at"))
         with self.db.transaction() as cur:
             cur.execute(
                 f"UPDATE thresher_webhook_endpoints SET {sets} WHERE id = ?",
-                (*(values[c] for c in changed), row.id),
+                (*(values[c] for c in changed), row.updated_at, row.id),
             )
 
     def remove(self, endpoint_id: str, tenant: str) -> bool:

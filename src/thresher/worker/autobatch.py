@@ -37,10 +37,8 @@ finds on the short rows holds on the long ones.
 
 A call's seconds are the whole batch's in the worker (`ShardWork.predict`): the model
 call and the batch's own costs around it (its missing-value check, slicing, the output
-table), which a bigger batch pays less often. Timing the model call alone, the compiled
-trees' calls flattened past 4,096 rows while the job ran 30% faster at 65,536 (0.37 ms
-of a batch's 1.6 ms was outside the call), and noise settled the tuner at 4,096 in two
-of nine jobs.
+table), which a bigger batch pays less often. Timed on the model call alone, a fast
+model's calls look flat at sizes where the job still runs faster with bigger batches.
 
 Out of memory halves the size and caps it there for good. `batch.max_memory` caps the input
 bytes of one batch. Only full batches are measured, and the first call (model warm-up) is
@@ -175,11 +173,11 @@ class BatchTuner:
         best, challenger = self._tallies.get(self.size), self._tallies.get(self._challenger)
         if not (best and challenger):
             return
-        measured = best.enough() and challenger.enough()
-        if not measured and min(len(best.seconds), len(challenger.seconds)) < SAMPLES:
+        judged = best.enough() and challenger.enough()
+        if not judged and min(len(best.seconds), len(challenger.seconds)) < SAMPLES:
             return  # too soon to judge (the fits below cost more than a small batch's call)
         gain = self._throughput(challenger, self._challenger) / self._throughput(best, self.size)
-        if measured or gain > DECISIVE:
+        if judged or gain > DECISIVE:
             if gain > GAIN:
                 self.size, self._flat_steps = self._challenger, 0
             else:

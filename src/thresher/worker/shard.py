@@ -79,12 +79,8 @@ class ShardWork:
     def predict(self, chunk: Chunk, work: float | None = None) -> tuple[pa.Table, np.ndarray]:
         """A chunk's output rows (id, keep columns, predictions) and their positions;
         its bad rows go to the error part. `work`: its cost in the model's units, for the
-        tuner (see BatchTuner.observe).
-
-        The tuner hears the whole batch's time, not only the model call's: the batch's
-        own costs (its missing-value check, slicing, the output table; 0.37 ms a batch
-        beside the trees' 1.2 ms call at 4,096 rows) are paid per batch too, and left
-        out they made sizes past 4,096 look no better than it."""
+        tuner (see BatchTuner.observe), which hears the whole batch's time: its own costs
+        around the model call are paid per batch too."""
         clock = time.perf_counter()
         setup = self.setup
         rows = _drop_missing(_Rows(setup, self.shard, chunk.table, chunk.positions), self.errors)

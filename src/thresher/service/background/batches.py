@@ -116,7 +116,7 @@ class BatchWorker:
             "model": model,
             "id_column": "custom_id",
             "name": f"batch {batch.id}",
-            "priority": batch.priority,
+            "priority": self._priority(batch),
             "output_format": "parquet",  # vectors stay binary until the answers are written
         }
         options: dict[str, object] = {}
@@ -134,6 +134,12 @@ class BatchWorker:
         return submission.submit_job(
             self.state, batch.tenant, body, key, model_options=options, source_options=source
         )
+
+    def _priority(self, batch: BatchRow) -> int:
+        """The batch's priority, within its tenant's `max_priority` as the config says
+        now (checked at create; a limit lowered since would refuse the job for ever)."""
+        highest = self.state.config.limits(batch.tenant).max_priority
+        return batch.priority if highest is None else min(batch.priority, highest)
 
     def _finalize(self, batch: BatchRow, job: JobRecord, unrun: str) -> None:
         if batch.status == BatchStatus.IN_PROGRESS:

@@ -297,7 +297,11 @@ def post_webhook(
         headers["Host"] = target.netloc.decode("ascii")
         extensions["sni_hostname"] = target.host
         target = target.copy_with(host=str(addresses[0]))
-    response = client.post(target, content=body, headers=headers, extensions=extensions)
+    request = client.build_request(
+        "POST", target, content=body, headers=headers, extensions=extensions
+    )
+    response = client.send(request, stream=True)  # the status is the answer: no body read
+    response.close()
     return response.status_code
 
 

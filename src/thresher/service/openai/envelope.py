@@ -1,8 +1,9 @@
 """OpenAI's error envelope, on the paths OpenAI's clients call.
 
 `{"error": {"message", "type", "param", "code"}}` with an `x-request-id` header, as the
-official client reads it; thresher's own `detail` stays beside it. On `/v1/batches` a
-request that does not validate is 400, never 409 or 422 (the client retries 409).
+official client reads it; thresher's own `detail` stays beside it. On `/v1/batches`,
+`/v1/embeddings` and `/v1/webhook_endpoints` a request that does not validate is 400,
+never 409 or 422 (the client retries 409).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from thresher.store.batches import BatchRow, BatchStatus
+from thresher.store.batches import STAMPS, BatchRow, BatchStatus
 
 __all__ = [
     "BATCH_EVENTS",
@@ -72,8 +72,7 @@ def batch_event(batch: BatchRow) -> dict[str, Any] | None:
     event = BATCH_EVENTS.get(batch.status)
     if event is None:
         return None
-    stamps = (batch.completed_at, batch.failed_at, batch.expired_at, batch.cancelled_at)
-    at = next((s for s in stamps if s is not None), batch.created_at)
+    at = getattr(batch, STAMPS[batch.status]) or batch.created_at
     digest = hashlib.sha256(f"{batch.id}\0{event}".encode()).hexdigest()[:24]
     return _event(f"evt_{digest}", event, at, batch.id)
 

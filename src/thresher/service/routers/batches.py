@@ -170,7 +170,9 @@ def cancel_batch(batch_id: str, state: StateDep, tenant: Tenant) -> dict[str, An
     if batch.status == BatchStatus.VALIDATING:
         if table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.CANCELLED):
             state.batch_ended(batch.id)
-    elif batch.status == BatchStatus.IN_PROGRESS:
+        else:  # its lines passed meanwhile: it is in progress now, with a job to stop
+            batch = _tenant_batch(state, tenant, batch_id)
+    if batch.status == BatchStatus.IN_PROGRESS:
         table.move(batch.id, BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING)
         if batch.job_id is not None:
             state.store.request_cancel(batch.job_id)

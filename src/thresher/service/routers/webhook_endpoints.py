@@ -13,6 +13,7 @@ endpoint is 404.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import replace
 from typing import Annotated, Any
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from thresher.service.background.webhooks import post_webhook
-from thresher.service.errors import BadRequest, NotFound
+from thresher.service.errors import BadRequest, NotFound, TooManyRequests
 from thresher.service.openai.webhooks import (
     BATCH_EVENTS,
     new_endpoint_id,
@@ -43,6 +44,10 @@ EVENTS = tuple(BATCH_EVENTS.values())
 MAX_ENDPOINTS = 20  # a tenant's; each ended batch is one delivery per endpoint
 KEEP_OLD_SECRET = 24 * 3600
 TEST_TIMEOUT = 10.0
+# Tests run on the server's request threads: a slow receiver holds one, so only a few at
+# once (a tenant's endpoints cannot take every thread the API has).
+MAX_TESTS = 4
+_TESTS = threading.BoundedSemaphore(MAX_TESTS)
 
 
 class EndpointFields(BaseModel):
@@ -167,7 +172,7 @@ def update_endpoint(
     changed = replace(endpoint, name=name, url=url, event_types=events)
     if changed != endpoint:
         changed = replace(changed, updated_at=int(time.time()))
-        EndpointTable(state.store.db).save(changed)
+        EndpointTable(state.store.db).save(changed, ("name", "url", "event_types"))
     return public(changed)
 
 
@@ -195,7 +200,7 @@ def rotate_secret(
         old_secret_until=at + KEEP_OLD_SECRET if keep else None,
         updated_at=at,
     )
-    EndpointTable(state.store.db).save(rotated)
+    EndpointTable(state.store.db).save(rotated, ("secret", "old_secret", "old_secret_until"))
     return public(rotated, with_secret=True)
 
 
@@ -208,7 +213,12 @@ async def test_endpoint(
     endpoint = _tenant_endpoint(state, tenant, endpoint_id)
     if request.event_type not in EVENTS:
         raise BadRequest(f"event_type: this server sends {', '.join(EVENTS)}")
-    status = await run_in_threadpool(_send_sample, state, endpoint, request.event_type)
+    if not _TESTS.acquire(blocking=False):
+        raise TooManyRequests(f"{MAX_TESTS} endpoint tests are under way; try again", 5)
+    try:
+        status = await run_in_threadpool(_send_sample, state, endpoint, request.event_type)
+    finally:
+        _TESTS.release()
     return {
         "object": "webhook_endpoint.test",
         "webhook_endpoint_id": endpoint.id,
