@@ -11,8 +11,12 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +176,64 @@ def wait_for_job(client: httpx.Client, job_id: str, timeout: float = 60.0) -> di
             return dict(job)
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} did not end in {timeout} s: {job}")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One POST a webhook receiver got: its path, headers (names lower-cased) and body."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Inbox:
+    """A webhook receiver on 127.0.0.1 (`webhook_inbox`): what it got, in order. `bodies`
+    is the same as a list of bytes, kept as they come."""
+
+    port: int
+    got: list[Delivery] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    ready: threading.Condition = field(default_factory=threading.Condition)
+
+    def url(self, path: str = "/hooks") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def wait(self, count: int, timeout: float = 120) -> list[Delivery]:
+        """The first `count` deliveries, once they have come."""
+        with self.ready:
+            arrived = self.ready.wait_for(lambda: len(self.got) >= count, timeout)
+        assert arrived, f"{len(self.got)} of {count} webhooks arrived"
+        return self.got[:count]
+
+
+@contextmanager
+def webhook_inbox(status: int = 200) -> Iterator[Inbox]:
+    """A receiver on a free port of 127.0.0.1 that answers every POST with `status`."""
+    inbox = Inbox(port=0)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            with inbox.ready:
+                inbox.got.append(Delivery(self.path, headers, body))
+                inbox.bodies.append(body)
+                inbox.ready.notify_all()
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    inbox.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield inbox
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()

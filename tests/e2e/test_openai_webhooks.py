@@ -5,65 +5,30 @@ signed `batch.completed` and `batch.failed` when its batches end, and the client
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
 from openai import OpenAI
 
-from .servers import Server
+from .servers import Inbox, Server, webhook_inbox
 from .test_openai_batches import request, site_with_models, upload, wait_batch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-class Inbox:
-    """What a webhook receiver on 127.0.0.1 got: (body, headers) of each POST."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[bytes, dict[str, str]]] = []
-        self.ready = threading.Condition()
-
-    def wait(self, count: int, timeout: float = 60) -> list[tuple[bytes, dict[str, str]]]:
-        with self.ready:
-            assert self.ready.wait_for(lambda: len(self.got) >= count, timeout), self.got
-            return list(self.got)
-
-
 @pytest.fixture
-def inbox() -> Iterator[tuple[str, Inbox]]:
-    box = Inbox()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            with box.ready:
-                box.got.append((body, {k.lower(): v for k, v in self.headers.items()}))
-                box.ready.notify_all()
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/hooks", box
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+def inbox() -> Iterator[Inbox]:
+    with webhook_inbox() as box:
+        yield box
 
 
 def test_a_tenants_endpoint_gets_its_batch_events_signed_as_openai_signs_them(
-    tmp_path: Path, inbox: tuple[str, Inbox]
+    tmp_path: Path, inbox: Inbox
 ) -> None:
-    url, box = inbox
+    url, box = inbox.url(), inbox
     site = site_with_models(tmp_path, "webhook_allow_private = true")
     server = Server(site)
     try:
@@ -77,8 +42,8 @@ def test_a_tenants_endpoint_gets_its_batch_events_signed_as_openai_signs_them(
         assert hook.signing_secret.startswith("whsec_") and hook.object == "webhook_endpoint"
         tested = acme.webhooks.test(hook.id, event_type="batch.completed")
         assert (tested.status_code, tested.webhook_endpoint_id) == (200, hook.id)
-        body, headers = box.wait(1)[0]
-        sample = acme.webhooks.unwrap(body, headers, secret=hook.signing_secret)
+        (first,) = box.wait(1)
+        sample = acme.webhooks.unwrap(first.body, first.headers, secret=hook.signing_secret)
         assert sample.type == "batch.completed"
 
         good = [request("a", {"model": "minilm", "input": "x"})]
@@ -93,15 +58,15 @@ def test_a_tenants_endpoint_gets_its_batch_events_signed_as_openai_signs_them(
         ended = {name: wait_batch(acme, b.id).status for name, b in made.items()}
         assert ended == {"good": "completed", "empty": "failed"}
         events = [
-            acme.webhooks.unwrap(body, headers, secret=hook.signing_secret)
-            for body, headers in box.wait(3)[1:]
+            acme.webhooks.unwrap(got.body, got.headers, secret=hook.signing_secret)
+            for got in box.wait(3)[1:]
         ]
         assert {(e.type, e.data.id) for e in events} == {
             ("batch.completed", made["good"].id),
             ("batch.failed", made["empty"].id),
         }
         with pytest.raises(openai.InvalidWebhookSignatureError):
-            acme.webhooks.unwrap(*box.got[1], secret="whsec_" + "A" * 44)
+            acme.webhooks.unwrap(box.got[1].body, box.got[1].headers, secret="whsec_" + "A" * 44)
 
         assert [h.id for h in acme.webhooks.list()] == [hook.id]
         renamed = acme.webhooks.update(hook.id, name="renamed")
@@ -110,9 +75,10 @@ def test_a_tenants_endpoint_gets_its_batch_events_signed_as_openai_signs_them(
         rotated = acme.webhooks.rotate_secret(hook.id, keep_old_secret_active_for_24_hours=True)
         assert rotated.signing_secret != hook.signing_secret
         acme.webhooks.test(hook.id, event_type="batch.failed")
-        body, headers = box.wait(4)[3]
+        rotated_test = box.wait(4)[3]
         for secret in (rotated.signing_secret, hook.signing_secret):  # both, for 24 hours
-            assert acme.webhooks.unwrap(body, headers, secret=secret).type == "batch.failed"
+            event = acme.webhooks.unwrap(rotated_test.body, rotated_test.headers, secret=secret)
+            assert event.type == "batch.failed"
 
         with pytest.raises(openai.NotFoundError):
             globex.webhooks.retrieve(hook.id)

@@ -9,22 +9,20 @@ import os
 import socket
 import sqlite3
 import subprocess
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx2 as httpx
 import pytest
 
 from thresher.service.background.webhooks import verify_signature
 
+from .servers import Inbox, webhook_inbox
 from .support import THRESHER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -135,28 +133,9 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> Non
 
 
 @pytest.fixture
-def receiver() -> Iterator[list[dict[str, Any]]]:
-    received: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            received.append({"headers": {k.lower(): v for k, v in self.headers.items()},
-                             "body": body, "path": self.path})  # fmt: skip
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    received.append({"port": httpd.server_address[1]})
-    yield received
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+def receiver() -> Iterator[Inbox]:
+    with webhook_inbox(status=204) as inbox:
+        yield inbox
 
 
 def test_a_thousand_buffered_requests_are_each_answered_once(server: Server) -> None:
@@ -207,9 +186,8 @@ def _ids_in_outputs(data_dir: Path, jobs: set[str]) -> list[str]:
 
 
 def test_a_finished_job_posts_a_signed_webhook(
-    server: Server, receiver: list[dict[str, Any]], tmp_path: Path
+    server: Server, receiver: Inbox, tmp_path: Path
 ) -> None:
-    port = receiver.pop(0)["port"]
     rows = "".join(json.dumps({"custom_id": f"r{i}", "x": x_of(i)}) + "\n" for i in range(99, 120))
     with server.client() as client:
         upload = client.post("/v1/files", files={"file": ("rows.jsonl", rows.encode())})
@@ -218,20 +196,16 @@ def test_a_finished_job_posts_a_signed_webhook(
             "/v1/jobs",
             json={"input_file_id": upload.json()["id"], "model": "double",
                   "id_column": "custom_id",
-                  "notify": {"webhook": f"http://127.0.0.1:{port}/thresher?src=e2e"}},
+                  "notify": {"webhook": receiver.url("/thresher?src=e2e")}},
         )  # fmt: skip
         assert submitted.status_code == 201, submitted.text
-        deadline = time.monotonic() + 120
-        while not receiver and time.monotonic() < deadline:
-            time.sleep(0.2)
-    assert len(receiver) == 1, "no webhook arrived"
-    got = receiver[0]
-    assert got["path"] == "/thresher?src=e2e"
+    (got,) = receiver.wait(1)
+    assert got.path == "/thresher?src=e2e"
     assert verify_signature(
-        SECRET, got["headers"]["x-thresher-timestamp"], got["body"],
-        got["headers"]["x-thresher-signature"],
+        SECRET, got.headers["x-thresher-timestamp"], got.body,
+        got.headers["x-thresher-signature"],
     )  # fmt: skip
-    event = json.loads(got["body"])
+    event = json.loads(got.body)
     assert event["event"] == "job.completed" and event["job_id"] == submitted.json()["id"]
     assert event["status"] == "succeeded"
     assert event["request_counts"] == {"total": 21, "completed": 20, "failed": 1}

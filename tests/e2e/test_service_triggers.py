@@ -15,13 +15,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import closing
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .servers import Server, ServiceSite, free_port
+from .servers import Server, ServiceSite, free_port, webhook_inbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,24 +35,8 @@ def lines(ids: range) -> bytes:
 @pytest.fixture
 def receiver() -> Iterator[tuple[int, list[bytes]]]:
     """A webhook receiver on 127.0.0.1: its port and the bodies it got."""
-    received: list[bytes] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield httpd.server_address[1], received
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with webhook_inbox(status=204) as inbox:
+        yield inbox.port, inbox.bodies
 
 
 def triggers_toml(inbox: str, marked: str, hook: int) -> str:

@@ -4,8 +4,11 @@ were being checked (its job, made just then, must not run)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,45 @@ def batch_file(path: Path, *lines: str) -> Path:
 
 def codes(found: Any) -> list[tuple[str, int | None]]:
     return [(p.code, p.line) for p in found.problems]
+
+
+def service(tmp_path: Path, **settings: Any) -> ServiceState:
+    """A server's state (no threads) serving the `embed` model to any tenant."""
+    (tmp_path / "embed.py").write_text(MODEL)
+    model = ModelSection(kind="python", uri=f"{tmp_path / 'embed.py'}:Embed")
+    config = prepare(ServerConfig(data_dir=tmp_path / "data", models={"embed": model}, **settings))
+    return ServiceState(open_store(f"sqlite:///{tmp_path / 'store.db'}"), config, tmp_path)
+
+
+@dataclass
+class BatchApi:
+    """The HTTP app over a state, as tenant acme."""
+
+    client: Any
+    auth: dict[str, str]
+
+    def create(self, **fields: Any) -> Any:
+        """Upload a one-line batch file and create a batch over it."""
+        lines = (request("a", "embed") + "\n").encode()
+        files = {"file": ("in", lines)}
+        upload = self.client.post(
+            "/v1/files", data={"purpose": "batch"}, files=files, headers=self.auth
+        )
+        body = {"input_file_id": upload.json()["id"], "endpoint": "/v1/embeddings"}
+        body |= {"completion_window": "24h", **fields}
+        return self.client.post("/v1/batches", json=body, headers=self.auth)
+
+
+@contextlib.contextmanager
+def batch_api(state: ServiceState) -> Iterator[BatchApi]:
+    from fastapi.testclient import TestClient
+
+    from thresher.service.app import create_app
+    from thresher.service.policies.auth import create_token
+
+    auth = {"Authorization": f"Bearer {create_token(state.store, 'acme')}"}
+    with TestClient(create_app(state, background=False)) as client:
+        yield BatchApi(client, auth)
 
 
 def test_a_file_over_the_byte_limit_fails_unread(tmp_path: Path) -> None:
@@ -89,10 +131,7 @@ def test_a_model_named_first_on_a_line_is_reported_there(tmp_path: Path) -> None
 def test_a_batch_cancelled_while_its_lines_are_checked_cancels_the_job_made_for_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "embed.py").write_text(MODEL)
-    model = ModelSection(kind="python", uri=f"{tmp_path / 'embed.py'}:Embed")
-    config = prepare(ServerConfig(data_dir=tmp_path / "data", models={"embed": model}))
-    state = ServiceState(open_store(f"sqlite:///{tmp_path / 'store.db'}"), config, tmp_path)
+    state = service(tmp_path)
     source = batch_file(tmp_path / "in.jsonl", request("a", "embed"), request("b", "embed"))
     size = source.stat().st_size
     record = FileRecord(
@@ -121,34 +160,13 @@ def test_a_batch_cancelled_while_its_lines_are_checked_cancels_the_job_made_for_
 
 
 def test_a_batch_asks_for_its_jobs_priority_within_the_tenants_limit(tmp_path: Path) -> None:
-    from fastapi.testclient import TestClient
-
-    from thresher.service.app import create_app
     from thresher.service.config import TenantLimits
-    from thresher.service.policies.auth import create_token
 
-    (tmp_path / "embed.py").write_text(MODEL)
-    model = ModelSection(kind="python", uri=f"{tmp_path / 'embed.py'}:Embed")
-    limits = {"acme": TenantLimits(max_priority=5)}
-    config = prepare(
-        ServerConfig(data_dir=tmp_path / "data", models={"embed": model}, tenants=limits)
-    )
-    state = ServiceState(open_store(f"sqlite:///{tmp_path / 'store.db'}"), config, tmp_path)
-    auth = {"Authorization": f"Bearer {create_token(state.store, 'acme')}"}
-    with TestClient(create_app(state, background=False)) as client:
-        lines = (request("a", "embed") + "\n").encode()
-        upload = client.post(
-            "/v1/files", data={"purpose": "batch"}, files={"file": ("in", lines)}, headers=auth
-        )
-        body = {
-            "input_file_id": upload.json()["id"],
-            "endpoint": "/v1/embeddings",
-            "completion_window": "24h",
-        }
-        refused = client.post("/v1/batches", json={**body, "priority": 6}, headers=auth)
+    state = service(tmp_path, tenants={"acme": TenantLimits(max_priority=5)})
+    with batch_api(state) as api:
+        refused = api.create(priority=6)
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "priority"
-        made = client.post("/v1/batches", json={**body, "priority": 5}, headers=auth).json()
-        assert made["priority"] == 5
+        assert api.create(priority=5).json()["priority"] == 5
     batches.BatchWorker(state).step()
     (job,) = state.store.jobs()
     assert job.spec.job.priority == 5
@@ -161,30 +179,17 @@ def test_a_cancel_that_finds_its_batch_moved_on_stops_the_job_it_got(
     job. The cancel must still stop that job, not be dropped."""
     from dataclasses import replace
 
-    from fastapi.testclient import TestClient
-
-    from thresher.service.app import create_app
-    from thresher.service.policies.auth import create_token
     from thresher.service.routers import batches as routes
 
-    (tmp_path / "embed.py").write_text(MODEL)
-    model = ModelSection(kind="python", uri=f"{tmp_path / 'embed.py'}:Embed")
-    config = prepare(ServerConfig(data_dir=tmp_path / "data", models={"embed": model}))
-    state = ServiceState(open_store(f"sqlite:///{tmp_path / 'store.db'}"), config, tmp_path)
-    auth = {"Authorization": f"Bearer {create_token(state.store, 'acme')}"}
-    with TestClient(create_app(state, background=False)) as client:
-        lines = (request("a", "embed") + "\n").encode()
-        upload = client.post(
-            "/v1/files", data={"purpose": "batch"}, files={"file": ("in", lines)}, headers=auth
-        )
-        body = {"input_file_id": upload.json()["id"], "endpoint": "/v1/embeddings"}
-        made = client.post("/v1/batches", json={**body, "completion_window": "24h"}, headers=auth)
-        batch_id = made.json()["id"]
+    state = service(tmp_path)
+    with batch_api(state) as api:
+        batch_id = api.create().json()["id"]
         batches.BatchWorker(state).step()  # validated: in progress, with its job
         found = routes._tenant_batch
         stale = [replace(found(state, "acme", batch_id), status=BatchStatus.VALIDATING)]
         monkeypatch.setattr(routes, "_tenant_batch", lambda *a: stale.pop() if stale else found(*a))
-        answer = client.post(f"/v1/batches/{batch_id}/cancel", headers=auth).json()
+        cancel = api.client.post(f"/v1/batches/{batch_id}/cancel", headers=api.auth)
+        answer = cancel.json()
     assert answer["status"] == "cancelling"
     (job,) = state.store.jobs()
     assert job.state == JobState.CANCELLED

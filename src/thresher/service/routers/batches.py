@@ -24,6 +24,7 @@ from thresher.openai.results import partial_lines
 from thresher.service.downloads import output_of
 from thresher.service.errors import BadRequest, NotFound
 from thresher.service.limits import PRIORITY_LIMIT
+from thresher.service.openai.pages import cursor_page
 from thresher.service.policies.auth import Tenant
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.uploads import find_file
@@ -151,14 +152,7 @@ def list_batches(
     after: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
     found = BatchTable(state.store.db).of_tenant(tenant, limit + 1, after)
-    page = [public(b) for b in found[:limit]]
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": len(found) > limit,
-    }
+    return cursor_page([public(b) for b in found], limit)
 
 
 @router.post("/{batch_id}/cancel", summary="Cancel a batch")

@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from thresher.service.background.webhooks import post_webhook
 from thresher.service.errors import BadRequest, NotFound, TooManyRequests
+from thresher.service.openai.pages import cursor_page
 from thresher.service.openai.webhooks import (
     BATCH_EVENTS,
     new_endpoint_id,
@@ -143,14 +144,7 @@ def list_endpoints(
     after: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
     found = EndpointTable(state.store.db).of_tenant(tenant, limit + 1, after)
-    page = [public(e) for e in found[:limit]]
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": len(found) > limit,
-    }
+    return cursor_page([public(e) for e in found], limit)
 
 
 @router.get("/{endpoint_id}", summary="A webhook endpoint")
