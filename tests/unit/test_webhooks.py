@@ -577,7 +577,7 @@ def test_a_batch_event_goes_to_the_endpoints_that_take_it_signed_with_their_secr
 def test_a_rotated_secret_signs_beside_the_old_one_only_while_it_is_kept() -> None:
     row = EndpointRow("we_1", "acme", "h", "http://x", [], "new", "old", 1_000, 1, 1)
     assert row.secrets(999.0) == ["new", "old"] and row.secrets(1_000.0) == ["new"]
-    headers = signed_headers(row.secrets(0.0), "evt_1", "5", b"{}")
+    headers = signed_headers(row, "evt_1", b"{}", 5.0)
     assert len(headers["webhook-signature"].split()) == 2
 
 

@@ -37,7 +37,7 @@ def predict_isolating(
 ) -> Predicted:
     """Predict every row that the model accepts; isolate the ones that make it raise.
     Out of memory splits the batch too (and tells the tuner), but fails no row."""
-    calls = _Bisection(model, features, model_name, tuner)
+    calls = _Bisection(model, model_name, tuner)
     calls.run(features, 0)
     segments, failed = calls.segments, calls.failed
     rows = np.concatenate(
@@ -59,7 +59,6 @@ class _Bisection:
     collection, hundreds of MiB per worker."""
 
     model: Model
-    whole: pa.Table
     model_name: str
     tuner: BatchTuner | None
     segments: list[tuple[int, dict[str, pa.Array]]] = field(default_factory=list)

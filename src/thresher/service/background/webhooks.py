@@ -256,9 +256,9 @@ class WebhookSender:
     def _signature(self, delivery: Delivery, body: bytes) -> dict[str, str]:
         """The attempt's signature headers: thresher's, or OpenAI's for a batch event
         (keyed by its endpoint's secrets; ValueError when the endpoint is gone)."""
-        timestamp = str(int(time.time()))
         endpoint_id = endpoint_of(delivery.job_id)
         if endpoint_id is None:
+            timestamp = str(int(time.time()))
             return {
                 TIMESTAMP_HEADER: timestamp,
                 SIGNATURE_HEADER: sign(self._settings.secret, timestamp, body),
@@ -267,7 +267,7 @@ class WebhookSender:
         if endpoint is None:
             raise ValueError(f"webhook endpoint {endpoint_id} was deleted")
         event_id = str(json.loads(delivery.payload)["id"])
-        return signed_headers(endpoint.secrets(time.time()), event_id, timestamp, body)
+        return signed_headers(endpoint, event_id, body, time.time())
 
     def _record(
         self,

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from thresher.store.batches import STAMPS, BatchRow, BatchStatus
+from thresher.store.webhook_endpoints import EndpointRow
 
 __all__ = [
     "BATCH_EVENTS",
@@ -92,12 +93,14 @@ def _event(event_id: str, event: str, at: int, batch_id: str) -> dict[str, Any]:
     }
 
 
-def signed_headers(keys: list[str], event_id: str, timestamp: str, body: bytes) -> dict[str, str]:
-    """The Standard Webhooks headers of one attempt, a signature per key in `keys`."""
+def signed_headers(endpoint: EndpointRow, event_id: str, body: bytes, at: float) -> dict[str, str]:
+    """The Standard Webhooks headers of one attempt made at `at` (Unix seconds), a
+    signature per secret the endpoint signs with then."""
+    timestamp = str(int(at))
     signed = f"{event_id}.{timestamp}.".encode() + body
     signatures = [
         "v1," + base64.b64encode(hmac.new(_key(k), signed, hashlib.sha256).digest()).decode()
-        for k in keys
+        for k in endpoint.secrets(at)
     ]
     return {
         "webhook-id": event_id,

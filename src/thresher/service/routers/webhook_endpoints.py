@@ -226,7 +226,7 @@ def _send_sample(state: ServiceState, endpoint: EndpointRow, event_type: str) ->
     now = time.time()
     event = sample_event(event_type, int(now))
     body = json.dumps(event).encode()
-    signature = signed_headers(endpoint.secrets(now), event["id"], str(int(now)), body)
+    signature = signed_headers(endpoint, event["id"], body, now)
     allow_private = state.config.webhook_allow_private
     with httpx.Client(timeout=TEST_TIMEOUT, trust_env=False, follow_redirects=False) as client:
         try:
