@@ -5,10 +5,10 @@ would (same thread budget), and for each size reports rows/s, the median latency
 batch and the process's peak memory. The recommended size is the largest within 5% of
 the best throughput: in a job every batch also pays the engine's own costs (its outputs
 assembled, its rows handed to the model's threads and back, on cores the reader and the
-writer share), which timing the model's calls alone does not see. The smallest size near
-the best, recommended before, ran the benchmark's jobs 1.15-1.57x slower than `auto`
-(LightGBM: 4,096 rows recommended, 65,536 chosen by `auto`; `benchmarks/results/`). The
-sweep's memory column says what a bigger batch costs, for a user who must cap it.
+writer share), which timing the model's calls alone does not see: the smallest size near
+the best, recommended before, ran the benchmark's tree jobs well behind `auto` (figures in
+`benchmarks/results/`). The sweep's memory column says what a bigger batch costs, for a
+user who must cap it.
 """
 
 from __future__ import annotations
