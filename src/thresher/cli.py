@@ -11,6 +11,7 @@ import click
 
 from thresher.drift_cli import drift
 from thresher.errors import SpecError, ThresherError
+from thresher.leaving import ended, leave_when_done
 from thresher.profile_cli import profile
 from thresher.quality_cli import actuals, quality
 from thresher.report_cli import report
@@ -333,6 +334,12 @@ cli.add_command(quality)
 
 def main() -> None:
     """Console entry point. A crash in native code (a reader, a model library) prints
-    where Python was, instead of a bare exit 139."""
+    where Python was, instead of a bare exit 139; a command that ended leaves without
+    tearing the interpreter down (thresher/leaving.py)."""
     faulthandler.enable()
-    cli(prog_name="thresher")
+    leave_when_done()
+    try:
+        cli(prog_name="thresher")  # click's standalone mode always ends in SystemExit
+    except SystemExit as exc:
+        ended(exc.code)
+        raise

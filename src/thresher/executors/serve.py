@@ -5,9 +5,6 @@ worker thread (`inline`) run this same loop; only how tasks and events travel di
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -29,7 +26,7 @@ from thresher.faults import crash_point
 if TYPE_CHECKING:
     from thresher.models import Model
 
-__all__ = ["READY", "leave_process", "load_for_worker", "serve_tasks"]
+__all__ = ["READY", "load_for_worker", "serve_tasks"]
 
 READY = "ready"  # a worker's first message: its model is loaded, shard clocks may run
 PROGRESS_SECONDS = 0.25  # a worker's progress reaches the coordinator at most this often
@@ -106,17 +103,3 @@ class ThrottledProgress:
         if self.rows:
             self.send(Progress(self.shard, self.rows))
         self.rows, self.sent_at = 0, time.monotonic()
-
-
-def leave_process() -> None:
-    """End a worker process without tearing the interpreter down. Its shards are committed
-    or reported; what is left is freeing every module and object (torch's: 1.3 s), which
-    the coordinator would wait for. Multiprocessing's own exit steps still run first, so
-    the semaphores a library made (tqdm's lock) are unlinked, not leaked."""
-    from multiprocessing import util
-
-    util._exit_function()  # type: ignore[attr-defined]
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

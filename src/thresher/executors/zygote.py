@@ -241,7 +241,8 @@ def _settle() -> None:
 
 def _worker(setup: WorkerSetup, conn: Connection, threads: int, loaded: Any) -> None:
     """A forked worker: its own thread count, then the task loop, then out."""
-    from thresher.executors.serve import leave_process, serve_tasks
+    from thresher.executors.serve import serve_tasks
+    from thresher.leaving import leave_process
 
     die_with_parent()  # the zygote is its parent; the coordinator's death ends both
     if loaded is not None and not isinstance(loaded, WorkerBroken):
