@@ -12,6 +12,10 @@ otherwise. A probability tensor does not carry its class labels, so its columns 
 names them itself. Every other output becomes a column named after it.
 
 Options: `device = "cpu"` keeps a CUDA build on the CPU; `device = "cuda"` requires CUDA.
+`spinning = true` lets intra-op threads spin while they wait for the next batch: on a
+machine of the job's own that saves a little per batch; on one whose cores are shared
+(with the worker's reader, writer and profiler threads, with other workers) the spinning
+takes their cores, so by default the threads sleep (benchmarks/results/onnx-spinning.md).
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ def load_onnx(spec: ModelSection, context: LoadContext) -> Model:
     # intra-op threads (and the other workers) already use.
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    spinning = bool(spec.options.get("spinning", False))
+    options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spinning)))
     providers = _providers(ort.get_available_providers(), spec.options.get("device"))
     session = ort.InferenceSession(spec.uri, sess_options=options, providers=providers)
     feeds = plan_feeds(session.get_inputs(), context.features)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from thresher.plugins import Options
 
@@ -22,6 +22,7 @@ __all__ = [
 class OnnxOptions(Options):
     classes: list[Any] | None = None  # labels of the probability columns, in index order
     device: str | None = None  # "auto", "cpu" or "cuda"
+    spinning: StrictBool = False  # intra-op threads spin between batches (see models/onnx.py)
 
 
 class BoosterOptions(Options):
