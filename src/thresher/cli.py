@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from thresher.allocator import use_jemalloc
 from thresher.drift_cli import drift
 from thresher.errors import SpecError, ThresherError
 from thresher.leaving import ended, leave_when_done
@@ -337,6 +338,7 @@ def main() -> None:
     where Python was, instead of a bare exit 139; a command that ended leaves without
     tearing the interpreter down (thresher/leaving.py)."""
     faulthandler.enable()
+    use_jemalloc()  # before pyarrow is imported (thresher/allocator.py)
     leave_when_done()
     try:
         cli(prog_name="thresher")  # click's standalone mode always ends in SystemExit
