@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import itertools
 import math
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
@@ -195,62 +194,98 @@ def address(values: pa.Array) -> int:
     return int(values.buffers()[1].address) + offset
 
 
-Run = tuple[int, list[float]]  # a run's values and their Σx, Σx², min and max
-
-
 @dataclass
 class Seen:
     """The moments of the runs of doubles converted while recording. `add` only keeps
-    each call's figures (the model's thread waits on it); the index by where each run
+    each call's figures (the model's thread waits on it); the table of runs by where each
     begins is built when first asked, on the profiler's thread."""
 
-    calls: list[tuple[list[int], int, list[list[float]]]] = field(default_factory=list)
-    _runs: dict[int, Run | None] | None = None
+    calls: list[tuple[list[int], int, np.ndarray]] = field(default_factory=list)
+    _runs: _Runs | None = None
 
     def add(self, starts: list[int], rows: int, sums: np.ndarray) -> None:
         """`rows` doubles at each address of `starts`, their moments a row of `sums`."""
         if rows <= 0:  # no values: nothing to say (and a run that tiles nothing)
             return
-        self.calls.append((starts, rows, sums.tolist()))
+        self.calls.append((starts, rows, sums))
         self._runs = None
 
     def sums_of(self, values: pa.Array) -> Sums | None:
         """The moments of a float64 array without nulls, when recorded runs tile its
         values exactly (None otherwise: the caller reads the values itself)."""
-        runs = self._index()
-        at = address(values)
-        end = at + 8 * len(values)
-        total, squares, low, high = 0.0, 0.0, math.inf, -math.inf
-        while at < end:
-            run = runs.get(at)
-            if run is None:
-                return None
-            length, (s, q, lo, hi) = run
-            total, squares, low, high = total + s, squares + q, min(low, lo), max(high, hi)
-            at += 8 * length
-        return (total, squares, low, high) if at == end and len(values) else None
+        return self.sums_of_all([values])[0]
 
-    def _index(self) -> dict[int, Run | None]:
-        """Each run by the address of its first value. Where two runs began at one
-        address, the same run twice is kept once, and two of different lengths (a batch
-        the model retried in halves) give None: which tiles the values is not guessed."""
-        if self._runs is not None:
-            return self._runs
-        runs: dict[int, Run | None] = {}
-        for starts, rows, sums in self.calls:  # at C speed, for the common case
-            runs.update(
-                zip(starts, zip(itertools.repeat(rows, len(sums)), sums, strict=True), strict=True)
-            )
-        if len(runs) < sum(len(starts) for starts, _, _ in self.calls):
-            runs = {}
-            for starts, rows, sums in self.calls:
-                for start, found in zip(starts, sums, strict=True):
-                    if start not in runs:
-                        runs[start] = (rows, found)
-                    elif (known := runs[start]) is not None and known[0] != rows:
-                        runs[start] = None
-        self._runs = runs
-        return runs
+    def sums_of_all(self, arrays: Sequence[pa.Array]) -> list[Sums | None]:
+        """`sums_of` of each of `arrays`, found for all of them at once."""
+        if not self.calls or not arrays:
+            return [None] * len(arrays)
+        runs = self._table()
+        at = np.fromiter((address(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        end = at + 8 * np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        first = np.searchsorted(runs.starts, at)
+        last = np.searchsorted(runs.starts, end) - 1  # the last run that begins inside
+        head, tail = np.minimum(first, len(runs.starts) - 1), np.maximum(last, 0)
+        tiled = (
+            (last >= first)
+            & (end > at)
+            & (runs.starts[head] == at)
+            & (runs.ends[tail] == end)
+            & (runs.breaks[tail] == runs.breaks[head])  # each run ends where the next begins
+            & ~runs.unclear[head]
+        )
+        found: list[Sums | None] = [None] * len(arrays)
+        if tiled.any():
+            # each array's runs summed in one pass for all: a run range [head, tail + 1) per
+            # array, the stretches between them computed and dropped (reduceat's way)
+            bounds = np.column_stack([head[tiled], tail[tiled] + 1]).ravel()
+            sums = runs.sums
+            total = np.add.reduceat(sums[:, 0], bounds)[::2]
+            squares = np.add.reduceat(sums[:, 1], bounds)[::2]
+            low = np.minimum.reduceat(sums[:, 2], bounds)[::2]
+            high = np.maximum.reduceat(sums[:, 3], bounds)[::2]
+            figures = np.column_stack([total, squares, low, high]).tolist()
+            for i, row in zip(np.flatnonzero(tiled).tolist(), figures, strict=True):
+                found[i] = (row[0], row[1], row[2], row[3])
+        return found
+
+    def _table(self) -> _Runs:
+        if self._runs is None:
+            self._runs = _Runs.of(self.calls)
+        return self._runs
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """The recorded runs sorted by where they begin. Where two runs began at one address,
+    the same run twice is kept once, and two of different lengths (a batch the model
+    retried in halves) are `unclear`: which tiles the values is not guessed. `breaks[i]`
+    counts the places before run i where a run does not end where the next begins, so
+    runs f..l follow each other exactly when `breaks[l] == breaks[f]`. `sums` has one row
+    more than there are runs, so a range may end past the last."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    sums: np.ndarray
+    unclear: np.ndarray
+    breaks: np.ndarray
+
+    @classmethod
+    def of(cls, calls: Sequence[tuple[list[int], int, np.ndarray]]) -> _Runs:
+        starts = np.concatenate([np.asarray(s, dtype=np.int64) for s, _, _ in calls])
+        rows = np.concatenate([np.full(len(s), r, dtype=np.int64) for s, r, _ in calls])
+        sums = np.concatenate([figures for _, _, figures in calls])
+        order = np.lexsort((rows, starts))
+        starts, rows, sums = starts[order], rows[order], sums[order]
+        twice = (starts[1:] == starts[:-1]) & (rows[1:] == rows[:-1])
+        kept = np.concatenate([[True], ~twice])
+        starts, rows, sums = starts[kept], rows[kept], sums[kept]
+        clash = starts[1:] == starts[:-1]
+        unclear = np.concatenate([clash, [False]]) | np.concatenate([[False], clash])
+        ends = starts + 8 * rows
+        linked = (ends[:-1] == starts[1:]) & ~unclear[:-1] & ~unclear[1:]
+        breaks = np.concatenate([[0], np.cumsum(~linked)])
+        padded = np.concatenate([sums, sums[-1:]])  # a last range's end, in bounds
+        return cls(starts, ends, padded, unclear, breaks)
 
 
 _recording: ContextVar[Seen | None] = ContextVar("thresher_moments_recording", default=None)

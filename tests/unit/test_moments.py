@@ -133,3 +133,54 @@ def test_the_profile_is_the_same_from_the_record_or_from_the_values() -> None:
         assert a.moments.m2 == pytest.approx(b.moments.m2, rel=1e-9)
         assert a.quantiles is not None and b.quantiles is not None
         assert a.quantiles.n == b.quantiles.n
+
+
+@needs_kernel
+def test_the_moments_of_many_columns_are_found_at_once_as_one_at_a_time() -> None:
+    """`sums_of_all` answers for every array what `sums_of` answers for each: tiled
+    columns their sums, the rest (a slice, a copy, one converted in part) None."""
+    rng = np.random.default_rng(6)
+    chunk = pa.table({f"c{i}": rng.normal(i, 1.0 + i, 9_000) for i in range(5)})
+    with moments.recording() as seen:
+        for start in range(0, 9_000, 2_500):
+            to_matrix(chunk.slice(start, 2_500).select(["c0", "c1", "c2"]))
+        to_matrix(chunk.slice(0, 4_000).select(["c3"]))
+    assert seen is not None
+    arrays = [chunk.column(name).chunk(0) for name in chunk.column_names]
+    arrays += [arrays[1].slice(10, 100), pa.array(arrays[0].to_numpy() * 2), arrays[2]]
+    together = seen.sums_of_all(arrays)
+    assert together == [seen.sums_of(a) for a in arrays]
+    assert [found is not None for found in together] == [1, 1, 1, 0, 0, 0, 0, 1]
+    x = chunk.column("c1").to_numpy()
+    total, squares, low, high = together[1] or (0, 0, 0, 0)
+    assert total == pytest.approx(x.sum(), rel=1e-12)
+    assert squares == pytest.approx((x * x).sum(), rel=1e-12)
+    assert (low, high) == (x.min(), x.max())
+
+
+def test_running_moments_merge_as_moments_merge_one_column_at_a_time() -> None:
+    from thresher.monitor.profile import Moments
+    from thresher.monitor.running import RunningMoments
+
+    rng = np.random.default_rng(7)
+    running, one_by_one = RunningMoments(), {"a": Moments(), "b": Moments()}
+    for names in [("a", "b"), ("b",), ("a", "b"), ("b", "a")]:
+        parts = {name: rng.normal(5.0, 3.0, int(rng.integers(1, 500))) for name in names}
+        rows = min(len(p) for p in parts.values())
+        found = {name: p[:rows] for name, p in parts.items()}
+        mean = np.array([found[n].mean() for n in names])
+        m2 = np.array([found[n].var() * rows for n in names])
+        low = np.array([found[n].min() for n in names])
+        high = np.array([found[n].max() for n in names])
+        running.merge(names, rows, mean=mean, m2=m2, low=low, high=high)
+        for i, name in enumerate(names):
+            one_by_one[name].merge(Moments(rows, low[i], high[i], mean[i], m2[i]))
+    for name, moments_of in running.folded():
+        want = one_by_one[name]
+        assert (moments_of.count, moments_of.min, moments_of.max) == (
+            want.count,
+            want.min,
+            want.max,
+        )
+        assert moments_of.mean == pytest.approx(want.mean, rel=1e-14)
+        assert moments_of.m2 == pytest.approx(want.m2, rel=1e-12)

@@ -1,0 +1,108 @@
+"""A shard profiler's running state for its columns of plain doubles, folded into the
+profile when it is asked for: their moments, merged chunk after chunk for all of them at
+once (`RunningMoments`), and their sampled values on the way to the quantile sketches
+(`WaitingSamples`). What costs per chunk is Python's, per column; these keep it to a few
+numpy operations for all the columns, and a sketch update per column every few ten
+thousand values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from thresher.monitor.profile import ColumnProfile, Moments
+
+__all__ = ["RunningMoments", "WaitingSamples"]
+
+
+class RunningMoments:
+    """The moments of many columns at once, merged chunk after chunk in arrays by Chan et
+    al.'s pairwise update (as `Moments.merge` merges one), for all the columns of a
+    chunk in a few numpy operations."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, int] = {}
+        self._places: dict[tuple[str, ...], np.ndarray] = {}  # a chunk's columns, in place
+        self.count = np.zeros(0, dtype=np.int64)
+        self.mean, self.m2 = np.zeros(0), np.zeros(0)
+        self.low, self.high = np.zeros(0), np.zeros(0)
+
+    def merge(
+        self,
+        names: tuple[str, ...],
+        rows: int,
+        *,
+        mean: np.ndarray,
+        m2: np.ndarray,
+        low: np.ndarray,
+        high: np.ndarray,
+    ) -> None:
+        """Merge `rows` values of each column of `names` (their means, sums of squared
+        deviations, minima and maxima)."""
+        at = self._place(names)
+        before = self.count[at]
+        total = before + rows
+        delta = mean - self.mean[at]
+        self.mean[at] = np.where(before == 0, mean, self.mean[at] + delta * rows / total)
+        self.m2[at] += m2 + delta * delta * before * rows / total
+        self.count[at] = total
+        self.low[at] = np.minimum(self.low[at], low)
+        self.high[at] = np.maximum(self.high[at], high)
+
+    def folded(self) -> list[tuple[str, Moments]]:
+        """Each column's moments so far."""
+        folded = [
+            (name, Moments(int(self.count[i]), float(self.low[i]), float(self.high[i]),
+                           float(self.mean[i]), float(self.m2[i])))
+            for name, i in self._names.items()
+        ]  # fmt: skip
+        return folded
+
+    def _place(self, names: tuple[str, ...]) -> np.ndarray:
+        at = self._places.get(names)
+        if at is None:
+            new = [name for name in dict.fromkeys(names) if name not in self._names]
+            for name in new:
+                self._names[name] = len(self._names)
+            grow = len(new)
+            self.count = np.concatenate([self.count, np.zeros(grow, dtype=np.int64)])
+            self.mean = np.concatenate([self.mean, np.zeros(grow)])
+            self.m2 = np.concatenate([self.m2, np.zeros(grow)])
+            self.low = np.concatenate([self.low, np.full(grow, math.inf)])
+            self.high = np.concatenate([self.high, np.full(grow, -math.inf)])
+            at = self._places[names] = np.array([self._names[n] for n in names], dtype=np.intp)
+        return at
+
+
+class WaitingSamples:
+    """Sampled values on their way to their columns' KLL sketches. A sketch update costs
+    per call, and so does a sort: the values wait here and go to a sketch `FLUSH` or more
+    at a time, sorted (KLL's bound holds in any order, and its compactions, which sort,
+    then take a third less of the time)."""
+
+    FLUSH = 1 << 15
+
+    def __init__(self) -> None:
+        self._parts: dict[str, list[np.ndarray]] = {}
+        self._sizes: dict[str, int] = {}
+
+    def add(self, column: ColumnProfile, values: np.ndarray) -> None:
+        """Keep `values` (a copy is taken if they are Arrow's memory)."""
+        parts = self._parts.setdefault(column.name, [])
+        parts.append(values if values.flags.owndata else values.copy())
+        self._sizes[column.name] = self._sizes.get(column.name, 0) + len(values)
+        if self._sizes[column.name] >= self.FLUSH:
+            self.flush(column)
+
+    def flush(self, column: ColumnProfile) -> None:
+        parts = self._parts.pop(column.name, [])
+        self._sizes.pop(column.name, None)
+        if parts and column.quantiles is not None:
+            values = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            values.sort()
+            column.quantiles.update(values)
+
+    def flush_all(self, columns: dict[str, ColumnProfile]) -> None:
+        for name in list(self._parts):
+            self.flush(columns[name])
