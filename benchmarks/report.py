@@ -33,7 +33,10 @@ PEER_SETUP = [
     " fight over the cores; 1 x 2 for the 1,000-row job). Batch size: thresher tuned's for"
     " the matrix models (the size the model runs fastest at here); for MiniLM, 1,024 rows"
     " per UDF call, which SentenceTransformer.encode sorts by length and encodes 64 at a"
-    " time.",
+    " time. Memory: the `thresher` command gives its processes Arrow's jemalloc pool"
+    " (thresher/allocator.py), and so does the hand-written optimum; the peers and the"
+    " per-row loop keep pyarrow's default pool (mimalloc), as their users would"
+    " (benchmarks/results/allocator.md).",
     "",
     "- **Ray Data**: `read_parquet` -> `map_batches` with an actor class (`ActorPoolStrategy`"
     " of the placement's size, half a CPU per actor so the read and write tasks get CPUs)"

@@ -157,7 +157,10 @@ def optimum(workload: Workload, root: Path, env: dict[str, str], hint: int) -> R
     _fresh(out)
     cmd = [PYTHON, str(HERE / "handwritten.py"), "optimum", _workload_file(workload, root)]
     cmd += [str(out), "--batch-size", str(hint), "--threads", str(CORES)]
-    measured = run_measured(cmd, env, watch=out)
+    # The optimum takes Arrow's buffers from jemalloc, as thresher's processes do
+    # (benchmarks/results/allocator.md): a bound of what one process can do should not
+    # pay for pyarrow's default pool giving its pages back between batches.
+    measured = run_measured(cmd, {**env, "ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}, watch=out)
     stages = json.loads(measured.stdout.strip().splitlines()[-1])
     total = stages["read"] + stages["model"] + stages["write"]
     note = (
