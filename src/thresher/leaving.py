@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
+import ctypes
 import os
 import sys
 from typing import NoReturn
@@ -23,11 +23,24 @@ __all__ = ["ended", "exit_status", "leave", "leave_process", "leave_when_done"]
 
 
 def leave(status: int) -> NoReturn:
-    """Flush what is buffered (log handlers, stdout, stderr) and end the process now."""
-    logging.shutdown()
+    """Flush what is buffered (log handlers, Python's stdout and stderr, and C's stdio,
+    which a model's native code may have written to) and end the process now. Output
+    that cannot be written is an error, status 120 as Python's own exit gives it; a
+    reader that went away (a closed pipe) is not."""
+    # logging is not imported here: that would register its exit handler before the
+    # command's own (`leave_when_done`), and Python would never run it
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to flush to
+        try:
             stream.flush()
+        except (BrokenPipeError, ValueError):  # a closed pipe, or a closed stream
+            pass
+        except OSError:
+            status = status or 120
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)  # every C stdio stream; exit() would have
     os._exit(status)
 
 

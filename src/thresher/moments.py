@@ -217,9 +217,9 @@ class Seen:
 
     def sums_of_all(self, arrays: Sequence[pa.Array]) -> list[Sums | None]:
         """`sums_of` of each of `arrays`, found for all of them at once."""
-        if not self.calls or not arrays:
+        runs = self._table() if self.calls and arrays else None
+        if runs is None:  # nothing recorded (or only runs of no columns)
             return [None] * len(arrays)
-        runs = self._table()
         at = np.fromiter((address(a) for a in arrays), dtype=np.int64, count=len(arrays))
         end = at + 8 * np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
         first = np.searchsorted(runs.starts, at)
@@ -248,8 +248,8 @@ class Seen:
                 found[i] = (row[0], row[1], row[2], row[3])
         return found
 
-    def _table(self) -> _Runs:
-        if self._runs is None:
+    def _table(self) -> _Runs | None:
+        if self._runs is None and any(starts for starts, _, _ in self.calls):
             self._runs = _Runs.of(self.calls)
         return self._runs
 

@@ -63,3 +63,13 @@ def test_a_command_that_raised_is_left_to_python_to_report() -> None:
 
 def test_exit_status_is_what_sys_exit_gives() -> None:
     assert [exit_status(c) for c in (None, 0, 2, "a message", 1.5)] == [0, 0, 2, 1, 1]
+
+
+def test_no_exit_handler_is_registered_before_the_command_s_own() -> None:
+    """Handlers registered before `leave_when_done` would be skipped; importing the
+    command's module must register none (its imports are lazy)."""
+    check = "import atexit, thresher.cli; print(atexit._ncallbacks())"
+    done = subprocess.run(
+        [sys.executable, "-c", check], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "0"

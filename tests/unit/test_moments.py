@@ -184,3 +184,10 @@ def test_running_moments_merge_as_moments_merge_one_column_at_a_time() -> None:
         )
         assert moments_of.mean == pytest.approx(want.mean, rel=1e-14)
         assert moments_of.m2 == pytest.approx(want.m2, rel=1e-12)
+
+
+def test_runs_of_no_columns_say_nothing() -> None:
+    """A model of no features records calls with no runs."""
+    seen = moments.Seen()
+    seen.add([], 100, np.zeros((0, 4)))
+    assert seen.sums_of_all([pa.array(np.ones(100))]) == [None]

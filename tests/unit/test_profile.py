@@ -228,3 +228,32 @@ def test_a_profile_survives_json_and_its_size_does_not_grow_with_rows() -> None:
 
     small, large = size(40_000), size(1_000_000)
     assert large < 1.3 * small, (small, large)
+
+
+def test_plain_columns_profile_together_as_any_column_alone() -> None:
+    """Plain doubles (one part, no nulls) take the together way (`monitor/running.py`);
+    the same values in two parts each take the per-column way. Counts, nan and inf, and
+    the sampled rows agree; the moments to rounding. A column that turns nan in a later
+    chunk leaves the together way for that chunk only."""
+    rng = np.random.default_rng(8)
+    chunks = [{n: rng.normal(3.0, 2.0, 5_000) for n in ("a", "b")} for _ in range(3)]
+    chunks[1]["b"][17] = np.nan
+    together, alone = ShardProfiler(0.2, 5), ShardProfiler(0.2, 5)
+    for chunk in chunks:
+        together.update(pa.table(chunk), pa.table({}))
+        split = {n: pa.chunked_array([x[:1_234], x[1_234:]]) for n, x in chunk.items()}
+        alone.update(pa.table(split), pa.table({}))
+    for name in ("a", "b"):
+        got, want = together.profile().columns[name], alone.profile().columns[name]
+        counts = [(c.rows, c.nulls, c.nan, c.inf) for c in (got, want)]
+        assert counts[0] == counts[1]
+        assert (got.moments.count, got.moments.min, got.moments.max) == (
+            want.moments.count,
+            want.moments.min,
+            want.moments.max,
+        )
+        assert got.moments.mean == pytest.approx(want.moments.mean, rel=1e-12)
+        assert got.moments.variance == pytest.approx(want.moments.variance, rel=1e-9)
+        assert got.quantiles is not None and want.quantiles is not None
+        assert got.quantiles.n == want.quantiles.n  # the same sampled rows
+    assert together.profile().columns["b"].nan == 1
