@@ -5,8 +5,12 @@ peak RSS. The side benchmarks that ask "is this setting better?" share it."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import resource
 import statistics
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,4 +86,55 @@ def all_runs(name: str, runs: Mapping[str, list[Run]]) -> list[str]:
     return [
         f"- {name}{label}: " + ", ".join(f"{r.seconds:.2f}" for r in found)
         for label, found in runs.items()
+    ]
+
+
+@dataclass(frozen=True)
+class SideRun:
+    """A side benchmark's command line (`--quick`, `--repeat`, `--dir`), its folder, and
+    when it started and how busy the machine was then."""
+
+    args: argparse.Namespace
+    root: Path
+    started: float
+    load: float
+
+    @classmethod
+    def parse(cls, doc: str, prefix: str) -> SideRun:
+        parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
+        parser.add_argument("--quick", action="store_true", help="200,000 rows, not 5,000,000")
+        parser.add_argument("--repeat", type=int, default=5)
+        parser.add_argument("--dir", type=Path)
+        args = parser.parse_args()
+        root = args.dir or Path(tempfile.mkdtemp(prefix=f"thresher-{prefix}-"))
+        root.mkdir(parents=True, exist_ok=True)
+        return cls(args, root, time.time(), os.getloadavg()[0])
+
+    def heading(self, title: str, script: str) -> list[str]:
+        """The results file's title and the line that says how it was made."""
+        quick = " --quick" if self.args.quick else ""
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
+        return [
+            f"# {title}" + (" (--quick)" if quick else ""),
+            "",
+            f"`python benchmarks/{script}{quick} --repeat {self.args.repeat}`, run {when};"
+            f" load average (1 min) {self.load:.1f} at the start,"
+            f" {os.getloadavg()[0]:.1f} at the end.",
+        ]
+
+
+def ab_report(
+    side: SideRun, heading: tuple[str, str], what: str, tables: list[str], listed: list[str]
+) -> list[str]:
+    """An A/B results file: `heading` (title, script), what was run, the table, every run."""
+    return [
+        *side.heading(*heading),
+        "",
+        what,
+        "",
+        *TABLE_HEAD,
+        *tables,
+        "",
+        "All runs (s):",
+        *listed,
     ]

@@ -11,14 +11,8 @@ Writes benchmarks/results/allocator.md (figures go there, never into docstrings)
 
 from __future__ import annotations
 
-import argparse
-import os
-import tempfile
-import time
-from pathlib import Path
-
 import systems
-from ab import TABLE_HEAD, Variant, all_runs, table_rows, take_turns
+from ab import SideRun, Variant, ab_report, all_runs, table_rows, take_turns
 from report import write_results
 from workloads import prepare
 
@@ -27,46 +21,27 @@ POOLS = ("jemalloc", "mimalloc", "system")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="200,000 rows, not 5,000,000")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--dir", type=Path)
-    args = parser.parse_args()
-    root = args.dir or Path(tempfile.mkdtemp(prefix="thresher-allocator-"))
-    root.mkdir(parents=True, exist_ok=True)
-    started, load = time.time(), os.getloadavg()[0]
+    side = SideRun.parse(__doc__, "allocator")
     tables, listed, titles = [], [], []
     for name in WORKLOADS:
-        workload = prepare(name, root, args.quick)
-        env, spec, out = systems.side_job(workload, root, "allocator")
+        workload = prepare(name, side.root, side.args.quick)
+        env, spec, out = systems.side_job(workload, side.root, "allocator")
         # 2 workers pinned: with them unset, the store's measurements of earlier jobs pick
         # threads or processes, and the variants would not run alike.
         variants = [
             Variant(pool, ("run.workers=2",), {"ARROW_DEFAULT_MEMORY_POOL": pool}) for pool in POOLS
         ]
-        runs = take_turns(spec, env, out, variants, args.repeat)
+        runs = take_turns(spec, env, out, variants, side.args.repeat)
         tables += table_rows(f"{name}, ", runs)
         listed += all_runs(f"{name}, ", runs)
         titles.append(f"{name}: {workload.title}, {workload.rows:,} rows")
-    quick = " --quick" if args.quick else ""
-    lines = [
-        "# Arrow's memory pool in thresher's processes" + (" (--quick)" if quick else ""),
-        "",
-        f"`python benchmarks/allocator.py{quick} --repeat {args.repeat}`, run"
-        f" {time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}; load average (1 min)"
-        f" {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
-        "",
+    what = (
         "`thresher run`, 2 workers, end to end, with ARROW_DEFAULT_MEMORY_POOL naming each"
         " pool in turn (" + "; ".join(titles) + "). CPU: the whole process tree's; RSS: the"
-        " largest process's; medians of the runs.",
-        "",
-        *TABLE_HEAD,
-        *tables,
-        "",
-        "All runs (s):",
-        *listed,
-    ]
-    write_results("allocator", lines, args.quick)
+        " largest process's; medians of the runs."
+    )
+    heading = ("Arrow's memory pool in thresher's processes", "allocator.py")
+    write_results("allocator", ab_report(side, heading, what, tables, listed), side.args.quick)
 
 
 if __name__ == "__main__":

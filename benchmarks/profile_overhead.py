@@ -11,18 +11,16 @@ Writes benchmarks/results/profile-overhead.md (figures go there, never into docs
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
 import sqlite3
 import statistics
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import systems
+from ab import SideRun
 from measure import run_measured
 from report import write_results
 from workloads import Workload, prepare
@@ -129,21 +127,11 @@ def measure(name: str, root: Path, quick: bool, repeat: int) -> Overhead:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="200,000 rows, not 5,000,000")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--dir", type=Path)
-    args = parser.parse_args()
-    root = args.dir or Path(tempfile.mkdtemp(prefix="thresher-profile-"))
-    root.mkdir(parents=True, exist_ok=True)
-    started, load = time.time(), os.getloadavg()[0]
+    side = SideRun.parse(__doc__, "profile")
+    args, root = side.args, side.root
     found = [measure(name, root, args.quick, args.repeat) for name in WORKLOADS]
     lines = [
-        f"# Profiling overhead{' (--quick)' if args.quick else ''}",
-        "",
-        f"`python benchmarks/profile_overhead.py{' --quick' if args.quick else ''}"
-        f" --repeat {args.repeat}`, run {time.strftime('%Y-%m-%d %H:%M', time.localtime(started))};"
-        f" load average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
+        *side.heading("Profiling overhead", "profile_overhead.py"),
         "",
         "`thresher run` end to end (process start to exit) with `[monitor] profile` on and"
         " off, taking turns; the target is on ÷ off ≤ 1.03. The profiling CPU share is the"
