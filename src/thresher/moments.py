@@ -217,7 +217,7 @@ class Seen:
 
     def sums_of_all(self, arrays: Sequence[pa.Array]) -> list[Sums | None]:
         """`sums_of` of each of `arrays`, found for all of them at once."""
-        runs = self._table() if self.calls and arrays else None
+        runs = self._table() if arrays else None
         if runs is None:  # nothing recorded (or only runs of no columns)
             return [None] * len(arrays)
         at = np.fromiter((address(a) for a in arrays), dtype=np.int64, count=len(arrays))
@@ -260,8 +260,8 @@ class _Runs:
     the same run twice is kept once, and two of different lengths (a batch the model
     retried in halves) are `unclear`: which tiles the values is not guessed. `breaks[i]`
     counts the places before run i where a run does not end where the next begins, so
-    runs f..l follow each other exactly when `breaks[l] == breaks[f]`. `sums` has one row
-    more than there are runs, so a range may end past the last."""
+    runs head..tail follow each other exactly when `breaks[tail] == breaks[head]`. `sums`
+    has one row more than there are runs, so a range may end past the last."""
 
     starts: np.ndarray
     ends: np.ndarray

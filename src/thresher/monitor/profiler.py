@@ -151,13 +151,9 @@ class ShardProfiler:
         if not len(kept):
             return
         total, squares, low, high = sums[kept].T
-        mean = total / rows
-        m2 = squares - total * mean
-        # where cancellation ate the digits: the exact two-pass way, for those columns
-        for i in np.flatnonzero(m2 < 1e-9 * np.abs(total * mean)):
-            m2[i] = float(np.var(numbers[kept[i]])) * rows
+        mean, m2 = _spread(total, squares, rows, [numbers[i] for i in kept])
         names = tuple(plain[i][0].name for i in kept)
-        self._moments.merge(names, rows, mean=mean, m2=np.maximum(m2, 0.0), low=low, high=high)
+        self._moments.merge(names, rows, mean=mean, m2=m2, low=low, high=high)
         for i in kept:
             column = plain[i][0]
             column.rows += rows
@@ -200,14 +196,12 @@ class ShardProfiler:
 
 def _is_plain(column: ColumnProfile, values: pa.ChunkedArray) -> bool:
     """Whether a column's values of a chunk go the way of plain doubles (`_add_plain`):
-    numeric, float64, one part, no nulls, no probability histogram to keep."""
+    numeric, no probability histogram to keep, one part of float64 without nulls."""
     return (
         column.kind == "numeric"
         and column.probability is None
         and values.num_chunks == 1
-        and values.null_count == 0
-        and pa.types.is_float64(values.type)
-        and len(values) > 0
+        and is_plain_double(values.chunk(0))
     )
 
 
@@ -330,11 +324,21 @@ def _moments(finite: np.ndarray, total: float, squares: float, low: float, high:
     count = len(finite)
     if not count:
         return Moments()
+    mean, m2 = _spread(np.array([total]), np.array([squares]), count, [finite])
+    return Moments(count, low, high, float(mean[0]), float(m2[0]))
+
+
+def _spread(
+    total: np.ndarray, squares: np.ndarray, count: int, values: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The means and sums of squared deviations of columns of `count` finite values each,
+    from their Σx and Σx². Where cancellation ate the digits (a mean far from zero against
+    a small spread), the exact two-pass way, from the column's `values`."""
     mean = total / count
     m2 = squares - total * mean
-    if m2 < 1e-9 * abs(total * mean):  # cancellation ate the digits: the exact two-pass way
-        m2 = float(np.var(finite)) * count
-    return Moments(count, low, high, mean, max(m2, 0.0))
+    for i in np.flatnonzero(m2 < 1e-9 * np.abs(total * mean)):
+        m2[i] = float(np.var(values[i])) * count
+    return mean, np.maximum(m2, 0.0)
 
 
 def _add_probabilities(column: ColumnProfile, finite: np.ndarray, moments: Moments) -> None:

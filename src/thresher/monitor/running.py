@@ -52,12 +52,11 @@ class RunningMoments:
 
     def folded(self) -> list[tuple[str, Moments]]:
         """Each column's moments so far."""
-        folded = [
+        return [
             (name, Moments(int(self.count[i]), float(self.low[i]), float(self.high[i]),
                            float(self.mean[i]), float(self.m2[i])))
             for name, i in self._names.items()
         ]  # fmt: skip
-        return folded
 
     def _place(self, names: tuple[str, ...]) -> np.ndarray:
         at = self._places.get(names)
