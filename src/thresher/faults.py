@@ -16,7 +16,9 @@ finishing job removed the previous output, and has not moved all of its own in),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
 / replaced its error part, and has not recorded it), and a schedule's tick:
 `tick_claiming` (its ledger row written, not committed), `tick_claimed` (committed, no
-job yet), `tick_queued` (its job queued, the ledger not told).
+job yet), `tick_queued` (its job queued, the ledger not told); in a server, `job_ended`
+(a job it ran ended, its end hooks not run) and `batch_ended` (an OpenAI-style batch
+ended, its hooks not run).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ POINTS = frozenset(
         "tick_claiming",
         "tick_claimed",
         "tick_queued",
+        "job_ended",
+        "batch_ended",
     }
 )
 

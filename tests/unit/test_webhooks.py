@@ -531,9 +531,11 @@ def test_a_drift_alert_goes_once_a_job_against_the_run_before(
 # -- OpenAI batch events to a tenant's webhook endpoints ----------------------------------
 
 
-def endpoint(store: Store, url: str, events: list[str], tenant: str = "acme") -> EndpointRow:
+def endpoint(
+    store: Store, url: str, events: list[str], tenant: str = "acme", made: int = 1
+) -> EndpointRow:
     row = EndpointRow(
-        new_endpoint_id(), tenant, "hook", url, events, new_secret(), None, None, 1, 1
+        new_endpoint_id(), tenant, "hook", url, events, new_secret(), None, None, made, made
     )
     EndpointTable(store.db).add(row)
     return row
@@ -553,6 +555,8 @@ def test_a_batch_event_goes_to_the_endpoints_that_take_it_signed_with_their_secr
     taker = endpoint(store, receiver.url(), ["batch.completed"])
     endpoint(store, receiver.url("localhost"), ["batch.failed"])  # not this event
     endpoint(store, receiver.url(), ["batch.completed"], tenant="globex")  # another's
+    # made after the batch ended (its event announced late, by a restarted server)
+    endpoint(store, receiver.url(), ["batch.completed"], made=int(time.time()) + 60)
     sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
     batch = ended_batch(BatchStatus.COMPLETED)
     try:

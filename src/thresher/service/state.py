@@ -13,9 +13,11 @@ caller's tenant through one typed `Tenant` (`Depends(current_tenant)`, from
 Anything that must act when a job reaches a terminal state (succeeded, failed, cancelled)
 appends a callable to `on_job_finished`; the scheduler calls each with the job's final
 record when a job it ran ends (the cancel route does, for a job cancelled before it
-started). A hook that raises is logged and does not stop the others. A server that dies
-between a job's end and its hooks does not call them later: a hook that must never miss
-one reconciles from the store at start.
+started). A hook that raises is logged and does not stop the others. Once they ran, the
+job is recorded announced; a job a dead server ended and never announced is announced by
+`announce_untold`, which the scheduler calls at its periodic look (see
+`thresher.store.announced`), so every hook must be safe to run twice. The same goes for
+`on_batch_ended` and OpenAI-style batches.
 """
 
 from __future__ import annotations
@@ -64,15 +66,18 @@ class ServiceState:
     on_batch_ended: list[BatchHook] = field(default_factory=list)
 
     def job_finished(self, record: JobRecord) -> None:
-        """Call every `on_job_finished` hook with a job's final record."""
+        """Call every `on_job_finished` hook with a job's final record, then record the
+        job announced."""
         for hook in list(self.on_job_finished):
             try:
                 hook(record)
             except Exception:
                 log.exception("on_job_finished hook %r failed for job %s", hook, record.id)
+        self.store.announced.job_told(record.id)
 
     def batch_ended(self, batch_id: str) -> None:
-        """Call every `on_batch_ended` hook with the batch, as it ended."""
+        """Call every `on_batch_ended` hook with the batch, as it ended, then record the
+        batch announced."""
         batch = BatchTable(self.store.db).find(batch_id)
         if batch is None:
             return
@@ -81,6 +86,20 @@ class ServiceState:
                 hook(batch)
             except Exception:
                 log.exception("on_batch_ended hook %r failed for batch %s", hook, batch_id)
+        self.store.announced.batch_told(batch_id)
+
+    def announce_untold(self, grace: float) -> int:
+        """Run the end hooks of the jobs and batches that ended at least `grace` seconds
+        ago and were never announced (their server died first); returns how many."""
+        jobs = self.store.announced.untold_jobs(grace)
+        for job_id in jobs:
+            log.info("job %s ended unannounced; announcing it now", job_id)
+            self.job_finished(self.store.job(job_id))
+        batches = self.store.announced.untold_batches(grace)
+        for batch_id in batches:
+            log.info("batch %s ended unannounced; announcing it now", batch_id)
+            self.batch_ended(batch_id)
+        return len(jobs) + len(batches)
 
     def tick_missed(self, notice: TickNotice) -> None:
         """Call every `on_tick_missed` hook with a tick that did not start its job."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from thresher.spec import JobSpec
 from thresher.store.actuals import ActualsTable
+from thresher.store.announced import Announcements
 from thresher.store.db import Database, IdempotencyConflict, StoreError, now
 from thresher.store.leases import SlotLeases
 from thresher.store.owners import DEFAULT_OWNER_TIMEOUT, OwnerTable, this_owner
@@ -51,6 +52,7 @@ class Store:
         self.queue = JobQueue(db)
         self.profiles = ProfileTable(db)
         self.actuals = ActualsTable(db)
+        self.announced = Announcements(db)
 
     @property
     def url(self) -> str:

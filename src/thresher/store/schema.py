@@ -184,6 +184,19 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX IF NOT EXISTS thresher_webhook_endpoints_tenant"
         " ON thresher_webhook_endpoints (tenant, id)",
     ],
+    # 15: when an ended job's or batch's end hooks ran (`announced.py`), so one a server
+    # died before announcing is announced by the next look. What ended before counts as
+    # announced.
+    [
+        "ALTER TABLE thresher_jobs ADD COLUMN announced_at TEXT",
+        "UPDATE thresher_jobs SET announced_at = COALESCE(finished_at, created_at)"
+        " WHERE state IN ('succeeded', 'failed', 'cancelled')",
+        "CREATE INDEX IF NOT EXISTS thresher_jobs_announced ON thresher_jobs (announced_at)",
+        "ALTER TABLE thresher_batches ADD COLUMN announced_at BIGINT",
+        "UPDATE thresher_batches SET announced_at = created_at"
+        " WHERE status IN ('failed', 'completed', 'expired', 'cancelled')",
+        "CREATE INDEX IF NOT EXISTS thresher_batches_announced ON thresher_batches (announced_at)",
+    ],
 ]
 
 

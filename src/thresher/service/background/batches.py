@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from thresher.errors import ThresherError
+from thresher.faults import crash_point
 from thresher.loops import start_loop
 from thresher.openai.lines import prepare_lines
 from thresher.openai.results import Written, write_results
@@ -169,6 +170,7 @@ class BatchWorker:
             error_file_id=ids["errors"] if written.failed else None,
         )
         if ended:
+            crash_point("batch_ended")
             self.state.batch_ended(batch.id)
 
     def _write(self, batch: BatchRow, job: JobRecord, unrun: str) -> tuple[Written, dict[str, str]]:

@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 
+from thresher.faults import crash_point
 from thresher.service.background.job_process import (
     MAX_CRASHES,
     crash_message,
@@ -46,6 +47,9 @@ from thresher.store.views import running_service_jobs
 log = logging.getLogger("thresher.service.background.scheduler")
 
 POLL_SECONDS = 1.0
+# How long an ended job or batch may wait for its own server to announce it before any
+# server's periodic look does (its own takes about a second; see store/announced.py).
+ANNOUNCE_GRACE_SECONDS = 30.0
 
 
 class Scheduler:
@@ -63,10 +67,12 @@ class Scheduler:
         self._thread = threading.Thread(target=self._loop, name="thresher-scheduler", daemon=True)
 
     def start(self) -> None:
-        """Reclaim dead servers' leases, resume orphaned jobs, then take waiting ones."""
+        """Reclaim dead servers' leases, resume orphaned jobs, announce the jobs and batches
+        that ended unannounced, then take waiting ones."""
         start_fork_server(self.state.config.models.values())
         self.state.store.leases.reclaim_dead()
         self._resume_orphans()
+        self._announce_untold(0.0)  # what ended while no server was there to say so
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -83,6 +89,7 @@ class Scheduler:
             try:
                 if time.monotonic() >= self._next_orphan_look:
                     self._resume_orphans()
+                    self._announce_untold(ANNOUNCE_GRACE_SECONDS)
                 self.state.store.leases.reclaim_dead()
                 while not self._stopping.is_set() and self._start_next():
                     pass
@@ -239,6 +246,12 @@ class Scheduler:
             log.info("job %s: its owner %s is dead; taking it over", job_id, record.owner)
             self._start_orphan(store.job(job_id))
 
+    def _announce_untold(self, grace: float) -> None:
+        try:
+            self.state.announce_untold(grace)
+        except StoreError:
+            log.exception("cannot announce the jobs and batches that ended unannounced")
+
     def _release(self, job_id: str) -> None:
         try:
             self.state.store.leases.release(job_id)
@@ -258,4 +271,5 @@ class Scheduler:
             log.exception("job %s vanished from the store", job_id)
             return
         if record.state.finished:
+            crash_point("job_ended")
             self.state.job_finished(record)

@@ -170,13 +170,15 @@ class WebhookSender:
     def batch_ended(self, batch: BatchRow) -> None:
         """Record and queue an ended batch's OpenAI event (`batch.completed`, …) for each
         of its tenant's endpoints that takes it, once per endpoint
-        (`thresher.service.openai.webhooks`)."""
+        (`thresher.service.openai.webhooks`). An endpoint made after the batch ended does
+        not get it (a late announcement, after a server died, must not reach one)."""
         event = batch_event(batch)
         if event is None:
             return
         payload = json.dumps(event)
         for endpoint in EndpointTable(self._store.db).subscribed(batch.tenant, event["type"]):
-            self._send(subject(endpoint.id, batch.id), event["type"], endpoint.url, payload)
+            if endpoint.created_at <= event["created_at"]:
+                self._send(subject(endpoint.id, batch.id), event["type"], endpoint.url, payload)
 
     def _send(self, job_id: str, event: str, url: str, payload: str) -> None:
         if self._deliveries.add(job_id, event, url, payload):
