@@ -142,6 +142,9 @@ class LocalExecutor:
             return
         if isinstance(event, ShardDone | ShardFailed):
             worker.task = None
+            # Its next shard now, not after the coordinator has committed this one (a
+            # few milliseconds of store writes the worker would otherwise sit through).
+            self._dispatch()
         yield event
 
     def _stalled(self) -> Iterator[Event]:
