@@ -537,7 +537,7 @@ def endpoint(
     row = EndpointRow(
         new_endpoint_id(), tenant, "hook", url, events, new_secret(), None, None, made, made
     )
-    EndpointTable(store.db).add(row)
+    EndpointTable(store.db).add(row, limit=20)
     return row
 
 

@@ -35,6 +35,8 @@ class EndpointRow:
 
 
 COLUMNS = [f.name for f in fields(EndpointRow)]
+# Any number, the same in every thresher: PostgreSQL advisory lock of the endpoints table.
+_ENDPOINTS_LOCK = 7305063
 SELECTED = ", ".join(COLUMNS)
 
 
@@ -42,13 +44,27 @@ SELECTED = ", ".join(COLUMNS)
 class EndpointTable:
     db: Database
 
-    def add(self, row: EndpointRow) -> None:
+    def add(self, row: EndpointRow, limit: int) -> bool:
+        """Record the endpoint unless its tenant already has `limit`; False if it has.
+        The count and the insert are one step, on every server sharing the store: a
+        lock (PostgreSQL's advisory lock of this table, SQLite's write lock) is taken
+        before the count is read."""
         marks = ", ".join("?" for _ in COLUMNS)
         with self.db.transaction() as cur:
+            if self.db.dialect == "postgresql":
+                cur.execute("SELECT pg_advisory_xact_lock(?)", (_ENDPOINTS_LOCK,))
+            else:
+                cur.execute("DELETE FROM thresher_webhook_endpoints WHERE 1 = 0")
+            (count,) = cur.execute(
+                "SELECT COUNT(*) FROM thresher_webhook_endpoints WHERE tenant = ?", (row.tenant,)
+            ).fetchone()
+            if int(count) >= limit:
+                return False
             cur.execute(
                 f"INSERT INTO thresher_webhook_endpoints ({SELECTED}) VALUES ({marks})",
                 _stored(row),
             )
+        return True
 
     def find(self, endpoint_id: str, tenant: str | None = None) -> EndpointRow | None:
         """The endpoint (the tenant's, when one is given); None if there is none."""

@@ -115,9 +115,6 @@ def create_endpoint(fields: EndpointFields, state: StateDep, tenant: Tenant) -> 
     if missing:
         raise BadRequest(f"{missing[0]}: required")
     _checked(state, fields)
-    table = EndpointTable(state.store.db)
-    if len(table.of_tenant(tenant, MAX_ENDPOINTS + 1, None)) >= MAX_ENDPOINTS:
-        raise BadRequest(f"url: a tenant has at most {MAX_ENDPOINTS} webhook endpoints")
     created = int(time.time())
     assert fields.name is not None and fields.url is not None and fields.event_types
     endpoint = EndpointRow(
@@ -132,7 +129,8 @@ def create_endpoint(fields: EndpointFields, state: StateDep, tenant: Tenant) -> 
         created,
         created,
     )
-    table.add(endpoint)
+    if not EndpointTable(state.store.db).add(endpoint, MAX_ENDPOINTS):
+        raise BadRequest(f"url: a tenant has at most {MAX_ENDPOINTS} webhook endpoints")
     return public(endpoint, with_secret=True)
 
 
