@@ -55,10 +55,10 @@ class EndpointTable:
                 cur.execute("SELECT pg_advisory_xact_lock(?)", (_ENDPOINTS_LOCK,))
             else:
                 cur.execute("DELETE FROM thresher_webhook_endpoints WHERE 1 = 0")
-            (count,) = cur.execute(
+            counted = cur.execute(
                 "SELECT COUNT(*) FROM thresher_webhook_endpoints WHERE tenant = ?", (row.tenant,)
             ).fetchone()
-            if int(count) >= limit:
+            if counted is not None and int(counted[0]) >= limit:
                 return False
             cur.execute(
                 f"INSERT INTO thresher_webhook_endpoints ({SELECTED}) VALUES ({marks})",
