@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -600,3 +600,20 @@ def test_a_delivery_to_a_deleted_endpoint_is_refused_unsent(
     finally:
         sender.close()
     assert "deleted" in row["last_error"] and len(receiver.received) == 1
+
+
+def test_an_endpoints_new_url_takes_its_pending_retries(store: Store, receiver: Receiver) -> None:
+    moved = endpoint(store, receiver.url("localhost"), ["batch.failed"])
+    receiver.statuses = [503]  # the first try fails; the endpoint moves before the next
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=(0.3,)))
+    batch = ended_batch(BatchStatus.FAILED)
+    try:
+        sender.batch_ended(batch)
+        receiver.wait_for(1)
+        table = EndpointTable(store.db)
+        table.save(replace(moved, url=receiver.url(), updated_at=2), ("url",))
+        wait_state(store, subject(moved.id, batch.id), "delivered")
+    finally:
+        sender.close()
+    first, second = (got["headers"]["Host"] for got in receiver.received)
+    assert first.startswith("localhost:") and second.startswith("127.0.0.1:")

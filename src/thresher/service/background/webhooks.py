@@ -252,24 +252,24 @@ class WebhookSender:
 
     def _post(self, delivery: Delivery) -> int:
         body = delivery.payload.encode()
-        headers = self._signature(delivery, body)
-        return post_webhook(self._client, delivery.url, body, headers, self._settings.allow_private)
+        url, headers = self._addressed(delivery, body)
+        return post_webhook(self._client, url, body, headers, self._settings.allow_private)
 
-    def _signature(self, delivery: Delivery, body: bytes) -> dict[str, str]:
-        """The attempt's signature headers: thresher's, or OpenAI's for a batch event
-        (keyed by its endpoint's secrets; ValueError when the endpoint is gone)."""
+    def _addressed(self, delivery: Delivery, body: bytes) -> tuple[str, dict[str, str]]:
+        """Where the attempt goes and its signature headers: the recorded URL signed
+        with thresher's secret, or, for a batch event, its endpoint's URL as it is now
+        (an endpoint's update moves its pending retries along) signed with the
+        endpoint's secrets (ValueError when the endpoint is gone)."""
         endpoint_id = endpoint_of(delivery.job_id)
         if endpoint_id is None:
             timestamp = str(int(time.time()))
-            return {
-                TIMESTAMP_HEADER: timestamp,
-                SIGNATURE_HEADER: sign(self._settings.secret, timestamp, body),
-            }
+            signature = sign(self._settings.secret, timestamp, body)
+            return delivery.url, {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: signature}
         endpoint = EndpointTable(self._store.db).find(endpoint_id)
         if endpoint is None:
             raise ValueError(f"webhook endpoint {endpoint_id} was deleted")
         event_id = str(json.loads(delivery.payload)["id"])
-        return signed_headers(endpoint, event_id, body, time.time())
+        return endpoint.url, signed_headers(endpoint, event_id, body, time.time())
 
     def _record(
         self,
