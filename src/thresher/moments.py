@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from thresher.arrays import to_numpy
 from thresher.native import kernel
 
 __all__ = [
@@ -35,7 +36,9 @@ __all__ = [
     "Seen",
     "Sums",
     "address",
+    "addresses",
     "fresh_sums",
+    "gather",
     "into_matrix",
     "is_plain_double",
     "recording",
@@ -125,6 +128,17 @@ void thresher_matrix(int64_t columns, const double* const* sources, const int64_
         }
     }
 }
+
+/* The values at the rising `positions` (n of them) of each of `columns` arrays of doubles
+   (`sources`), into out[c * n .. c * n + n): a sample's rows of many columns, one call. */
+void thresher_gather(int64_t columns, const double* const* sources, const int64_t* positions,
+                     int64_t n, double* out) {
+    for (int64_t c = 0; c < columns; c++) {
+        const double* x = sources[c];
+        double* o = out + c * n;
+        for (int64_t k = 0; k < n; k++) o[k] = x[positions[k]];
+    }
+}
 """
 
 
@@ -148,6 +162,14 @@ def _kernels() -> Any:
         ctypes.c_void_p,
     ]
     library.thresher_matrix.restype = None
+    library.thresher_gather.argtypes = [
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+    ]
+    library.thresher_gather.restype = None
     return library
 
 
@@ -194,6 +216,28 @@ def address(values: pa.Array) -> int:
     return int(values.buffers()[1].address) + offset
 
 
+def addresses(arrays: Sequence[pa.Array]) -> np.ndarray:
+    """`address` of each array, as int64s."""
+    return np.fromiter((address(a) for a in arrays), dtype=np.int64, count=len(arrays))
+
+
+def gather(arrays: Sequence[pa.Array], at: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The values at the rising `positions` of each of `arrays` (float64, no nulls, at the
+    addresses `at`): a matrix, a row per array. One native call for all of them (the
+    GIL let go meanwhile), or numpy's take per array."""
+    out = np.empty((len(arrays), len(positions)))
+    library = _kernels()
+    if library is None or not len(arrays):
+        for row, values in enumerate(arrays):
+            np.take(to_numpy(values), positions, out=out[row])
+        return out
+    positions = np.ascontiguousarray(positions, dtype=np.int64)
+    library.thresher_gather(
+        len(arrays), at.ctypes.data, positions.ctypes.data, len(positions), out.ctypes.data
+    )
+    return out
+
+
 @dataclass
 class Seen:
     """The moments of the runs of doubles converted while recording. `add` only keeps
@@ -217,11 +261,16 @@ class Seen:
 
     def sums_of_all(self, arrays: Sequence[pa.Array]) -> list[Sums | None]:
         """`sums_of` of each of `arrays`, found for all of them at once."""
-        runs = self._table() if arrays else None
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        return self.sums_at(addresses(arrays), lengths)
+
+    def sums_at(self, at: np.ndarray, lengths: np.ndarray | int) -> list[Sums | None]:
+        """`sums_of_all` of the arrays of doubles at the addresses `at`, of `lengths`
+        values each (one length for all, or one per array)."""
+        runs = self._table() if len(at) else None
         if runs is None:  # nothing recorded (or only runs of no columns)
-            return [None] * len(arrays)
-        at = np.fromiter((address(a) for a in arrays), dtype=np.int64, count=len(arrays))
-        end = at + 8 * np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+            return [None] * len(at)
+        end = at + 8 * np.asarray(lengths, dtype=np.int64)
         first = np.searchsorted(runs.starts, at)
         last = np.searchsorted(runs.starts, end) - 1  # the last run that begins inside
         head, tail = np.minimum(first, len(runs.starts) - 1), np.maximum(last, 0)
@@ -233,7 +282,7 @@ class Seen:
             & (runs.breaks[tail] == runs.breaks[head])  # each run ends where the next begins
             & ~runs.unclear[head]
         )
-        found: list[Sums | None] = [None] * len(arrays)
+        found: list[Sums | None] = [None] * len(at)
         if tiled.any():
             # each array's runs summed in one pass for all: a run range [head, tail + 1) per
             # array, the stretches between them computed and dropped (reduceat's way)

@@ -191,3 +191,13 @@ def test_runs_of_no_columns_say_nothing() -> None:
     seen = moments.Seen()
     seen.add([], 100, np.zeros((0, 4)))
     assert seen.sums_of_all([pa.array(np.ones(100))]) == [None]
+
+
+def test_a_sample_is_gathered_from_many_columns_at_once_as_take_would() -> None:
+    rng = np.random.default_rng(3)
+    whole = [pa.array(rng.normal(size=1_000)) for _ in range(3)]
+    arrays = [whole[0], whole[1].slice(100, 700), whole[2].slice(300)]  # offsets count
+    positions = np.array([0, 5, 6, 250, 699])
+    block = moments.gather(arrays, moments.addresses(arrays), positions)
+    expected = [a.to_numpy()[positions] for a in arrays]
+    np.testing.assert_array_equal(block, np.array(expected))

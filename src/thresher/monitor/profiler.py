@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.arrays import to_numpy
-from thresher.moments import Seen, is_plain_double, reductions
+from thresher.moments import Seen, addresses, gather, is_plain_double, reductions
+from thresher.monitor.counts import small_counts
 from thresher.monitor.profile import (
     PROBABILITY_BINS,
     ColumnProfile,
@@ -111,22 +113,27 @@ class ShardProfiler:
     def _add(self, table: pa.Table, role: Role, seen: Seen | None = None) -> None:
         if not table.num_rows:
             return
-        sample = self._sample(table.num_rows)
+        rows = table.num_rows
+        drawn: list[np.ndarray | None] = []  # the chunk's sample, drawn once a column asks
+
+        def sample() -> np.ndarray | None:
+            if not drawn:
+                drawn.append(self._sample(rows))
+            return drawn[0]
+
         plain: list[tuple[ColumnProfile, pa.Array]] = []
-        for name in table.column_names:
-            column = self._profile.columns.get(name)
+        for field, values in zip(table.schema, table.columns, strict=True):
+            type_ = field.type
+            column = self._profile.columns.get(field.name)
             if column is None:
-                column = ColumnProfile.empty(
-                    name, role, column_kind(table.schema.field(name).type, role)
-                )
-                self._profile.columns[name] = column
-            values = table.column(name)
-            if _is_plain(column, values):
+                column = ColumnProfile.empty(field.name, role, column_kind(type_, role))
+                self._profile.columns[field.name] = column
+            if _is_plain(column, type_, values):
                 plain.append((column, values.chunk(0)))
-            else:
-                add_values(column, values, sample, seen)
+            else:  # a column that keeps no sketch of its values is given no sample
+                add_values(column, values, sample() if _sampled(column, type_) else None, seen)
         if plain:
-            self._add_plain(plain, sample, seen)
+            self._add_plain(plain, sample(), seen)
 
     def _add_plain(
         self,
@@ -135,13 +142,14 @@ class ShardProfiler:
         seen: Seen | None,
     ) -> None:
         """Columns of plain doubles, together: their moments (recorded by the model's
-        conversion, or one native pass each) merged into the running arrays at once;
-        a column with nan or inf goes the way of any other."""
+        conversion, or one native pass each) merged into the running arrays at once, and
+        their sampled values gathered in one native call; a column with nan or inf goes
+        the way of any other."""
         rows = len(plain[0][1])
-        numbers = [np.asarray(to_numpy(values), dtype=np.float64) for _, values in plain]
         arrays = [values for _, values in plain]
-        found = seen.sums_of_all(arrays) if seen is not None else [None] * len(plain)
-        sums = np.array([f or reductions(x) for f, x in zip(found, numbers, strict=True)])
+        at = addresses(arrays)
+        found = seen.sums_at(at, rows) if seen is not None else [None] * len(plain)
+        sums = np.array([f or reductions(_numbers(a)) for f, a in zip(found, arrays, strict=True)])
         finite = np.isfinite(sums[:, 0])  # nan or inf would have made the sum so
         for i in np.flatnonzero(~finite):
             column, values = plain[i]
@@ -151,14 +159,24 @@ class ShardProfiler:
         if not len(kept):
             return
         total, squares, low, high = sums[kept].T
-        mean, m2 = _spread(total, squares, rows, [numbers[i] for i in kept])
+        mean, m2 = _spread(total, squares, rows, lambda i: _numbers(arrays[kept[i]]))
         names = tuple(plain[i][0].name for i in kept)
         self._moments.merge(names, rows, mean=mean, m2=m2, low=low, high=high)
+        sketched = []
         for i in kept:
             column = plain[i][0]
             column.rows += rows
-            if column.quantiles is not None and (sample is None or len(sample)):
-                self._waiting.add(column, numbers[i][sample] if sample is not None else numbers[i])
+            if column.quantiles is not None:
+                sketched.append(i)
+        if not sketched or (sample is not None and not len(sample)):
+            return
+        columns = [plain[i][0] for i in sketched]
+        if sample is None:  # every row: the values themselves wait
+            for column, i in zip(columns, sketched, strict=True):
+                self._waiting.add(column, _numbers(arrays[i]))
+        else:
+            block = gather([arrays[i] for i in sketched], at[sketched], sample)
+            self._waiting.add_rows(columns, block)
 
     def _sample(self, rows: int) -> np.ndarray | None:
         """Row positions drawn independently with probability `sample_rate` (None: every
@@ -194,14 +212,29 @@ class ShardProfiler:
             )
 
 
-def _is_plain(column: ColumnProfile, values: pa.ChunkedArray) -> bool:
+def _sampled(column: ColumnProfile, type_: pa.DataType) -> bool:
+    """Whether `add_values` gives the column's values (or, for text, their lengths) to
+    its quantile sketch: not a class label's, which is counted, not sketched."""
+    if column.quantiles is None:
+        return False
+    return column.kind == "numeric" or pa.types.is_string(type_)
+
+
+def _numbers(values: pa.Array) -> np.ndarray:
+    return np.asarray(to_numpy(values), dtype=np.float64)
+
+
+def _is_plain(column: ColumnProfile, type_: pa.DataType, values: pa.ChunkedArray) -> bool:
     """Whether a column's values of a chunk go the way of plain doubles (`_add_plain`):
-    numeric, no probability histogram to keep, one part of float64 without nulls."""
+    numeric, no probability histogram to keep, one part of float64 without nulls (as
+    `moments.is_plain_double`, the type taken from the chunk's schema)."""
     return (
         column.kind == "numeric"
         and column.probability is None
+        and pa.types.is_float64(type_)
         and values.num_chunks == 1
-        and is_plain_double(values.chunk(0))
+        and values.null_count == 0
+        and len(values) > 0
     )
 
 
@@ -246,6 +279,10 @@ def _value_counts(values: pa.ChunkedArray) -> tuple[list[Any], list[int]]:
     if pa.types.is_integer(values.type) and len(values) > values.null_count:
         parts = [to_numpy(p.drop_null() if p.null_count else p) for p in values.chunks]
         parts = [part for part in parts if len(part)]  # one at a time: see _add_numbers
+        small = small_counts(parts)  # class labels, as a rule: one native pass
+        if small is not None:
+            present = np.flatnonzero(small)
+            return present.tolist(), small[present].tolist()
         low, high = min(int(p.min()) for p in parts), max(int(p.max()) for p in parts)
         if high - low < BINCOUNT_SPAN and low > -(1 << 62) and high < 1 << 62:
             counts = np.zeros(high - low + 1, dtype=np.int64)
@@ -324,20 +361,20 @@ def _moments(finite: np.ndarray, total: float, squares: float, low: float, high:
     count = len(finite)
     if not count:
         return Moments()
-    mean, m2 = _spread(np.array([total]), np.array([squares]), count, [finite])
+    mean, m2 = _spread(np.array([total]), np.array([squares]), count, lambda _: finite)
     return Moments(count, low, high, float(mean[0]), float(m2[0]))
 
 
 def _spread(
-    total: np.ndarray, squares: np.ndarray, count: int, values: list[np.ndarray]
+    total: np.ndarray, squares: np.ndarray, count: int, values: Callable[[int], np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The means and sums of squared deviations of columns of `count` finite values each,
     from their Σx and Σx². Where cancellation ate the digits (a mean far from zero against
-    a small spread), the exact two-pass way, from the column's `values`."""
+    a small spread), the exact two-pass way, from column i's `values(i)`."""
     mean = total / count
     m2 = squares - total * mean
     for i in np.flatnonzero(m2 < 1e-9 * np.abs(total * mean)):
-        m2[i] = float(np.var(values[i])) * count
+        m2[i] = float(np.var(values(int(i)))) * count
     return mean, np.maximum(m2, 0.0)
 
 

@@ -94,6 +94,14 @@ class WaitingSamples:
         if self._sizes[column.name] >= self.FLUSH:
             self.flush(column)
 
+    def add_rows(self, columns: list[ColumnProfile], block: np.ndarray) -> None:
+        """Keep row i of `block` (a matrix of this profiler's own) for `columns[i]`."""
+        for column, values in zip(columns, block, strict=True):
+            self._parts.setdefault(column.name, []).append(values)
+            size = self._sizes[column.name] = self._sizes.get(column.name, 0) + len(values)
+            if size >= self.FLUSH:
+                self.flush(column)
+
     def flush(self, column: ColumnProfile) -> None:
         parts = self._parts.pop(column.name, [])
         self._sizes.pop(column.name, None)
