@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from thresher.arrays import to_numpy
 from thresher.native import kernel
 
 __all__ = [
@@ -38,7 +37,6 @@ __all__ = [
     "address",
     "addresses",
     "fresh_sums",
-    "gather",
     "into_matrix",
     "is_plain_double",
     "recording",
@@ -129,16 +127,6 @@ void thresher_matrix(int64_t columns, const double* const* sources, const int64_
     }
 }
 
-/* The values at the rising `positions` (n of them) of each of `columns` arrays of doubles
-   (`sources`), into out[c * n .. c * n + n): a sample's rows of many columns, one call. */
-void thresher_gather(int64_t columns, const double* const* sources, const int64_t* positions,
-                     int64_t n, double* out) {
-    for (int64_t c = 0; c < columns; c++) {
-        const double* x = sources[c];
-        double* o = out + c * n;
-        for (int64_t k = 0; k < n; k++) o[k] = x[positions[k]];
-    }
-}
 """
 
 
@@ -162,14 +150,6 @@ def _kernels() -> Any:
         ctypes.c_void_p,
     ]
     library.thresher_matrix.restype = None
-    library.thresher_gather.argtypes = [
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-    ]
-    library.thresher_gather.restype = None
     return library
 
 
@@ -219,23 +199,6 @@ def address(values: pa.Array) -> int:
 def addresses(arrays: Sequence[pa.Array]) -> np.ndarray:
     """`address` of each array, as int64s."""
     return np.fromiter((address(a) for a in arrays), dtype=np.int64, count=len(arrays))
-
-
-def gather(arrays: Sequence[pa.Array], at: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """The values at the rising `positions` of each of `arrays` (float64, no nulls, at the
-    addresses `at`): a matrix, a row per array. One native call for all of them (the
-    GIL let go meanwhile), or numpy's take per array."""
-    out = np.empty((len(arrays), len(positions)))
-    library = _kernels()
-    if library is None or not len(arrays):
-        for row, values in enumerate(arrays):
-            np.take(to_numpy(values), positions, out=out[row])
-        return out
-    positions = np.ascontiguousarray(positions, dtype=np.int64)
-    library.thresher_gather(
-        len(arrays), at.ctypes.data, positions.ctypes.data, len(positions), out.ctypes.data
-    )
-    return out
 
 
 @dataclass

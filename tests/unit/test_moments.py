@@ -9,6 +9,7 @@ import pytest
 
 from thresher import moments
 from thresher.models.features import to_matrix
+from thresher.monitor.counts import gather
 from thresher.monitor.profiler import ShardProfiler
 
 needs_kernel = pytest.mark.skipif(moments._kernels() is None, reason="no C compiler here")
@@ -198,6 +199,6 @@ def test_a_sample_is_gathered_from_many_columns_at_once_as_take_would() -> None:
     whole = [pa.array(rng.normal(size=1_000)) for _ in range(3)]
     arrays = [whole[0], whole[1].slice(100, 700), whole[2].slice(300)]  # offsets count
     positions = np.array([0, 5, 6, 250, 699])
-    block = moments.gather(arrays, moments.addresses(arrays), positions)
+    block = gather(arrays, moments.addresses(arrays), positions)
     expected = [a.to_numpy()[positions] for a in arrays]
     np.testing.assert_array_equal(block, np.array(expected))

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.arrays import to_numpy
-from thresher.moments import Seen, addresses, gather, is_plain_double, reductions
-from thresher.monitor.counts import small_counts
+from thresher.moments import Seen, addresses, is_plain_double, reductions
+from thresher.monitor.counts import gather, small_counts
 from thresher.monitor.profile import (
     PROBABILITY_BINS,
     ColumnProfile,
