@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from thresher.native import kernel
+from thresher.native import declared, kernel
 
 __all__ = [
     "Reducer",
@@ -126,7 +126,6 @@ void thresher_matrix(int64_t columns, const double* const* sources, const int64_
         }
     }
 }
-
 """
 
 
@@ -137,19 +136,12 @@ def _kernels() -> Any:
     library = kernel("moments", KERNELS_C)
     if library is None:
         return None
-    library.thresher_reductions.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-    library.thresher_reductions.restype = None
-    library.thresher_matrix.argtypes = [
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int32,
-        ctypes.c_void_p,
-    ]
-    library.thresher_matrix.restype = None
+    pointer, count = ctypes.c_void_p, ctypes.c_int64
+    declared(library.thresher_reductions, pointer, count, pointer)
+    declared(
+        library.thresher_matrix,
+        *(count, pointer, pointer, count, pointer, count, ctypes.c_int32, pointer),
+    )
     return library
 
 

@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("thresher.native")
 
@@ -66,6 +67,13 @@ def kernel(name: str, source: str) -> ctypes.CDLL | None:
     except (CompileError, OSError) as reason:
         log.info("%s: no native kernel here (%s); numpy does its work", name, reason)
         return None
+
+
+def declared(function: Any, *arguments: Any) -> Any:
+    """A library function, told its arguments (ctypes types) and that it returns nothing."""
+    function.argtypes = list(arguments)
+    function.restype = None
+    return function
 
 
 def _built(name: str, source: str) -> Path:

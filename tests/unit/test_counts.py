@@ -1,4 +1,4 @@
-"""Class labels counted natively (`thresher.monitor.counts`): the same counts as numpy's
+"""Class labels counted natively (`thresher.monitor.kernels`): the same counts as numpy's
 bincount, and None (the caller's general path) for any label it does not take."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from thresher.monitor.counts import SMALL_LABELS, small_counts
+from thresher.monitor.kernels import SMALL_LABELS, small_counts
 
 pytestmark = pytest.mark.unit
 

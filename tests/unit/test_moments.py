@@ -9,7 +9,7 @@ import pytest
 
 from thresher import moments
 from thresher.models.features import to_matrix
-from thresher.monitor.counts import gather
+from thresher.monitor.kernels import gather
 from thresher.monitor.profiler import ShardProfiler
 
 needs_kernel = pytest.mark.skipif(moments._kernels() is None, reason="no C compiler here")

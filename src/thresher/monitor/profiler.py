@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from thresher.arrays import to_numpy
 from thresher.moments import Seen, addresses, is_plain_double, reductions
-from thresher.monitor.counts import gather, small_counts
+from thresher.monitor.kernels import gather, small_counts
 from thresher.monitor.profile import (
     PROBABILITY_BINS,
     ColumnProfile,
@@ -128,7 +128,7 @@ class ShardProfiler:
             if column is None:
                 column = ColumnProfile.empty(field.name, role, column_kind(type_, role))
                 self._profile.columns[field.name] = column
-            if _is_plain(column, type_, values):
+            if _is_plain(column, values):
                 plain.append((column, values.chunk(0)))
             else:  # a column that keeps no sketch of its values is given no sample
                 add_values(column, values, sample() if _sampled(column, type_) else None, seen)
@@ -224,17 +224,14 @@ def _numbers(values: pa.Array) -> np.ndarray:
     return np.asarray(to_numpy(values), dtype=np.float64)
 
 
-def _is_plain(column: ColumnProfile, type_: pa.DataType, values: pa.ChunkedArray) -> bool:
+def _is_plain(column: ColumnProfile, values: pa.ChunkedArray) -> bool:
     """Whether a column's values of a chunk go the way of plain doubles (`_add_plain`):
-    numeric, no probability histogram to keep, one part of float64 without nulls (as
-    `moments.is_plain_double`, the type taken from the chunk's schema)."""
+    numeric, no probability histogram to keep, one part of float64 without nulls."""
     return (
         column.kind == "numeric"
         and column.probability is None
-        and pa.types.is_float64(type_)
         and values.num_chunks == 1
-        and values.null_count == 0
-        and len(values) > 0
+        and is_plain_double(values.chunk(0))
     )
 
 

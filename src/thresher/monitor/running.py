@@ -88,19 +88,18 @@ class WaitingSamples:
 
     def add(self, column: ColumnProfile, values: np.ndarray) -> None:
         """Keep `values` (a copy is taken if they are Arrow's memory)."""
-        parts = self._parts.setdefault(column.name, [])
-        parts.append(values if values.flags.owndata else values.copy())
-        self._sizes[column.name] = self._sizes.get(column.name, 0) + len(values)
-        if self._sizes[column.name] >= self.FLUSH:
-            self.flush(column)
+        self._keep(column, values if values.flags.owndata else values.copy())
 
     def add_rows(self, columns: list[ColumnProfile], block: np.ndarray) -> None:
         """Keep row i of `block` (a matrix of this profiler's own) for `columns[i]`."""
         for column, values in zip(columns, block, strict=True):
-            self._parts.setdefault(column.name, []).append(values)
-            size = self._sizes[column.name] = self._sizes.get(column.name, 0) + len(values)
-            if size >= self.FLUSH:
-                self.flush(column)
+            self._keep(column, values)
+
+    def _keep(self, column: ColumnProfile, values: np.ndarray) -> None:
+        self._parts.setdefault(column.name, []).append(values)
+        size = self._sizes[column.name] = self._sizes.get(column.name, 0) + len(values)
+        if size >= self.FLUSH:
+            self.flush(column)
 
     def flush(self, column: ColumnProfile) -> None:
         parts = self._parts.pop(column.name, [])

@@ -38,6 +38,7 @@ import pyarrow as pa
 from thresher.arrays import to_numpy
 from thresher.models.features import to_matrix
 from thresher.moments import Reducer, fresh_sums, reducing
+from thresher.native import declared
 from thresher.trees import quickscorer
 
 Frontend = Literal["lightgbm", "xgboost"]
@@ -195,8 +196,8 @@ class TreeLibrary:
         try:
             handle = ctypes.CDLL(str(library))
             # (columns, stride, rows, out), and (columns, rows, out, reduce, sums)
-            self._predict = _declared(handle.thresher_predict, columns, rows, rows, address)
-            self._reducing = _declared(
+            self._predict = declared(handle.thresher_predict, columns, rows, rows, address)
+            self._reducing = declared(
                 handle.thresher_predict_reducing, columns, rows, address, address, address
             )
             self.width = int(handle.get_num_feature())
@@ -273,13 +274,6 @@ class TreeLibrary:
         sums = fresh_sums(len(pointers))
         self._reducing(shifted, stop - start, target, reducer.function, sums.ctypes.data)
         reducer.seen.add(starts, stop - start, sums)
-
-
-def _declared(function: Any, *arguments: Any) -> Any:
-    """A library function, told its arguments and that it returns nothing."""
-    function.argtypes = list(arguments)
-    function.restype = None
-    return function
 
 
 def _column_pointers(table: pa.Table) -> tuple[list[Any], list[int], int]:

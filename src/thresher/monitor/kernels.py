@@ -1,4 +1,4 @@
-"""Two native passes of the profiler, each replacing per-column numpy calls per chunk.
+"""The profiler's own native passes, each replacing per-column numpy calls per chunk.
 
 Class labels: a classifier's prediction column is profiled by the count of each label,
 every chunk, and numpy's `bincount` took two passes (its range, then the counts) and most
@@ -20,13 +20,13 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.arrays import to_numpy
-from thresher.native import kernel
+from thresher.native import declared, kernel
 
 __all__ = ["SMALL_LABELS", "gather", "small_counts"]
 
 SMALL_LABELS = 1024  # labels counted natively are in [0, SMALL_LABELS): SPAN in the C
 
-COUNT_C = r"""
+KERNELS_C = r"""
 #include <stdint.h>
 #include <string.h>
 
@@ -73,19 +73,13 @@ void thresher_gather(int64_t columns, const double* const* sources, const int64_
 
 @functools.cache
 def _kernel() -> Any:
-    library = kernel("counts", COUNT_C)
+    library = kernel("profiler", KERNELS_C)
     if library is None:
         return None
     library.thresher_count_labels.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     library.thresher_count_labels.restype = ctypes.c_int32
-    library.thresher_gather.argtypes = [
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-    ]
-    library.thresher_gather.restype = None
+    pointer, count = ctypes.c_void_p, ctypes.c_int64
+    declared(library.thresher_gather, count, pointer, pointer, count, pointer)
     return library
 
 
