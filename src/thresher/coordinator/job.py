@@ -15,6 +15,7 @@ from typing import Any
 
 from thresher.coordinator.loop import JobLedger, LoopOutcome, ShardLoop
 from thresher.coordinator.manifest import RunFacts, build_manifest, error_rate_problem
+from thresher.coordinator.profile_fold import ProfileFold
 from thresher.errors import SpecError, ThresherError
 from thresher.executors.base import make_executor
 from thresher.executors.tasks import WorkerSetup
@@ -157,10 +158,14 @@ def _drive(job: Job, output: tuple[Sink, str], shards: list[Any], reporter: Repo
     placement = place(job.spec, shards, job.store)
     reporter.planned(job.id, len(shards), known_rows(shards), placement.describe())
     executor = make_executor(job.spec.run, placement)
-    ledger = JobLedger(job.id, job.store, sink)
-    loop = ShardLoop(job.id, job.store, ledger, executor, reporter, job.spec.run.max_attempts)
     try:
-        outcome = loop.run(shards, worker_setup(job, placement, sink)) if shards else LoopOutcome()
+        setup = worker_setup(job, placement, sink)
+        order = sorted(shard.index for shard in job.plan.shards)
+        profiles = ProfileFold(job.store, job.id, order) if setup.profile is not None else None
+        ledger = JobLedger(job.id, job.store, sink, profiles)
+        attempts = job.spec.run.max_attempts
+        loop = ShardLoop(job.id, job.store, ledger, executor, reporter, attempts)
+        outcome = loop.run(shards, setup) if shards else LoopOutcome()
     except BaseException as exc:
         job.store.finish(job.id, JobState.FAILED, None, f"{type(exc).__name__}: {exc}")
         sink.abort()
@@ -176,10 +181,16 @@ def _drive(job: Job, output: tuple[Sink, str], shards: list[Any], reporter: Repo
         outcome.rows_seen,
         sizes[0][0] if sizes else None,
     )
-    return _finish(job, output, outcome, facts)
+    return _finish(job, output, outcome, facts, profiles)
 
 
-def _finish(job: Job, output: tuple[Sink, str], outcome: LoopOutcome, facts: RunFacts) -> JobResult:
+def _finish(
+    job: Job,
+    output: tuple[Sink, str],
+    outcome: LoopOutcome,
+    facts: RunFacts,
+    profiles: ProfileFold | None,
+) -> JobResult:
     sink, errors_uri = output
     totals = job.store.totals(job.id)
     manifest = build_manifest(job.spec, job.id, totals, facts)
@@ -196,7 +207,7 @@ def _finish(job: Job, output: tuple[Sink, str], outcome: LoopOutcome, facts: Run
         sink.abort()
         job.store.finish(job.id, JobState.FAILED, manifest, "; ".join(problems))
         return JobResult(job.id, JobState.FAILED, manifest, job.spec.sink.uri, errors_uri, problems)
-    profile = job.store.profiles.merge_shards(job.id)
+    profile = profiles.profile() if profiles is not None else None
     if profile is not None:
         job.store.profiles.save(job.id, profile)
         manifest["profile"] = profile.summary()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from thresher.coordinator.commit import commit_shard
+from thresher.coordinator.profile_fold import ProfileFold
 from thresher.errors import JobFailed
 from thresher.executors.base import Executor
 from thresher.executors.tasks import (
@@ -64,11 +65,12 @@ class Ledger(Protocol):
 @dataclass(frozen=True)
 class JobLedger:
     """A run's shards: attempts recorded in the store, each finished shard committed by
-    `commit_shard`."""
+    `commit_shard`, then its profile folded into the job's (`profiles`, when it profiles)."""
 
     job_id: str
     store: Store
     sink: Sink
+    profiles: ProfileFold | None = None
 
     def task(self, shard: Shard, number: int) -> Task:
         return ShardTask(shard=shard, attempt=f"a{number}-{secrets.token_hex(4)}", number=number)
@@ -81,6 +83,8 @@ class JobLedger:
 
     def done(self, result: ShardResult) -> None:
         commit_shard(self.sink, self.store, self.job_id, result)
+        if self.profiles is not None:
+            self.profiles.add(result.shard, result.profile)
 
 
 @dataclass

@@ -42,14 +42,19 @@ class ProfileTable:
             )
         return profile
 
-    def merge_shards(self, job_id: str) -> Profile | None:
-        """The job's profile: its done shards' profiles merged in shard order (so a resumed
-        job merges exactly what an uninterrupted one would); None when no shard has one."""
+    def of_shards(self, job_id: str) -> dict[int, str]:
+        """The job's done shards' profiles (JSON), by shard index, in shard order."""
         rows = self.db.query(
-            "SELECT profile FROM thresher_shards WHERE job_id = ? AND state = 'done'"
+            "SELECT idx, profile FROM thresher_shards WHERE job_id = ? AND state = 'done'"
             " AND profile IS NOT NULL ORDER BY idx",
             (job_id,),
         )
-        if not rows:
+        return {int(index): text for index, text in rows}
+
+    def merge_shards(self, job_id: str) -> Profile | None:
+        """The job's profile: its done shards' profiles merged in shard order (so a resumed
+        job merges exactly what an uninterrupted one would); None when no shard has one."""
+        texts = self.of_shards(job_id).values()
+        if not texts:
             return None
-        return merge_profiles([Profile.from_json(json.loads(text)) for (text,) in rows])
+        return merge_profiles([Profile.from_json(json.loads(text)) for text in texts])
