@@ -30,17 +30,17 @@ import pyarrow.compute as pc
 from thresher.arrays import to_numpy
 from thresher.moments import Seen, addresses, is_plain_double, reductions
 from thresher.monitor.kernels import gather, small_counts
+from thresher.monitor.layout import Layout
 from thresher.monitor.profile import (
     PROBABILITY_BINS,
     ColumnProfile,
-    Kind,
     Moments,
     Profile,
     Role,
 )
 from thresher.monitor.running import RunningMoments, WaitingSamples
 
-__all__ = ["ShardProfiler", "column_kind", "sample_rate_for"]
+__all__ = ["ShardProfiler", "sample_rate_for"]
 
 MAX_CATEGORIES = 1024  # more distinct values in one chunk: the column is text, not a category
 BINCOUNT_SPAN = 1 << 16  # integer values spread wider than this are counted by hashing
@@ -57,19 +57,6 @@ def sample_rate_for(rows: int | None, sample_rows: int) -> float:
     return sample_rows / rows
 
 
-def column_kind(type_: pa.DataType, role: Role) -> Kind:
-    """How a column of this type is profiled. Integer outputs are class labels."""
-    if pa.types.is_boolean(type_) or pa.types.is_dictionary(type_):
-        return "categorical"
-    if pa.types.is_integer(type_):
-        return "categorical" if role == "output" else "numeric"
-    if pa.types.is_floating(type_) or pa.types.is_decimal(type_):
-        return "numeric"
-    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
-        return "categorical"
-    return "other"
-
-
 class ShardProfiler:
     """A shard's profile, built one chunk at a time (`update`), then `profile`."""
 
@@ -82,6 +69,7 @@ class ShardProfiler:
         self._segments: dict[str, ShardProfiler] = {}
         self._moments = RunningMoments()
         self._waiting = WaitingSamples()
+        self._layouts: dict[Role, Layout] = {}  # the last chunk's, by role
 
     def update(
         self,
@@ -106,7 +94,7 @@ class ShardProfiler:
         for name, moments in self._moments.folded():
             self._profile.columns[name].moments.merge(moments)
         self._moments = RunningMoments()  # folded in: a second call adds nothing twice
-        self._waiting.flush_all(self._profile.columns)
+        self._waiting.flush_all()
         self._profile.segments = {k: s.profile() for k, s in sorted(self._segments.items())}
         return self._profile
 
@@ -121,17 +109,12 @@ class ShardProfiler:
                 drawn.append(self._sample(rows))
             return drawn[0]
 
-        plain: list[tuple[ColumnProfile, pa.Array]] = []
-        for field, values in zip(table.schema, table.columns, strict=True):
-            type_ = field.type
-            column = self._profile.columns.get(field.name)
-            if column is None:
-                column = ColumnProfile.empty(field.name, role, column_kind(type_, role))
-                self._profile.columns[field.name] = column
-            if _is_plain(column, values):
-                plain.append((column, values.chunk(0)))
-            else:  # a column that keeps no sketch of its values is given no sample
-                add_values(column, values, sample() if _sampled(column, type_) else None, seen)
+        layout = self._layouts.get(role)
+        if layout is None or not layout.schema.equals(table.schema):
+            layout = self._layouts[role] = Layout.of(table.schema, role, self._profile.columns)
+        plain, rest = layout.split(table)
+        for column, values in rest:  # a column that keeps no sketch of its values: no sample
+            add_values(column, values, sample() if _sampled(column, values.type) else None, seen)
         if plain:
             self._add_plain(plain, sample(), seen)
 
@@ -222,17 +205,6 @@ def _sampled(column: ColumnProfile, type_: pa.DataType) -> bool:
 
 def _numbers(values: pa.Array) -> np.ndarray:
     return np.asarray(to_numpy(values), dtype=np.float64)
-
-
-def _is_plain(column: ColumnProfile, values: pa.ChunkedArray) -> bool:
-    """Whether a column's values of a chunk go the way of plain doubles (`_add_plain`):
-    numeric, no probability histogram to keep, one part of float64 without nulls."""
-    return (
-        column.kind == "numeric"
-        and column.probability is None
-        and values.num_chunks == 1
-        and is_plain_double(values.chunk(0))
-    )
 
 
 def add_values(

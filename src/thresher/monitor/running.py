@@ -78,37 +78,44 @@ class WaitingSamples:
     """Sampled values on their way to their columns' KLL sketches. A sketch update costs
     per call, and so does a sort: the values wait here and go to a sketch `FLUSH` or more
     at a time, sorted (KLL's bound holds in any order, and its compactions, which sort,
-    then take a third less of the time)."""
+    then take a third less of the time). A chunk's sample of its plain columns waits as
+    the one matrix it was gathered into, and the matrices of a run of chunks go to the
+    sketches sorted row by row in one call: kept column by column, the bookkeeping alone
+    cost more than the sort."""
 
     FLUSH = 1 << 15
 
     def __init__(self) -> None:
-        self._parts: dict[str, list[np.ndarray]] = {}
-        self._sizes: dict[str, int] = {}
+        self._blocks: dict[tuple[str, ...], list[np.ndarray]] = {}
+        self._columns: dict[tuple[str, ...], list[ColumnProfile]] = {}
+        self._sizes: dict[tuple[str, ...], int] = {}
 
     def add(self, column: ColumnProfile, values: np.ndarray) -> None:
         """Keep `values` (a copy is taken if they are Arrow's memory)."""
-        self._keep(column, values if values.flags.owndata else values.copy())
+        values = values if values.flags.owndata else values.copy()
+        self.add_rows([column], values[np.newaxis])
 
     def add_rows(self, columns: list[ColumnProfile], block: np.ndarray) -> None:
         """Keep row i of `block` (a matrix of this profiler's own) for `columns[i]`."""
-        for column, values in zip(columns, block, strict=True):
-            self._keep(column, values)
-
-    def _keep(self, column: ColumnProfile, values: np.ndarray) -> None:
-        self._parts.setdefault(column.name, []).append(values)
-        size = self._sizes[column.name] = self._sizes.get(column.name, 0) + len(values)
+        key = tuple(column.name for column in columns)
+        blocks = self._blocks.get(key)
+        if blocks is None:
+            blocks = self._blocks[key] = []
+            self._columns[key] = columns
+        blocks.append(block)
+        size = self._sizes[key] = self._sizes.get(key, 0) + block.shape[1]
         if size >= self.FLUSH:
-            self.flush(column)
+            self._flush(key)
 
-    def flush(self, column: ColumnProfile) -> None:
-        parts = self._parts.pop(column.name, [])
-        self._sizes.pop(column.name, None)
-        if parts and column.quantiles is not None:
-            values = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            values.sort()
-            column.quantiles.update(values)
+    def flush_all(self) -> None:
+        for key in list(self._blocks):
+            self._flush(key)
 
-    def flush_all(self, columns: dict[str, ColumnProfile]) -> None:
-        for name in list(self._parts):
-            self.flush(columns[name])
+    def _flush(self, key: tuple[str, ...]) -> None:
+        blocks, columns = self._blocks.pop(key), self._columns.pop(key)
+        self._sizes.pop(key)
+        values = np.concatenate(blocks, axis=1) if len(blocks) > 1 else blocks[0]
+        values.sort(axis=1)
+        for column, row in zip(columns, values, strict=True):
+            if column.quantiles is not None:
+                column.quantiles.update(row)
