@@ -22,20 +22,17 @@ import functools
 import math
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from thresher.native import declared, kernel
+from thresher.seen import Seen, Sums, address
 
 __all__ = [
     "Reducer",
-    "Seen",
-    "Sums",
-    "address",
-    "addresses",
     "fresh_sums",
     "into_matrix",
     "is_plain_double",
@@ -44,7 +41,6 @@ __all__ = [
     "reductions",
 ]
 
-Sums = tuple[float, float, float, float]  # Σx, Σx², min, max
 BLAS_ONE_THREAD = 8192  # OpenBLAS computes a dot of up to 10,000 values on one thread
 
 # Sixteen lanes of accumulators, not one vector's four: each lane's additions wait for the
@@ -180,116 +176,6 @@ def _sum_of_squares(values: np.ndarray) -> float:
         part = values[start : start + BLAS_ONE_THREAD]
         total += float(np.dot(part, part))
     return total
-
-
-def address(values: pa.Array) -> int:
-    """Where the first value of a fixed-width Arrow array lies in memory."""
-    offset: int = values.offset * values.type.bit_width // 8
-    return int(values.buffers()[1].address) + offset
-
-
-def addresses(arrays: Sequence[pa.Array]) -> np.ndarray:
-    """`address` of each array, as int64s."""
-    return np.fromiter((address(a) for a in arrays), dtype=np.int64, count=len(arrays))
-
-
-@dataclass
-class Seen:
-    """The moments of the runs of doubles converted while recording. `add` only keeps
-    each call's figures (the model's thread waits on it); the table of runs by where each
-    begins is built when first asked, on the profiler's thread."""
-
-    calls: list[tuple[list[int], int, np.ndarray]] = field(default_factory=list)
-    _runs: _Runs | None = None
-
-    def add(self, starts: list[int], rows: int, sums: np.ndarray) -> None:
-        """`rows` doubles at each address of `starts`, their moments a row of `sums`."""
-        if rows <= 0:  # no values: nothing to say (and a run that tiles nothing)
-            return
-        self.calls.append((starts, rows, sums))
-        self._runs = None
-
-    def sums_of(self, values: pa.Array) -> Sums | None:
-        """The moments of a float64 array without nulls, when recorded runs tile its
-        values exactly (None otherwise: the caller reads the values itself)."""
-        return self.sums_of_all([values])[0]
-
-    def sums_of_all(self, arrays: Sequence[pa.Array]) -> list[Sums | None]:
-        """`sums_of` of each of `arrays`, found for all of them at once."""
-        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-        return self.sums_at(addresses(arrays), lengths)
-
-    def sums_at(self, at: np.ndarray, lengths: np.ndarray | int) -> list[Sums | None]:
-        """`sums_of_all` of the arrays of doubles at the addresses `at`, of `lengths`
-        values each (one length for all, or one per array)."""
-        runs = self._table() if len(at) else None
-        if runs is None:  # nothing recorded (or only runs of no columns)
-            return [None] * len(at)
-        end = at + 8 * np.asarray(lengths, dtype=np.int64)
-        first = np.searchsorted(runs.starts, at)
-        last = np.searchsorted(runs.starts, end) - 1  # the last run that begins inside
-        head, tail = np.minimum(first, len(runs.starts) - 1), np.maximum(last, 0)
-        tiled = (
-            (last >= first)
-            & (end > at)
-            & (runs.starts[head] == at)
-            & (runs.ends[tail] == end)
-            & (runs.breaks[tail] == runs.breaks[head])  # each run ends where the next begins
-            & ~runs.unclear[head]
-        )
-        found: list[Sums | None] = [None] * len(at)
-        if tiled.any():
-            # each array's runs summed in one pass for all: a run range [head, tail + 1) per
-            # array, the stretches between them computed and dropped (reduceat's way)
-            bounds = np.column_stack([head[tiled], tail[tiled] + 1]).ravel()
-            sums = runs.sums
-            total = np.add.reduceat(sums[:, 0], bounds)[::2]
-            squares = np.add.reduceat(sums[:, 1], bounds)[::2]
-            low = np.minimum.reduceat(sums[:, 2], bounds)[::2]
-            high = np.maximum.reduceat(sums[:, 3], bounds)[::2]
-            figures = np.column_stack([total, squares, low, high]).tolist()
-            for i, row in zip(np.flatnonzero(tiled).tolist(), figures, strict=True):
-                found[i] = (row[0], row[1], row[2], row[3])
-        return found
-
-    def _table(self) -> _Runs | None:
-        if self._runs is None and any(starts for starts, _, _ in self.calls):
-            self._runs = _Runs.of(self.calls)
-        return self._runs
-
-
-@dataclass(frozen=True)
-class _Runs:
-    """The recorded runs sorted by where they begin. Where two runs began at one address,
-    the same run twice is kept once, and two of different lengths (a batch the model
-    retried in halves) are `unclear`: which tiles the values is not guessed. `breaks[i]`
-    counts the places before run i where a run does not end where the next begins, so
-    runs head..tail follow each other exactly when `breaks[tail] == breaks[head]`. `sums`
-    has one row more than there are runs, so a range may end past the last."""
-
-    starts: np.ndarray
-    ends: np.ndarray
-    sums: np.ndarray
-    unclear: np.ndarray
-    breaks: np.ndarray
-
-    @classmethod
-    def of(cls, calls: Sequence[tuple[list[int], int, np.ndarray]]) -> _Runs:
-        starts = np.concatenate([np.asarray(s, dtype=np.int64) for s, _, _ in calls])
-        rows = np.concatenate([np.full(len(s), r, dtype=np.int64) for s, r, _ in calls])
-        sums = np.concatenate([figures for _, _, figures in calls])
-        order = np.lexsort((rows, starts))
-        starts, rows, sums = starts[order], rows[order], sums[order]
-        twice = (starts[1:] == starts[:-1]) & (rows[1:] == rows[:-1])
-        kept = np.concatenate([[True], ~twice])
-        starts, rows, sums = starts[kept], rows[kept], sums[kept]
-        clash = starts[1:] == starts[:-1]
-        unclear = np.concatenate([clash, [False]]) | np.concatenate([[False], clash])
-        ends = starts + 8 * rows
-        linked = (ends[:-1] == starts[1:]) & ~unclear[:-1] & ~unclear[1:]
-        breaks = np.concatenate([[0], np.cumsum(~linked)])
-        padded = np.concatenate([sums, sums[-1:]])  # a last range's end, in bounds
-        return cls(starts, ends, padded, unclear, breaks)
 
 
 _recording: ContextVar[Seen | None] = ContextVar("thresher_moments_recording", default=None)

@@ -11,6 +11,7 @@ from thresher import moments
 from thresher.models.features import to_matrix
 from thresher.monitor.kernels import gather
 from thresher.monitor.profiler import ShardProfiler
+from thresher.seen import Seen, address, addresses
 
 needs_kernel = pytest.mark.skipif(moments._kernels() is None, reason="no C compiler here")
 
@@ -66,6 +67,11 @@ def test_batches_recorded_tile_the_chunk_and_give_its_moments() -> None:
     assert (low, high) == (x.min(), x.max())
     assert seen.sums_of(chunk.column("y").chunk(0)) is not None
     assert seen.sums_of(chunk.slice(100, 5_000).column("x").chunk(0)) is None  # not a tiling
+    # not the whole chain of batches, but one of them: found run by run
+    first = chunk.slice(0, 4_096).column("x").chunk(0).to_numpy()
+    assert seen.sums_of(chunk.slice(0, 4_096).column("x").chunk(0)) == pytest.approx(
+        (first.sum(), (first * first).sum(), first.min(), first.max()), rel=1e-12
+    )
 
 
 @needs_kernel
@@ -97,8 +103,8 @@ def test_a_copy_of_the_values_is_not_mistaken_for_them() -> None:
 
 def test_an_empty_run_says_nothing() -> None:
     column = pa.array(np.ones(10))
-    seen = moments.Seen()
-    seen.add([moments.address(column)], 0, np.zeros((1, 4)))
+    seen = Seen()
+    seen.add([address(column)], 0, np.zeros((1, 4)))
     assert seen.sums_of(column) is None
 
 
@@ -189,7 +195,7 @@ def test_running_moments_merge_as_moments_merge_one_column_at_a_time() -> None:
 
 def test_runs_of_no_columns_say_nothing() -> None:
     """A model of no features records calls with no runs."""
-    seen = moments.Seen()
+    seen = Seen()
     seen.add([], 100, np.zeros((0, 4)))
     assert seen.sums_of_all([pa.array(np.ones(100))]) == [None]
 
@@ -199,6 +205,6 @@ def test_a_sample_is_gathered_from_many_columns_at_once_as_take_would() -> None:
     whole = [pa.array(rng.normal(size=1_000)) for _ in range(3)]
     arrays = [whole[0], whole[1].slice(100, 700), whole[2].slice(300)]  # offsets count
     positions = np.array([0, 5, 6, 250, 699])
-    block = gather(arrays, moments.addresses(arrays), positions)
+    block = gather(arrays, addresses(arrays), positions)
     expected = [a.to_numpy()[positions] for a in arrays]
     np.testing.assert_array_equal(block, np.array(expected))

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.arrays import to_numpy
-from thresher.moments import Seen, addresses, is_plain_double, reductions
+from thresher.moments import is_plain_double, reductions
 from thresher.monitor.kernels import gather, small_counts
 from thresher.monitor.layout import Layout
 from thresher.monitor.profile import (
@@ -39,6 +39,7 @@ from thresher.monitor.profile import (
     Role,
 )
 from thresher.monitor.running import RunningMoments, WaitingSamples
+from thresher.seen import Seen, addresses
 
 __all__ = ["ShardProfiler", "sample_rate_for"]
 

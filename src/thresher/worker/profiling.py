@@ -11,8 +11,8 @@ import pyarrow as pa
 
 from thresher.arrays import from_numpy
 from thresher.executors.tasks import WorkerSetup
-from thresher.moments import Seen
 from thresher.monitor.profiler import ShardProfiler
+from thresher.seen import Seen
 from thresher.sources.base import Chunk
 
 __all__ = ["ChunkProfiler"]
