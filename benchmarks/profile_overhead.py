@@ -108,6 +108,13 @@ class Overhead:
     def median(self) -> float:
         return statistics.median(self.on) / statistics.median(self.off)
 
+    @property
+    def paired(self) -> float:
+        """The median of each pair's on ÷ off (the two runs of a pair follow each other,
+        so a host that slows for a minute slows both): the ratio least at the mercy of a
+        shared machine's drift."""
+        return statistics.median(a / b for a, b in zip(self.on, self.off, strict=True))
+
 
 def measure(name: str, root: Path, quick: bool, repeat: int) -> Overhead:
     workload = prepare(name, root, quick)
@@ -134,7 +141,9 @@ def main() -> None:
         *side.heading("Profiling overhead", "profile_overhead.py"),
         "",
         "`thresher run` end to end (process start to exit) with `[monitor] profile` on and"
-        " off, taking turns; the target is on ÷ off ≤ 1.03. The profiling CPU share is the"
+        " off, taking turns; the target is on ÷ off ≤ 1.03. Paired: the median of each"
+        " attempt's on ÷ off, its two runs one after the other (the runs below, in order),"
+        " which a host's slow minutes touch alike. The profiling CPU share is the"
         " CPU time of the workers' profiling threads (`thread_time`, in the manifest's"
         " `profile.cpu_seconds`) over the whole process tree's CPU time, median of the runs;"
         " the tree's CPU on ÷ off counts what that thread's memory traffic costs the others,"
@@ -143,14 +152,16 @@ def main() -> None:
         " thread: the user CPU ratio counts them, the profiling share does not.",
         "",
         "| workload | rows | on, best (s) | off, best (s) | on ÷ off, best | on ÷ off, median |"
-        " profiling CPU share | tree CPU on ÷ off | user CPU on ÷ off | profile stored |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " on ÷ off, paired | profiling CPU share | tree CPU on ÷ off | user CPU on ÷ off |"
+        " profile stored |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in found:
         w = f.workload
         lines.append(
             f"| {w.name}: {w.title} | {w.rows:,} | {min(f.on):.2f} | {min(f.off):.2f} |"
-            f" {f.best:.3f} | {f.median:.3f} | {f.cpu_share:.1%} | {f.cpu_ratio:.3f} |"
+            f" {f.best:.3f} | {f.median:.3f} | {f.paired:.3f} | {f.cpu_share:.1%} |"
+            f" {f.cpu_ratio:.3f} |"
             f" {f.user_ratio:.3f} |"
             f" {f.profile_bytes / 1024:.0f} KiB |"
         )

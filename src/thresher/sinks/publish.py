@@ -187,6 +187,7 @@ def remove_staging(fs: Any, root: str) -> None:
 def write_json(fs: Any, path: str, data: dict[str, Any]) -> None:
     """Write via a temporary name and a rename, so a reader sees all of it or none."""
     tmp = f"{path}.tmp"
-    with fs.open(tmp, "w") as f:
-        json.dump({**data, "written_at": datetime.now(UTC).isoformat()}, f, indent=2)
+    text = json.dumps({**data, "written_at": datetime.now(UTC).isoformat()}, indent=2)
+    with fs.open(tmp, "w") as f:  # one write: json.dump wrote each token apart
+        f.write(text)
     move(fs, tmp, path)
