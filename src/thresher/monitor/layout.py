@@ -1,9 +1,9 @@
 """How a shard profiler walks a chunk's columns, worked out once per schema: each column's
-profile, and which columns may go the way of plain doubles (taken together, see
-`ShardProfiler._add_plain`). Per chunk only what can change from chunk to chunk is
-checked (a column's parts and nulls, whether it still keeps a probability histogram):
-looking each column up and checking its type, chunk after chunk, was a good part of what
-profiling a chunk cost."""
+profile, and which columns are numeric, so may go the way of plain doubles (taken
+together, see `ShardProfiler._add_plain`). Per chunk only what can change from chunk to
+chunk is checked (whether a column's part is what `moments.is_plain_double` takes,
+whether it still keeps a probability histogram): looking each column up and working out
+its kind, chunk after chunk, was a good part of what profiling a chunk cost."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from thresher.moments import is_plain_double
 from thresher.monitor.profile import ColumnProfile, Kind, Role
 
 __all__ = ["Layout", "column_kind"]
@@ -33,7 +34,7 @@ def column_kind(type_: pa.DataType, role: Role) -> Kind:
 class Layout:
     schema: pa.Schema
     columns: list[ColumnProfile]  # by position in the schema
-    doubles: list[int]  # numeric float64 columns: plain, when one part without nulls
+    numeric: list[int]  # plain doubles, when one part `is_plain_double` takes
     others: list[int]
 
     @classmethod
@@ -41,7 +42,7 @@ class Layout:
         """The layout of `schema`'s columns, each one's profile taken from `profiled`
         (added there when it is new)."""
         columns: list[ColumnProfile] = []
-        doubles: list[int] = []
+        numeric: list[int] = []
         others: list[int] = []
         for position, field in enumerate(schema):
             column = profiled.get(field.name)
@@ -49,9 +50,8 @@ class Layout:
                 column = ColumnProfile.empty(field.name, role, column_kind(field.type, role))
                 profiled[field.name] = column
             columns.append(column)
-            plain = column.kind == "numeric" and pa.types.is_float64(field.type)
-            (doubles if plain else others).append(position)
-        return cls(schema, columns, doubles, others)
+            (numeric if column.kind == "numeric" else others).append(position)
+        return cls(schema, columns, numeric, others)
 
     def split(
         self, table: pa.Table
@@ -61,9 +61,13 @@ class Layout:
         arrays = table.columns
         plain: list[tuple[ColumnProfile, pa.Array]] = []
         rest = [(self.columns[i], arrays[i]) for i in self.others]
-        for i in self.doubles:
+        for i in self.numeric:
             column, values = self.columns[i], arrays[i]
-            if column.probability is None and values.num_chunks == 1 and not values.null_count:
+            if (
+                column.probability is None
+                and values.num_chunks == 1
+                and is_plain_double(values.chunk(0))
+            ):
                 plain.append((column, values.chunk(0)))
             else:
                 rest.append((column, values))
