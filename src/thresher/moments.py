@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.native import declared, kernel
-from thresher.seen import Seen, Sums, address
+from thresher.seen import Seen, Sums, address, fresh_sums
 
 __all__ = [
     "Reducer",
@@ -141,18 +141,6 @@ def _kernels() -> Any:
     return library
 
 
-_FRESH = np.array([0.0, 0.0, math.inf, -math.inf])
-_FRESH.flags.writeable = False
-
-
-def fresh_sums(columns: int) -> np.ndarray:
-    """Running Σx, Σx², min and max for `columns` columns, before any value: what the
-    native passes that add blocks into them (`thresher_reduce_into`) start from."""
-    sums = np.empty((columns, 4))
-    sums[:] = _FRESH  # a broadcast: cheaper than np.tile, and paid on every batch
-    return sums
-
-
 def reductions(values: np.ndarray) -> Sums:
     """Σx, Σx², min and max of float64 `values`: one native pass, or numpy's four."""
     if not len(values):
@@ -197,8 +185,9 @@ def recording(enabled: bool = True) -> Iterator[Seen | None]:
         _recording.reset(token)
 
 
-def is_plain_double(values: pa.Array) -> bool:
-    """Whether `into_matrix` takes the array: float64 values and no nulls."""
+def is_plain_double(values: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether `into_matrix` takes the array (or each part of the column): float64
+    values and no nulls."""
     return pa.types.is_float64(values.type) and values.null_count == 0 and len(values) > 0
 
 
@@ -239,7 +228,8 @@ def into_matrix(matrix: np.ndarray, parts: Sequence[tuple[int, int, pa.Array]]) 
         starts = [address(v) for _, v in group]
         pointers = np.array(starts, dtype=np.uintp)
         targets = np.fromiter((c for c, _ in group), dtype=np.int64, count=len(group))
-        sums = fresh_sums(len(group)) if seen is not None else None
+        # while recording, the moments go into the figures of the run the call continues
+        sums = seen.extend(starts, rows) if seen is not None else None
         library.thresher_matrix(
             len(group),
             pointers.ctypes.data,
@@ -250,6 +240,4 @@ def into_matrix(matrix: np.ndarray, parts: Sequence[tuple[int, int, pa.Array]]) 
             int(matrix.dtype == np.float32),
             None if sums is None else sums.ctypes.data,
         )
-        if seen is not None and sums is not None:
-            seen.add(starts, rows, sums)
     return True

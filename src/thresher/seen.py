@@ -2,24 +2,40 @@
 conversion read, by the address of each run's first value, with their moments; and the
 moments of a profiled array found again from them, when recorded runs tile its values.
 
-Most of the time a chunk's columns were converted in batches of rows taken in order, every
-batch of the same columns, each batch's runs beginning where the last batch's ended: a
-chain, whose columns' moments are the batches' added up (`_Chain`). Anything else (a model
-that converts its own way, a batch retried in halves, threads that each convert a span)
-is matched run by run against a table of runs sorted by address (`_Runs`).
+Most of the time a chunk's columns are converted in batches of rows taken in order, every
+batch of the same columns, each batch's runs beginning where the last batch's ended. Such
+a call continues the last one (`Seen.extend`): the native pass adds its moments into the
+same figures, so a chunk's columns end as one run each, their moments already summed,
+and the profiler finds them all at once (`Seen.chain_sums`). Built call by call and put
+together on the profiler's thread, as it was, the chain cost that thread more than the
+moments saved. Anything else (a model that converts its own way, a batch retried in
+halves, threads that each convert a span) is matched run by run against a table of runs
+sorted by address (`_Runs`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Seen", "Sums", "address", "addresses"]
+__all__ = ["Seen", "Sums", "address", "addresses", "fresh_sums"]
 
 Sums = tuple[float, float, float, float]  # Σx, Σx², min, max
+
+_FRESH = np.array([0.0, 0.0, math.inf, -math.inf])
+_FRESH.flags.writeable = False
+
+
+def fresh_sums(columns: int) -> np.ndarray:
+    """Running Σx, Σx², min and max for `columns` columns, before any value: what the
+    native passes that add blocks into them (`thresher_reduce_into`) start from."""
+    sums = np.empty((columns, 4))
+    sums[:] = _FRESH  # a broadcast: cheaper than np.tile, and paid on every batch
+    return sums
 
 
 def address(values: pa.Array) -> int:
@@ -35,22 +51,40 @@ def addresses(arrays: Sequence[pa.Array]) -> np.ndarray:
 
 @dataclass
 class Seen:
-    """The moments of the runs of doubles converted while recording. `add` only keeps
-    each call's figures (the model's thread waits on it); how they are found again (a
-    chain, or the table of runs) is worked out when first asked, on the profiler's
+    """The moments of the runs of doubles converted while recording, as `segments`: each
+    the addresses where a run per column begins, its rows, and a row of Σx, Σx², min and
+    max per column. Recording only keeps figures (the model's thread waits on it); the
+    table to find them again in is worked out when first asked, on the profiler's
     thread."""
 
-    calls: list[tuple[list[int], int, np.ndarray]] = field(default_factory=list)
-    _chain: _Chain | None = None
-    _chain_known: bool = False  # whether `_chain` was worked out for these calls
+    segments: list[tuple[list[int], int, np.ndarray]] = field(default_factory=list)
+    _next: list[int] | None = None  # where a call continuing the last segment begins
     _runs: _Runs | None = None
 
-    def add(self, starts: list[int], rows: int, sums: np.ndarray) -> None:
-        """`rows` doubles at each address of `starts`, their moments a row of `sums`."""
+    def extend(self, starts: list[int], rows: int) -> np.ndarray:
+        """The figures a native pass over `rows` doubles at each address of `starts` adds
+        its moments into (`fresh_sums`): the last segment's, when the call
+        continues it (every run beginning where that segment's ended), else a new one's.
+        One thread at a time: the pass must be done before the next call."""
         if rows <= 0:  # no values: nothing to say (and a run that tiles nothing)
+            return fresh_sums(len(starts))
+        self._runs = None
+        if starts == self._next:
+            first, before, sums = self.segments[-1]
+            self.segments[-1] = (first, before + rows, sums)
+        else:
+            sums = fresh_sums(len(starts))
+            self.segments.append((starts, rows, sums))
+        self._next = [start + 8 * rows for start in starts]
+        return sums
+
+    def add(self, starts: list[int], rows: int, sums: np.ndarray) -> None:
+        """`rows` doubles at each address of `starts`, their moments a row of `sums`: a
+        segment of its own (calls that may come in any order, from threads)."""
+        if rows <= 0:
             return
-        self.calls.append((starts, rows, sums))
-        self._chain, self._chain_known, self._runs = None, False, None
+        self.segments.append((starts, rows, sums))
+        self._next, self._runs = None, None
 
     def sums_of(self, values: pa.Array) -> Sums | None:
         """The moments of a float64 array without nulls, when recorded runs tile its
@@ -62,61 +96,27 @@ class Seen:
         lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
         return self.sums_at(addresses(arrays), lengths)
 
+    def chain_sums(self, at: np.ndarray, rows: int) -> np.ndarray | None:
+        """The moments of the arrays of `rows` doubles at the addresses `at` (a row of
+        Σx, Σx², min and max each) when they are exactly the runs of the one segment
+        recorded, in its order: a chunk's columns converted batch after batch, the rule.
+        None otherwise (`sums_at` finds what there is)."""
+        if len(self.segments) != 1:
+            return None
+        starts, recorded, sums = self.segments[0]
+        if recorded != rows or len(starts) != len(at) or at.tolist() != starts:
+            return None
+        return sums
+
     def sums_at(self, at: np.ndarray, lengths: np.ndarray | int) -> list[Sums | None]:
         """`sums_of_all` of the arrays of doubles at the addresses `at`, of `lengths`
         values each (one length for all, or one per array)."""
-        if not len(at) or not any(starts for starts, _, _ in self.calls):
+        if not len(at) or not any(starts for starts, _, _ in self.segments):
             return [None] * len(at)  # nothing recorded (or only runs of no columns)
         lengths = np.broadcast_to(np.asarray(lengths, dtype=np.int64), at.shape)
-        if not self._chain_known:
-            self._chain, self._chain_known = _Chain.of(self.calls), True
-        found: list[Sums | None] = [None] * len(at)
-        if self._chain is not None:
-            found = self._chain.sums_at(at, lengths)
-        missing = [i for i, sums in enumerate(found) if sums is None]
-        if missing:  # not a whole column of the chain: run by run
-            if self._runs is None:
-                self._runs = _Runs.of(self.calls)
-            again = self._runs.sums_at(at[missing], lengths[missing])
-            for i, sums in zip(missing, again, strict=True):
-                found[i] = sums
-        return found
-
-
-@dataclass(frozen=True)
-class _Chain:
-    """Calls of the same number of runs, each run beginning where the same run of the
-    call before ended: each column one run from the first call's address, of all the
-    calls' rows, its moments theirs added up."""
-
-    first: dict[int, int]  # the first call's addresses: the column each begins
-    size: int  # bytes in each column's run
-    sums: list[Sums]
-
-    @classmethod
-    def of(cls, calls: Sequence[tuple[list[int], int, np.ndarray]]) -> _Chain | None:
-        width = len(calls[0][0])
-        if any(len(starts) != width for starts, _, _ in calls):
-            return None
-        starts = np.array([s for s, _, _ in calls], dtype=np.int64)  # a row per call
-        rows = np.array([r for _, r, _ in calls], dtype=np.int64)
-        if not np.array_equal(starts[1:], starts[:-1] + 8 * rows[:-1, np.newaxis]):
-            return None
-        first = {int(a): i for i, a in enumerate(starts[0].tolist())}
-        if len(first) != width:  # two runs at one address: leave it to the table
-            return None
-        figures = np.stack([f for _, _, f in calls])  # (calls, columns, 4)
-        total = figures[:, :, :2].sum(axis=0)
-        low, high = figures[:, :, 2].min(axis=0), figures[:, :, 3].max(axis=0)
-        sums = np.column_stack([total, low, high]).tolist()
-        return cls(first, 8 * int(rows.sum()), [(a, b, c, d) for a, b, c, d in sums])
-
-    def sums_at(self, at: np.ndarray, lengths: np.ndarray) -> list[Sums | None]:
-        found: list[Sums | None] = []
-        for address, size in zip(at.tolist(), (8 * lengths).tolist(), strict=True):
-            column = self.first.get(address)
-            found.append(self.sums[column] if column is not None and size == self.size else None)
-        return found
+        if self._runs is None:
+            self._runs = _Runs.of(self.segments)
+        return self._runs.sums_at(at, lengths)
 
 
 @dataclass(frozen=True)
@@ -135,10 +135,10 @@ class _Runs:
     breaks: np.ndarray
 
     @classmethod
-    def of(cls, calls: Sequence[tuple[list[int], int, np.ndarray]]) -> _Runs:
-        starts = np.concatenate([np.asarray(s, dtype=np.int64) for s, _, _ in calls])
-        rows = np.concatenate([np.full(len(s), r, dtype=np.int64) for s, r, _ in calls])
-        sums = np.concatenate([figures for _, _, figures in calls])
+    def of(cls, segments: Sequence[tuple[list[int], int, np.ndarray]]) -> _Runs:
+        starts = np.concatenate([np.asarray(s, dtype=np.int64) for s, _, _ in segments])
+        rows = np.concatenate([np.full(len(s), r, dtype=np.int64) for s, r, _ in segments])
+        sums = np.concatenate([figures for _, _, figures in segments])
         order = np.lexsort((rows, starts))
         starts, rows, sums = starts[order], rows[order], sums[order]
         twice = (starts[1:] == starts[:-1]) & (rows[1:] == rows[:-1])

@@ -1,12 +1,14 @@
-"""Class labels counted natively (`thresher.monitor.kernels`): the same counts as numpy's
-bincount, and None (the caller's general path) for any label it does not take."""
+"""The profiler's native counts (`thresher.monitor.kernels`): class labels, the same counts
+as numpy's bincount, and None (the caller's general path) for any label it does not take;
+a probability column's histogram and moments in one pass, as numpy finds them."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from thresher.monitor.kernels import SMALL_LABELS, small_counts
+from thresher.moments import reductions
+from thresher.monitor.kernels import SMALL_LABELS, probability_pass, small_counts
 
 pytestmark = pytest.mark.unit
 
@@ -30,3 +32,38 @@ def test_a_label_outside_the_range_gives_up_whole(bad: int) -> None:
 
 def test_other_integer_types_are_left_to_the_general_path() -> None:
     assert small_counts([np.ones(10, dtype=np.int32)]) is None
+
+
+def test_each_count_starts_from_nothing_after_a_wide_one_or_one_given_up() -> None:
+    """The kernel keeps its tables between calls, cleared as far as each call used them."""
+    wide = np.arange(SMALL_LABELS, dtype=np.int64)
+    assert small_counts([wide]) is not None
+    given_up = np.array([3, 3, 900, SMALL_LABELS, 5], dtype=np.int64)
+    assert small_counts([given_up]) is None
+    narrow = np.array([0, 1, 1, 2, 2, 2], dtype=np.int64)
+    counts = small_counts([narrow])
+    assert counts is not None
+    np.testing.assert_array_equal(counts, np.bincount(narrow, minlength=SMALL_LABELS))
+
+
+@pytest.mark.parametrize("bins", [1, 20, 256])
+def test_a_probability_pass_bins_and_sums_as_numpy(bins: int) -> None:
+    rng = np.random.default_rng(11)
+    scores = np.concatenate([rng.random(9_999), [0.0, 1.0, 1.0], np.full(500, 0.999)])
+    found = probability_pass(scores, bins)
+    if found is None:
+        pytest.skip("no C compiler here")
+    sums, counts = found
+    expected = np.histogram(scores, bins=bins, range=(0, 1))[0]
+    np.testing.assert_array_equal(counts, expected)
+    assert sums == pytest.approx(reductions(scores), rel=1e-12)
+
+
+def test_a_probability_pass_leaves_nan_and_strays_out_of_every_bin() -> None:
+    scores = np.array([0.25, np.nan, -0.5, 1.5, np.inf, 0.75])
+    found = probability_pass(scores, 2)
+    if found is None:
+        pytest.skip("no C compiler here")
+    sums, counts = found
+    assert counts.tolist() == [1, 1]
+    assert np.isnan(sums[0]) and (sums[2], sums[3]) == (-0.5, np.inf)

@@ -67,11 +67,42 @@ def test_batches_recorded_tile_the_chunk_and_give_its_moments() -> None:
     assert (low, high) == (x.min(), x.max())
     assert seen.sums_of(chunk.column("y").chunk(0)) is not None
     assert seen.sums_of(chunk.slice(100, 5_000).column("x").chunk(0)) is None  # not a tiling
-    # not the whole chain of batches, but one of them: found run by run
-    first = chunk.slice(0, 4_096).column("x").chunk(0).to_numpy()
-    assert seen.sums_of(chunk.slice(0, 4_096).column("x").chunk(0)) == pytest.approx(
-        (first.sum(), (first * first).sum(), first.min(), first.max()), rel=1e-12
-    )
+    # one batch of the chain: its moments went into the chain's, so it is not found
+    assert seen.sums_of(chunk.slice(0, 4_096).column("x").chunk(0)) is None
+
+
+@needs_kernel
+def test_a_chunk_read_across_a_row_groups_end_is_found_part_by_part() -> None:
+    x = np.random.default_rng(2).normal(size=10_000)
+    column = pa.chunked_array([x[:6_000], x[6_000:]])  # the parts' buffers lie apart
+    chunk = pa.table({"x": column, "y": pa.chunked_array([-x[:6_000], -x[6_000:]])})
+    with moments.recording() as seen:
+        for start in range(0, 10_000, 4_096):  # the second batch straddles the parts
+            to_matrix(chunk.slice(start, 4_096), np.float64)
+    assert seen is not None
+    for part, values in zip(column.chunks, (x[:6_000], x[6_000:]), strict=True):
+        assert seen.sums_of(part) == pytest.approx(
+            (values.sum(), (values * values).sum(), values.min(), values.max()), rel=1e-12
+        )
+
+
+@needs_kernel
+def test_a_chunks_columns_in_the_chains_order_are_found_at_once() -> None:
+    rng = np.random.default_rng(4)
+    chunk = pa.table({f"c{i}": rng.normal(i, 1.0, 10_000) for i in range(3)})
+    with moments.recording() as seen:
+        for start in range(0, 10_000, 4_096):
+            to_matrix(chunk.slice(start, 4_096), np.float32)
+    assert seen is not None
+    arrays = [c.chunk(0) for c in chunk.columns]
+    at = addresses(arrays)
+    found = seen.chain_sums(at, 10_000)
+    assert found is not None
+    np.testing.assert_array_equal(found, np.array(seen.sums_at(at, 10_000)))
+    assert seen.chain_sums(at[::-1], 10_000) is None  # not the chain's order: one by one
+    assert seen.chain_sums(at[:2], 10_000) is None  # not all its columns
+    assert seen.chain_sums(at, 4_096) is None  # not all its rows
+    assert Seen().chain_sums(at, 10_000) is None  # nothing recorded
 
 
 @needs_kernel
@@ -81,15 +112,23 @@ def test_rows_converted_twice_or_not_at_all_are_not_taken_from_the_record() -> N
     with moments.recording() as seen:
         to_matrix(pa.table({"x": column.slice(0, 4_000)}))  # the second half never converted
     assert seen is not None and seen.sums_of(column) is None
-    with moments.recording() as seen:  # a batch that failed, retried in halves
+    whole = (x.sum(), (x * x).sum(), 0.0, 7_999.0)
+    with moments.recording() as seen:  # a batch that failed, retried in halves: the halves
+        to_matrix(pa.table({"x": column}))  # make one run, the same as the batch's
+        to_matrix(pa.table({"x": column.slice(0, 4_000)}))
+        to_matrix(pa.table({"x": column.slice(4_000)}))
+    assert seen is not None and seen.sums_of(column) == whole
+    with moments.recording() as seen:  # and a half that failed too, retried in quarters
         to_matrix(pa.table({"x": column}))
         to_matrix(pa.table({"x": column.slice(0, 4_000)}))
         to_matrix(pa.table({"x": column.slice(4_000)}))
-    assert seen is not None and seen.sums_of(column) is None
+        to_matrix(pa.table({"x": column.slice(4_000, 2_000)}))
+        to_matrix(pa.table({"x": column.slice(6_000)}))
+    assert seen is not None and seen.sums_of(column) is None  # runs that overlap: unclear
     with moments.recording() as seen:  # the same rows twice: the same sums, kept once
         to_matrix(pa.table({"x": column}))
         to_matrix(pa.table({"x": column}))
-    assert seen is not None and seen.sums_of(column) == (x.sum(), (x * x).sum(), 0.0, 7_999.0)
+    assert seen is not None and seen.sums_of(column) == whole
 
 
 @needs_kernel

@@ -13,7 +13,8 @@ import pytest
 
 from thresher import moments, native
 from thresher.monitor.profile import Profile, merge_profiles
-from thresher.monitor.profiler import MAX_CATEGORIES, ShardProfiler, sample_rate_for
+from thresher.monitor.profiler import MAX_CATEGORIES, ShardProfiler
+from thresher.monitor.sampling import sample_rate_for
 
 CHUNK = 10_000
 

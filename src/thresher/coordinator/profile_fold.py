@@ -11,7 +11,6 @@ arrives before one it follows waits for it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from thresher.monitor.profile import Profile
@@ -39,7 +38,7 @@ class ProfileFold:
             return
         self._seen.add(index)
         if text is not None:
-            self._waiting[index] = Profile.from_json(json.loads(text))
+            self._waiting[index] = Profile.from_text(text)
         while self._next < len(self._order) and self._order[self._next] in self._seen:
             self._fold(self._order[self._next])
             self._next += 1

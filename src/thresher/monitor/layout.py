@@ -63,11 +63,9 @@ class Layout:
         rest = [(self.columns[i], arrays[i]) for i in self.others]
         for i in self.numeric:
             column, values = self.columns[i], arrays[i]
-            if (
-                column.probability is None
-                and values.num_chunks == 1
-                and is_plain_double(values.chunk(0))
-            ):
+            # asked of the column as a whole, before its part is had: `chunk(0)` makes a
+            # new Python object each time, as dear as all the checks together
+            if column.probability is None and values.num_chunks == 1 and is_plain_double(values):
                 plain.append((column, values.chunk(0)))
             else:
                 rest.append((column, values))

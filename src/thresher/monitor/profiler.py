@@ -4,7 +4,7 @@ The cost is kept small on purpose (`[monitor]` promises at most a few per cent o
 counts, nulls, min, max, mean and variance see every value in one native pass, which
 for the model's input doubles is the model's own conversion of them (`thresher.moments`),
 while the KLL sketch, whose updates cost far more per value, sees a uniform
-Bernoulli sample of the rows at the job's `sample_rate`. The sample is drawn from a
+Bernoulli sample of the rows at the job's `sample_rate` (`monitor.sampling`), drawn from a
 generator seeded by the shard's index, so a shard run again (retried, resumed) samples
 the same rows.
 
@@ -18,6 +18,7 @@ chunk. Both are folded into the profile when it is asked for.
 
 from __future__ import annotations
 
+import itertools
 import math
 import zlib
 from collections.abc import Callable
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 
 from thresher.arrays import to_numpy
 from thresher.moments import is_plain_double, reductions
-from thresher.monitor.kernels import gather, small_counts
+from thresher.monitor.kernels import gather, probability_pass, small_counts
 from thresher.monitor.layout import Layout
 from thresher.monitor.profile import (
     PROBABILITY_BINS,
@@ -39,9 +40,10 @@ from thresher.monitor.profile import (
     Role,
 )
 from thresher.monitor.running import RunningMoments, WaitingSamples
+from thresher.monitor.sampling import RowSample
 from thresher.seen import Seen, addresses
 
-__all__ = ["ShardProfiler", "sample_rate_for"]
+__all__ = ["ShardProfiler"]
 
 MAX_CATEGORIES = 1024  # more distinct values in one chunk: the column is text, not a category
 BINCOUNT_SPAN = 1 << 16  # integer values spread wider than this are counted by hashing
@@ -50,21 +52,14 @@ OTHER_SEGMENT = "(other)"
 MAX_PARTS = 4  # a column in more parts than this is joined before it is profiled
 
 
-def sample_rate_for(rows: int | None, sample_rows: int) -> float:
-    """The share of rows a job's quantile sketches see: `sample_rows` of `rows` expected
-    (every row when the count is unknown, small, or `sample_rows` is 0)."""
-    if not sample_rows or not rows or rows <= sample_rows:
-        return 1.0
-    return sample_rows / rows
-
-
 class ShardProfiler:
     """A shard's profile, built one chunk at a time (`update`), then `profile`."""
 
     def __init__(self, sample_rate: float, seed: int, segment_by: str | None = None) -> None:
         self._rate = sample_rate
         self._seed = seed
-        self._rng = np.random.default_rng([seed, 0])
+        self._kept = RowSample(sample_rate, seed)  # the rows read
+        self._kept_out: RowSample | None = None  # the rows predicted, when fewer
         self._segment_by = segment_by
         self._profile = Profile(sample_rate=sample_rate, segment_by=segment_by)
         self._segments: dict[str, ShardProfiler] = {}
@@ -84,40 +79,48 @@ class ShardProfiler:
         `segment_by` column's values of each (which split both, per segment value).
         `seen`: the moments the model's conversion took of the inputs, where they cover
         a column's values (see thresher.moments); the rest are read here."""
-        self._add(inputs, "input", seen)
-        self._add(outputs, "output")
+        sample = self._kept.take(inputs.num_rows)
+        self._add(inputs, "input", sample, seen)
+        if outputs.num_rows != inputs.num_rows:  # bad rows: the rows predicted are others
+            if self._kept_out is None:
+                self._kept_out = RowSample(self._rate, self._seed * 1_000_003 + 1)
+            sample = self._kept_out.take(outputs.num_rows)
+        self._add(outputs, "output", sample)
         self._profile.rows += inputs.num_rows
         if segments is not None and self._segment_by:
             self._by_segment(inputs, outputs, segments)
 
     def profile(self) -> Profile:
         """The shard's profile: the running moments and the waiting samples folded in."""
-        for name, moments in self._moments.folded():
-            self._profile.columns[name].moments.merge(moments)
+        for name, moments in self._moments.folded():  # plain doubles: every row a value
+            column = self._profile.columns[name]
+            column.rows += moments.count
+            column.moments.merge(moments)
         self._moments = RunningMoments()  # folded in: a second call adds nothing twice
         self._waiting.flush_all()
         self._profile.segments = {k: s.profile() for k, s in sorted(self._segments.items())}
         return self._profile
 
-    def _add(self, table: pa.Table, role: Role, seen: Seen | None = None) -> None:
+    def _add(
+        self, table: pa.Table, role: Role, sample: np.ndarray | None, seen: Seen | None = None
+    ) -> None:
+        """A table's columns, `sample` the positions of its rows the sketches see."""
         if not table.num_rows:
             return
-        rows = table.num_rows
-        drawn: list[np.ndarray | None] = []  # the chunk's sample, drawn once a column asks
-
-        def sample() -> np.ndarray | None:
-            if not drawn:
-                drawn.append(self._sample(rows))
-            return drawn[0]
-
+        bounds = _shared_parts(table) if role == "input" else None
+        if bounds is not None:  # read across a row group's end: each side is plain again
+            for start, stop in itertools.pairwise(bounds):
+                part = table.slice(start, stop - start)
+                self._add(part, role, _within(sample, start, stop), seen)
+            return
         layout = self._layouts.get(role)
         if layout is None or not layout.schema.equals(table.schema):
             layout = self._layouts[role] = Layout.of(table.schema, role, self._profile.columns)
         plain, rest = layout.split(table)
         for column, values in rest:  # a column that keeps no sketch of its values: no sample
-            add_values(column, values, sample() if _sampled(column, values.type) else None, seen)
+            add_values(column, values, sample if _sampled(column, values.type) else None, seen)
         if plain:
-            self._add_plain(plain, sample(), seen)
+            self._add_plain(plain, sample, seen)
 
     def _add_plain(
         self,
@@ -132,26 +135,26 @@ class ShardProfiler:
         rows = len(plain[0][1])
         arrays = [values for _, values in plain]
         at = addresses(arrays)
-        found = seen.sums_at(at, rows) if seen is not None else [None] * len(plain)
-        sums = np.array([f or reductions(_numbers(a)) for f, a in zip(found, arrays, strict=True)])
+        sums = seen.chain_sums(at, rows) if seen is not None else None
+        if sums is None:  # not the columns of one chain of batches: column by column
+            found = seen.sums_at(at, rows) if seen is not None else [None] * len(plain)
+            pairs = zip(found, arrays, strict=True)
+            sums = np.array([f or reductions(_numbers(a)) for f, a in pairs])
         finite = np.isfinite(sums[:, 0])  # nan or inf would have made the sum so
-        for i in np.flatnonzero(~finite):
-            column, values = plain[i]
-            column.rows += rows
-            _add_number_part(column, values, sample, seen)
-        kept = np.flatnonzero(finite)
-        if not len(kept):
-            return
-        total, squares, low, high = sums[kept].T
+        kept = np.flatnonzero(finite).tolist()
+        if len(kept) < len(plain):
+            for i in np.flatnonzero(~finite).tolist():
+                column, values = plain[i]
+                column.rows += rows
+                _add_number_part(column, values, sample, seen)
+            if not kept:
+                return
+            sums = sums[kept]
+        total, squares, low, high = sums.T
         mean, m2 = _spread(total, squares, rows, lambda i: _numbers(arrays[kept[i]]))
-        names = tuple(plain[i][0].name for i in kept)
+        names = tuple([plain[i][0].name for i in kept])
         self._moments.merge(names, rows, mean=mean, m2=m2, low=low, high=high)
-        sketched = []
-        for i in kept:
-            column = plain[i][0]
-            column.rows += rows
-            if column.quantiles is not None:
-                sketched.append(i)
+        sketched = [i for i in kept if plain[i][0].quantiles is not None]
         if not sketched or (sample is not None and not len(sample)):
             return
         columns = [plain[i][0] for i in sketched]
@@ -159,22 +162,9 @@ class ShardProfiler:
             for column, i in zip(columns, sketched, strict=True):
                 self._waiting.add(column, _numbers(arrays[i]))
         else:
-            block = gather([arrays[i] for i in sketched], at[sketched], sample)
+            places = at if len(sketched) == len(plain) else at[sketched]
+            block = gather([arrays[i] for i in sketched], places, sample)
             self._waiting.add_rows(columns, block)
-
-    def _sample(self, rows: int) -> np.ndarray | None:
-        """Row positions drawn independently with probability `sample_rate` (None: every
-        row): the gaps between Bernoulli successes are geometric, so this costs the
-        sample, not the rows."""
-        if self._rate >= 1.0:
-            return None
-        expected = rows * self._rate
-        gaps = self._rng.geometric(self._rate, size=int(expected + 6 * np.sqrt(expected) + 16))
-        positions = np.cumsum(gaps) - 1
-        while positions[-1] < rows:  # too few draws (vanishingly rare): draw more
-            more = np.cumsum(self._rng.geometric(self._rate, size=len(gaps))) + positions[-1]
-            positions = np.concatenate([positions, more])
-        return positions[positions < rows]
 
     def _by_segment(
         self,
@@ -194,6 +184,32 @@ class ShardProfiler:
                 inputs.filter(pc.equal(of_inputs, value)),
                 outputs.filter(pc.equal(of_outputs, value)) if outputs.num_columns else outputs,
             )
+
+
+def _shared_parts(table: pa.Table) -> list[int] | None:
+    """Where the parts of `table`'s columns begin and end, when every column is in the
+    same few parts: a chunk read across a row group's end. Each side is then profiled
+    apart, its columns of plain doubles together (`_add_plain`); as it came, each
+    column's parts went one by one (`_add_numbers`), a good part of a job's chunks.
+    None for one part, columns split apart, or more parts than `MAX_PARTS`. (Asked of
+    the model's inputs only: its outputs are in its batches, each column counted over
+    all of them at once.)"""
+    first = table.column(0)
+    if not 1 < first.num_chunks <= MAX_PARTS:
+        return None
+    lengths = [len(part) for part in first.chunks]
+    for column in table.columns[1:]:
+        if column.num_chunks != len(lengths) or [len(p) for p in column.chunks] != lengths:
+            return None
+    return [0, *itertools.accumulate(lengths)]
+
+
+def _within(sample: np.ndarray | None, start: int, stop: int) -> np.ndarray | None:
+    """The positions of `sample` in rows `start`..`stop`, counted from `start`."""
+    if sample is None:
+        return None
+    low, high = np.searchsorted(sample, (start, stop))
+    return sample[low:high] - start
 
 
 def _sampled(column: ColumnProfile, type_: pa.DataType) -> bool:
@@ -303,6 +319,9 @@ def _add_number_part(
     else:
         numbers = np.asarray(to_numpy(values), dtype=np.float64)
     sums = seen.sums_of(values) if seen is not None and is_plain_double(values) else None
+    histogram = None  # a probability column's, found with its moments in one pass
+    if sums is None and column.probability is not None and numbers.flags.c_contiguous:
+        sums, histogram = probability_pass(numbers, PROBABILITY_BINS) or (None, None)
     total, squares, low, high = sums or reductions(numbers)
     if math.isfinite(total):  # no nan, no inf: either would have made the sum so
         finite = numbers
@@ -324,15 +343,20 @@ def _add_number_part(
             picked.sort()
         column.quantiles.update(picked if finite is numbers else picked[np.isfinite(picked)])
     if column.probability is not None and moments.count:
-        _add_probabilities(column, finite, moments)
+        _add_probabilities(column, finite, moments, histogram)
 
 
 def _moments(finite: np.ndarray, total: float, squares: float, low: float, high: float) -> Moments:
+    """One column's moments from its finite values' Σx, Σx², min and max, as `_spread`
+    finds many columns' (in plain floats: numpy's arrays of one cost more than the sums)."""
     count = len(finite)
     if not count:
         return Moments()
-    mean, m2 = _spread(np.array([total]), np.array([squares]), count, lambda _: finite)
-    return Moments(count, low, high, float(mean[0]), float(m2[0]))
+    mean = total / count
+    m2 = squares - total * mean
+    if m2 < 1e-9 * abs(total * mean):  # see _spread
+        m2 = float(np.var(finite)) * count
+    return Moments(count, low, high, mean, max(m2, 0.0))
 
 
 def _spread(
@@ -348,16 +372,21 @@ def _spread(
     return mean, np.maximum(m2, 0.0)
 
 
-def _add_probabilities(column: ColumnProfile, finite: np.ndarray, moments: Moments) -> None:
+def _add_probabilities(
+    column: ColumnProfile, finite: np.ndarray, moments: Moments, counts: np.ndarray | None
+) -> None:
+    """The calibration histogram: `counts`, when the native pass found it, else counted
+    here from the `finite` values."""
     if moments.min < 0.0 or moments.max > 1.0:
         column.probability = None  # not a probability
         return
-    # Bin k holds [k/B, (k+1)/B); a probability of exactly 1 lands in bin B, folded into
-    # the last one after counting (cheaper than clipping every value first).
-    counts = np.bincount(
-        (finite * PROBABILITY_BINS).astype(np.intp), minlength=PROBABILITY_BINS + 1
-    )
-    counts[PROBABILITY_BINS - 1] += counts[PROBABILITY_BINS]
+    if counts is None:
+        # Bin k holds [k/B, (k+1)/B); a probability of exactly 1 lands in bin B, folded
+        # into the last one after counting (cheaper than clipping every value first).
+        counts = np.bincount(
+            (finite * PROBABILITY_BINS).astype(np.intp), minlength=PROBABILITY_BINS + 1
+        )
+        counts[PROBABILITY_BINS - 1] += counts[PROBABILITY_BINS]
     assert column.probability is not None
     column.probability = [
         a + int(b) for a, b in zip(column.probability, counts[:PROBABILITY_BINS], strict=True)

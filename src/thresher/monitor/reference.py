@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from thresher.errors import SourceError, describe_errors
 from thresher.monitor.profile import Profile, merge_profiles
-from thresher.monitor.profiler import ShardProfiler, sample_rate_for
+from thresher.monitor.profiler import ShardProfiler
+from thresher.monitor.sampling import sample_rate_for
 from thresher.monitor.settings import MonitorSection
 from thresher.sources import Plan, Source, open_source
 from thresher.sources.files import filesystem

@@ -23,7 +23,7 @@ class RunningMoments:
 
     def __init__(self) -> None:
         self._names: dict[str, int] = {}
-        self._places: dict[tuple[str, ...], np.ndarray] = {}  # a chunk's columns, in place
+        self._places: dict[tuple[str, ...], np.ndarray | slice] = {}  # a chunk's columns, in place
         self.count = np.zeros(0, dtype=np.int64)
         self.mean, self.m2 = np.zeros(0), np.zeros(0)
         self.low, self.high = np.zeros(0), np.zeros(0)
@@ -58,7 +58,7 @@ class RunningMoments:
             for name, i in self._names.items()
         ]  # fmt: skip
 
-    def _place(self, names: tuple[str, ...]) -> np.ndarray:
+    def _place(self, names: tuple[str, ...]) -> np.ndarray | slice:
         at = self._places.get(names)
         if at is None:
             new = [name for name in dict.fromkeys(names) if name not in self._names]
@@ -70,7 +70,10 @@ class RunningMoments:
             self.m2 = np.concatenate([self.m2, np.zeros(grow)])
             self.low = np.concatenate([self.low, np.full(grow, math.inf)])
             self.high = np.concatenate([self.high, np.full(grow, -math.inf)])
-            at = self._places[names] = np.array([self._names[n] for n in names], dtype=np.intp)
+            at = np.array([self._names[n] for n in names], dtype=np.intp)
+            if len(at) and np.array_equal(at, np.arange(at[0], at[0] + len(at))):
+                at = slice(int(at[0]), int(at[0]) + len(at))  # a view: no copies in `merge`
+            self._places[names] = at
         return at
 
 

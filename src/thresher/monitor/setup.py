@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from thresher.executors.tasks import ProfileSetup
-from thresher.monitor.profiler import sample_rate_for
+from thresher.monitor.sampling import sample_rate_for
 from thresher.monitor.settings import MonitorSection
 from thresher.sources import Plan
 

@@ -4,7 +4,6 @@ written by `Store.shard_done`), and the merged profile of a job or a reference f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from thresher.monitor.profile import Profile, merge_profiles
@@ -20,7 +19,7 @@ class ProfileTable:
     def save(self, subject: str, profile: Profile) -> None:
         """Keep `profile` as `subject`'s, replacing any earlier one (a job resumed after
         it finished once, a reference file profiled again)."""
-        text = json.dumps(profile.to_json())
+        text = profile.to_text()
         with self.db.transaction() as cur:
             cur.execute("DELETE FROM thresher_profiles WHERE subject = ?", (subject,))
             cur.execute(
@@ -30,7 +29,7 @@ class ProfileTable:
 
     def get(self, subject: str) -> Profile | None:
         rows = self.db.query("SELECT profile FROM thresher_profiles WHERE subject = ?", (subject,))
-        return Profile.from_json(json.loads(rows[0][0])) if rows else None
+        return Profile.from_text(rows[0][0]) if rows else None
 
     def of_job(self, job_id: str) -> Profile:
         """The job's profile; StoreError naming why there is none."""
@@ -57,4 +56,4 @@ class ProfileTable:
         texts = self.of_shards(job_id).values()
         if not texts:
             return None
-        return merge_profiles([Profile.from_json(json.loads(text)) for text in texts])
+        return merge_profiles([Profile.from_text(text) for text in texts])

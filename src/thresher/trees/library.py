@@ -259,7 +259,7 @@ class TreeLibrary:
         out = np.empty((rows, self.outputs), dtype=np.float64)
         parts = min(self._threads, rows // MIN_ROWS_PER_THREAD) or 1
         if parts == 1:
-            self._run(pointers, stride, (0, rows), out, reducer)
+            self._run(pointers, stride, (0, rows), out, reducer, alone=True)
         else:
             bounds = np.linspace(0, rows, parts + 1).astype(np.int64)
             if self._pool is None:
@@ -279,8 +279,12 @@ class TreeLibrary:
         span: tuple[int, int],
         out: np.ndarray,
         reducer: Reducer | None = None,
+        *,
+        alone: bool = False,
     ) -> None:
-        """Score rows `span` (start, stop) into `out`, reducing them if asked."""
+        """Score rows `span` (start, stop) into `out`, reducing them if asked: `alone`,
+        the batch's only span (its moments may continue the last batch's, `Seen.extend`),
+        else one of several on threads, whose calls come in any order."""
         start, stop = span
         offset = start * stride * 8  # bytes: the columns hold doubles
         starts = [p + offset for p in pointers]
@@ -292,9 +296,11 @@ class TreeLibrary:
         if reducer is None:
             self._blocked(shifted, stop - start, target, None, None)
             return
-        sums = fresh_sums(len(pointers))
-        self._blocked(shifted, stop - start, target, reducer.function, sums.ctypes.data)
-        reducer.seen.add(starts, stop - start, sums)
+        rows = stop - start
+        sums = reducer.seen.extend(starts, rows) if alone else fresh_sums(len(pointers))
+        self._blocked(shifted, rows, target, reducer.function, sums.ctypes.data)
+        if not alone:
+            reducer.seen.add(starts, rows, sums)
 
 
 def _column_pointers(table: pa.Table) -> tuple[list[Any], list[int], int]:

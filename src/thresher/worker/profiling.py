@@ -3,7 +3,6 @@ prediction columns (the rows predicted) into the shard's profile, sent with its 
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -52,4 +51,4 @@ class ChunkProfiler:
         started = time.thread_time()  # the folding counts: samples waiting go to sketches
         profile = self._profiler.profile()
         profile.cpu_seconds = self._cpu + time.thread_time() - started
-        return json.dumps(profile.to_json())
+        return profile.to_text()
