@@ -258,3 +258,33 @@ def test_plain_columns_profile_together_as_any_column_alone() -> None:
         assert got.quantiles is not None and want.quantiles is not None
         assert got.quantiles.n == want.quantiles.n  # the same sampled rows
     assert together.profile().columns["b"].nan == 1
+
+
+def test_a_chunk_read_across_a_row_groups_end_profiles_as_the_same_rows_in_one_part() -> None:
+    """Profiled side by side as plain columns, the two parts give what one part gives:
+    the same counts, moments, and sampled rows (KLL's compactions flip coins, so two
+    sketches of the same values agree within its error, not to the byte)."""
+    rng = np.random.default_rng(12)
+    x, y = rng.normal(2.0, 1.0, 20_000), rng.exponential(1.0, 20_000)
+    whole = pa.table({"x": x, "y": y})
+    parted = pa.table(
+        {name: pa.chunked_array([v[:12_345], v[12_345:]]) for name, v in (("x", x), ("y", y))}
+    )
+    profiles = []
+    for table in (whole, parted):
+        profiler = ShardProfiler(0.1, 3)
+        profiler.update(table, pa.table({}))
+        profiles.append(profiler.profile())
+    one, two = profiles
+    for name in ("x", "y"):
+        a, b = one.columns[name], two.columns[name]
+        assert (a.rows, a.nulls, a.nan, a.inf) == (b.rows, b.nulls, b.nan, b.inf)
+        assert b.moments.to_json() == pytest.approx(a.moments.to_json(), rel=1e-12)
+        assert a.quantiles is not None and b.quantiles is not None
+        assert (a.quantiles.n, a.quantiles.get_min_value(), a.quantiles.get_max_value()) == (
+            b.quantiles.n,
+            b.quantiles.get_min_value(),
+            b.quantiles.get_max_value(),
+        )
+        for q in (0.1, 0.5, 0.9):
+            assert b.quantiles.get_rank(a.quantiles.get_quantile(q)) == pytest.approx(q, abs=0.04)
