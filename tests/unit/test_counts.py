@@ -17,6 +17,7 @@ def test_labels_are_counted_over_the_parts_as_bincount_counts_them() -> None:
     rng = np.random.default_rng(7)
     parts = [rng.integers(0, 5, size=n) for n in (0, 1, 7, 8, 9, 16_385)]
     parts.append(np.sort(rng.integers(0, SMALL_LABELS, size=10_000)))  # long runs
+    parts += [rng.integers(0, 2, size=5_001), np.zeros(3, dtype=np.int64)]  # two labels, one
     counts = small_counts(parts)
     assert counts is not None
     expected = np.bincount(np.concatenate(parts), minlength=SMALL_LABELS)

@@ -40,38 +40,41 @@ KERNELS_C = r"""
 #define LANES 8
 #define SPAN 1024
 
-/* Add the count of each value of x[0..n) into counts[0..SPAN). 0, or -1 as soon as a
-   value lies outside [0, SPAN) (nothing added then). Eight tables, a value to each in
-   turn: with one, each increment of a label waits on the one before (a run of equal
-   labels is the rule), five times slower. The tables are left zeroed, and only as far
-   as the largest label seen is summed and cleared: clearing and summing all of them
-   (32 KiB) cost more than counting a chunk of two labels. */
+/* Add the count of each value of x[0..n) into counts[0..SPAN). 0, or -1 when a value
+   lies outside [0, SPAN) (nothing added then). A first pass finds the largest label, as
+   an unsigned number (a negative one is past SPAN); two labels, the most usual, are then
+   counted by their sum. Otherwise eight tables, a value to each in turn: with one, each
+   increment of a label waits on the one before (a run of equal labels is the rule), five
+   times slower. The tables are left zeroed, and only as far as the largest label is
+   summed and cleared: clearing and summing all of them (32 KiB) cost more than counting
+   a chunk of two labels. */
+__attribute__((target_clones("avx2", "default")))
 int32_t thresher_count_labels(const int64_t* x, int64_t n, int64_t* counts) {
     static __thread uint32_t lanes[LANES][SPAN];
     uint64_t top = 0;
-    int32_t found = 0;
-    int64_t i = 0;
-    for (; i + LANES <= n && !found; i += LANES) {
-        for (int j = 0; j < LANES; j++) {
-            uint64_t v = (uint64_t)x[i + j];
-            if (v >= SPAN) { found = -1; break; }
-            top = v > top ? v : top;
-            lanes[j][v]++;
-        }
-    }
-    for (; i < n && !found; i++) {
+    for (int64_t i = 0; i < n; i++) {
         uint64_t v = (uint64_t)x[i];
-        if (v >= SPAN) { found = -1; break; }
         top = v > top ? v : top;
-        lanes[0][v]++;
     }
+    if (top >= SPAN) return -1;
+    if (top <= 1) {
+        int64_t ones = 0;
+        for (int64_t i = 0; i < n; i++) ones += x[i];
+        counts[0] += n - ones;
+        counts[1] += ones;
+        return 0;
+    }
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) lanes[j][x[i + j]]++;
+    for (; i < n; i++) lanes[0][x[i]]++;
     for (int j = 0; j < LANES; j++) {
         for (uint64_t v = 0; v <= top; v++) {
-            if (!found) counts[v] += lanes[j][v];
+            counts[v] += lanes[j][v];
             lanes[j][v] = 0;
         }
     }
-    return found;
+    return 0;
 }
 
 /* x[0..n) doubles: Σx, Σx², min and max into sums[0..4), and how many lie in each of
