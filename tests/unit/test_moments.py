@@ -232,6 +232,41 @@ def test_running_moments_merge_as_moments_merge_one_column_at_a_time() -> None:
         assert moments_of.m2 == pytest.approx(want.m2, rel=1e-12)
 
 
+@pytest.mark.parametrize("kernel", ["native", "numpy"])
+def test_a_fold_merges_what_it_can_and_leaves_nan_and_cancellation(
+    kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from thresher.monitor import kernels
+    from thresher.monitor.profile import Moments
+    from thresher.monitor.running import RunningMoments
+
+    if kernel == "numpy":
+        monkeypatch.setattr(kernels, "_kernel", lambda: None)
+    elif kernels._kernel() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(8)
+    running, expected = RunningMoments(), {n: Moments() for n in "abcd"}
+    for _ in range(3):
+        chunk = {
+            "a": rng.normal(5.0, 3.0, 1_000),
+            "b": rng.normal(-1.0, 0.5, 1_000),
+            "c": np.append(rng.normal(size=999), np.nan),  # left: the way of any column
+            "d": 1e9 + rng.normal(0.0, 1e-4, 1_000),  # left: Σx² - Σx·mean cancels
+        }
+        sums = np.array([moments.reductions(v) for v in chunk.values()])
+        assert running.fold(tuple(chunk), 1_000, sums) == [2, 3]
+        for name in "ab":
+            v = chunk[name]
+            expected[name].merge(Moments(1_000, v.min(), v.max(), v.mean(), v.var() * 1_000))
+    folded = dict(running.folded())
+    assert sorted(folded) == ["a", "b", "c", "d"] and folded["c"].count == folded["d"].count == 0
+    for name in "ab":
+        got, want = folded[name], expected[name]
+        assert (got.count, got.min, got.max) == (want.count, want.min, want.max)
+        assert got.mean == pytest.approx(want.mean, rel=1e-12)
+        assert got.m2 == pytest.approx(want.m2, rel=1e-9)
+
+
 def test_runs_of_no_columns_say_nothing() -> None:
     """A model of no features records calls with no runs."""
     seen = Seen()

@@ -27,7 +27,7 @@ from thresher.arrays import to_numpy
 from thresher.native import declared, kernel
 from thresher.seen import Sums
 
-__all__ = ["SMALL_LABELS", "gather", "probability_pass", "small_counts"]
+__all__ = ["SMALL_LABELS", "fold_moments", "gather", "probability_pass", "small_counts"]
 
 SMALL_LABELS = 1024  # labels counted natively are in [0, SMALL_LABELS): SPAN in the C
 MAX_BINS = 256  # histograms of at most this many bins natively: MAX_BINS in the C
@@ -121,6 +121,34 @@ void thresher_probabilities(const double* x, int64_t n, int64_t bins, int64_t* c
     sums[3] = fmax(fmax(hi[0], hi[1]), fmax(hi[2], hi[3]));
 }
 
+/* A chunk's columns of `rows` values each, their Σx, Σx², min and max in `sums` (four
+   doubles a column), merged into running moments (count, mean, m2, low, high, a value
+   a column) by Chan et al.'s pairwise update, as `RunningMoments.merge` does. The
+   columns it leaves go into `left` (their number is returned): a sum that is not finite
+   (nan or inf among the values), or a spread that cancellation ate (Σx² - Σx·mean small
+   against Σx·mean), which the caller finds exactly from the values. */
+int64_t thresher_fold_moments(int64_t columns, const double* sums, int64_t rows,
+                              int64_t* count, double* mean, double* m2, double* low,
+                              double* high, int64_t* left) {
+    int64_t n = 0;
+    double r = (double)rows;
+    for (int64_t c = 0; c < columns; c++) {
+        double total = sums[4 * c], squares = sums[4 * c + 1];
+        double mu = total / r, spread = squares - total * mu;
+        if (!isfinite(total) || spread < 1e-9 * fabs(total * mu)) {
+            left[n++] = c;
+            continue;
+        }
+        double before = (double)count[c], all = before + r, delta = mu - mean[c];
+        mean[c] = count[c] == 0 ? mu : mean[c] + delta * r / all;
+        m2[c] += spread + delta * delta * before * r / all;
+        count[c] += rows;
+        low[c] = sums[4 * c + 2] < low[c] ? sums[4 * c + 2] : low[c];
+        high[c] = sums[4 * c + 3] > high[c] ? sums[4 * c + 3] : high[c];
+    }
+    return n;
+}
+
 /* The values at the rising `positions` (n of them) of each of `columns` arrays of doubles
    (`sources`), into out[c * n .. c * n + n). */
 void thresher_gather(int64_t columns, const double* const* sources, const int64_t* positions,
@@ -144,6 +172,8 @@ def _kernel() -> Any:
     pointer, count = ctypes.c_void_p, ctypes.c_int64
     declared(library.thresher_gather, count, pointer, pointer, count, pointer)
     declared(library.thresher_probabilities, pointer, count, count, pointer, pointer)
+    library.thresher_fold_moments.argtypes = [count, pointer, count, *[pointer] * 6]
+    library.thresher_fold_moments.restype = count
     return library
 
 
@@ -193,3 +223,20 @@ def probability_pass(values: np.ndarray, bins: int) -> tuple[Sums, np.ndarray] |
         values.ctypes.data, len(values), bins, counts.ctypes.data, sums.ctypes.data
     )
     return (float(sums[0]), float(sums[1]), float(sums[2]), float(sums[3])), counts
+
+
+def fold_moments(sums: np.ndarray, rows: int, running: list[np.ndarray]) -> list[int] | None:
+    """Merge columns of `rows` values, `sums` their Σx, Σx², min and max (a C-ordered
+    row of four a column), into `running` (count, mean, m2, low and high arrays of as
+    many columns, contiguous); the columns left to the caller (see the C), or None
+    where there is no native kernel here (nothing merged)."""
+    library = _kernel()
+    if library is None:
+        return None
+    sums = np.ascontiguousarray(sums, dtype=np.float64)
+    left = np.empty(len(sums), dtype=np.int64)
+    found = library.thresher_fold_moments(
+        len(sums), sums.ctypes.data, rows, *(a.ctypes.data for a in running), left.ctypes.data
+    )
+    columns: list[int] = left[:found].tolist()
+    return columns

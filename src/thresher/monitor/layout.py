@@ -58,15 +58,21 @@ class Layout:
     ) -> tuple[list[tuple[ColumnProfile, pa.Array]], list[tuple[ColumnProfile, pa.ChunkedArray]]]:
         """`table`'s columns (of this layout's schema): the plain doubles, each as its one
         part, and the rest."""
-        arrays = table.columns
+        # A table in one part, the rule for a model's inputs, gives all its arrays at once:
+        # a ChunkedArray and then its part, column by column, were most of this.
+        batches = table.to_batches()
+        arrays = batches[0].columns if len(batches) == 1 else None
         plain: list[tuple[ColumnProfile, pa.Array]] = []
-        rest = [(self.columns[i], arrays[i]) for i in self.others]
+        rest = [(self.columns[i], table.column(i)) for i in self.others]
         for i in self.numeric:
-            column, values = self.columns[i], arrays[i]
-            # asked of the column as a whole, before its part is had: `chunk(0)` makes a
-            # new Python object each time, as dear as all the checks together
-            if column.probability is None and values.num_chunks == 1 and is_plain_double(values):
-                plain.append((column, values.chunk(0)))
+            column = self.columns[i]
+            part = _only_part(table.column(i)) if arrays is None else arrays[i]
+            if column.probability is None and part is not None and is_plain_double(part):
+                plain.append((column, part))
             else:
-                rest.append((column, values))
+                rest.append((column, table.column(i)))
         return plain, rest
+
+
+def _only_part(values: pa.ChunkedArray) -> pa.Array | None:
+    return values.chunk(0) if values.num_chunks == 1 else None

@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import math
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -140,20 +139,15 @@ class ShardProfiler:
             found = seen.sums_at(at, rows) if seen is not None else [None] * len(plain)
             pairs = zip(found, arrays, strict=True)
             sums = np.array([f or reductions(_numbers(a)) for f, a in pairs])
-        finite = np.isfinite(sums[:, 0])  # nan or inf would have made the sum so
-        kept = np.flatnonzero(finite).tolist()
-        if len(kept) < len(plain):
-            for i in np.flatnonzero(~finite).tolist():
-                column, values = plain[i]
-                column.rows += rows
-                _add_number_part(column, values, sample, seen)
+        names = tuple([column.name for column, _ in plain])
+        kept = list(range(len(plain)))
+        left = self._moments.fold(names, rows, sums)
+        if left:  # nan or inf (the sum says so), or cancellation
+            for i in left:
+                self._add_left(*plain[i], sums[i], sample, seen)
+            kept = [i for i in kept if i not in left or math.isfinite(sums[i, 0])]
             if not kept:
                 return
-            sums = sums[kept]
-        total, squares, low, high = sums.T
-        mean, m2 = _spread(total, squares, rows, lambda i: _numbers(arrays[kept[i]]))
-        names = tuple([plain[i][0].name for i in kept])
-        self._moments.merge(names, rows, mean=mean, m2=m2, low=low, high=high)
         sketched = [i for i in kept if plain[i][0].quantiles is not None]
         if not sketched or (sample is not None and not len(sample)):
             return
@@ -165,6 +159,31 @@ class ShardProfiler:
             places = at if len(sketched) == len(plain) else at[sketched]
             block = gather([arrays[i] for i in sketched], places, sample)
             self._waiting.add_rows(columns, block)
+
+    def _add_left(
+        self,
+        column: ColumnProfile,
+        values: pa.Array,
+        sums: np.ndarray,
+        sample: np.ndarray | None,
+        seen: Seen | None,
+    ) -> None:
+        """A plain column `RunningMoments.fold` left: with nan or inf, the way of any
+        column (its sample too); else its spread, found exactly from the values."""
+        total, squares, low, high = sums.tolist()
+        if not math.isfinite(total):
+            column.rows += len(values)
+            _add_number_part(column, values, sample, seen)
+            return
+        exact = _moments(_numbers(values), total, squares, low, high)
+        self._moments.merge(
+            (column.name,),
+            exact.count,
+            mean=np.array([exact.mean]),
+            m2=np.array([exact.m2]),
+            low=np.array([low]),
+            high=np.array([high]),
+        )
 
     def _by_segment(
         self,
@@ -347,29 +366,17 @@ def _add_number_part(
 
 
 def _moments(finite: np.ndarray, total: float, squares: float, low: float, high: float) -> Moments:
-    """One column's moments from its finite values' Σx, Σx², min and max, as `_spread`
-    finds many columns' (in plain floats: numpy's arrays of one cost more than the sums)."""
+    """One column's moments from its finite values' Σx, Σx², min and max. Where
+    cancellation ate the digits (a mean far from zero against a small spread), the exact
+    two-pass way, from the values (as `RunningMoments.fold` leaves such a column)."""
     count = len(finite)
     if not count:
         return Moments()
     mean = total / count
     m2 = squares - total * mean
-    if m2 < 1e-9 * abs(total * mean):  # see _spread
+    if m2 < 1e-9 * abs(total * mean):
         m2 = float(np.var(finite)) * count
     return Moments(count, low, high, mean, max(m2, 0.0))
-
-
-def _spread(
-    total: np.ndarray, squares: np.ndarray, count: int, values: Callable[[int], np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The means and sums of squared deviations of columns of `count` finite values each,
-    from their Σx and Σx². Where cancellation ate the digits (a mean far from zero against
-    a small spread), the exact two-pass way, from column i's `values(i)`."""
-    mean = total / count
-    m2 = squares - total * mean
-    for i in np.flatnonzero(m2 < 1e-9 * np.abs(total * mean)):
-        m2[i] = float(np.var(values(int(i)))) * count
-    return mean, np.maximum(m2, 0.0)
 
 
 def _add_probabilities(

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from thresher.monitor.kernels import fold_moments
 from thresher.monitor.profile import ColumnProfile, Moments
 
 __all__ = ["RunningMoments", "WaitingSamples"]
@@ -49,6 +50,31 @@ class RunningMoments:
         self.count[at] = total
         self.low[at] = np.minimum(self.low[at], low)
         self.high[at] = np.maximum(self.high[at], high)
+
+    def fold(self, names: tuple[str, ...], rows: int, sums: np.ndarray) -> list[int]:
+        """Merge columns `names` of `rows` values each, `sums` a row of Σx, Σx², min and
+        max per column, in one native call where the columns lie in place (the rule, a
+        chunk after the first). What it leaves (see `kernels.fold_moments`: nan or inf
+        among the values, or a spread cancellation ate) is the caller's: the positions
+        in `names` are returned."""
+        at = self._place(names)
+        if isinstance(at, slice):
+            running = [self.count, self.mean, self.m2, self.low, self.high]
+            left = fold_moments(sums, rows, [a[at] for a in running])
+            if left is not None:
+                return left
+        total, squares = sums[:, 0], sums[:, 1]
+        mean = total / rows
+        m2 = squares - total * mean
+        kept = np.isfinite(total) & ~(m2 < 1e-9 * np.abs(total * mean))
+        if kept.all():
+            self.merge(names, rows, mean=mean, m2=m2, low=sums[:, 2], high=sums[:, 3])
+            return []
+        chosen = np.flatnonzero(kept)
+        merged = tuple(names[i] for i in chosen)
+        low, high = sums[chosen, 2], sums[chosen, 3]
+        self.merge(merged, rows, mean=mean[chosen], m2=m2[chosen], low=low, high=high)
+        return np.flatnonzero(~kept).tolist()
 
     def folded(self) -> list[tuple[str, Moments]]:
         """Each column's moments so far."""

@@ -30,25 +30,31 @@ class RowSample:
     of `rows` rows (None at a rate of 1: every row). Seeded, so a shard run again (retried,
     resumed) in the same chunks keeps the same rows."""
 
+    AHEAD = 4096
+
     def __init__(self, rate: float, seed: int) -> None:
         self.rate = rate
         self._rng = np.random.default_rng([seed, 0])
-        self._ahead = np.empty(0, dtype=np.int64)  # kept rows drawn, counted from the next
+        self._base = 0  # the rows taken so far
+        self._ahead = np.empty(0, dtype=np.int64)  # kept rows drawn, not yet taken
+        self._last = -1  # the last of them
 
     def take(self, rows: int) -> np.ndarray | None:
         if self.rate >= 1.0:
             return None
-        while not len(self._ahead) or self._ahead[-1] < rows:
-            self._draw(rows)
-        cut = int(np.searchsorted(self._ahead, rows))
-        taken = self._ahead[:cut]
-        self._ahead = self._ahead[cut:] - rows
+        stop = self._base + rows
+        while self._last < stop:
+            self._draw(stop)
+        cut = int(self._ahead.searchsorted(stop))
+        taken = self._ahead[:cut] - self._base
+        self._ahead, self._base = self._ahead[cut:], stop
         return taken
 
-    def _draw(self, rows: int) -> None:
-        """Gaps enough, as a rule, to pass `rows` (a few standard deviations over)."""
-        after = int(self._ahead[-1]) + 1 if len(self._ahead) else 0
-        expected = max(rows - after, 1) * self.rate
-        size = int(expected + 6 * math.sqrt(expected) + 16)
-        gaps = self._rng.geometric(self.rate, size=size)
-        self._ahead = np.concatenate([self._ahead, np.cumsum(gaps) + (after - 1)])
+    def _draw(self, stop: int) -> None:
+        """Gaps enough, as a rule, to pass row `stop` (a few standard deviations over),
+        and at least `AHEAD`: a draw costs per call more than per gap."""
+        expected = max(stop - self._last, 1) * self.rate
+        size = max(int(expected + 6 * math.sqrt(expected) + 16), self.AHEAD)
+        drawn = np.cumsum(self._rng.geometric(self.rate, size=size)) + self._last
+        self._ahead = np.concatenate([self._ahead, drawn])
+        self._last = int(drawn[-1])
