@@ -122,14 +122,17 @@ void thresher_probabilities(const double* x, int64_t n, int64_t bins, int64_t* c
 }
 
 /* A chunk's columns of `rows` values each, their Σx, Σx², min and max in `sums` (four
-   doubles a column), merged into running moments (count, mean, m2, low, high, a value
-   a column) by Chan et al.'s pairwise update, as `RunningMoments.merge` does. The
-   columns it leaves go into `left` (their number is returned): a sum that is not finite
-   (nan or inf among the values), or a spread that cancellation ate (Σx² - Σx·mean small
-   against Σx·mean), which the caller finds exactly from the values. */
+   doubles a column), merged into running moments by Chan et al.'s pairwise update, as
+   `RunningMoments.merge` does: `table` the first column's count, its mean `stride`
+   doubles on, then m2, low and high as far again each (a row per figure, as
+   `RunningMoments` keeps them). The columns it leaves go into `left` (their number is
+   returned): a sum that is not finite (nan or inf among the values), or a spread that
+   cancellation ate (Σx² - Σx·mean small against Σx·mean), which the caller finds exactly
+   from the values. */
 int64_t thresher_fold_moments(int64_t columns, const double* sums, int64_t rows,
-                              int64_t* count, double* mean, double* m2, double* low,
-                              double* high, int64_t* left) {
+                              double* table, int64_t stride, int64_t* left) {
+    double *count = table, *mean = table + stride, *m2 = table + 2 * stride;
+    double *low = table + 3 * stride, *high = table + 4 * stride;
     int64_t n = 0;
     double r = (double)rows;
     for (int64_t c = 0; c < columns; c++) {
@@ -139,10 +142,10 @@ int64_t thresher_fold_moments(int64_t columns, const double* sums, int64_t rows,
             left[n++] = c;
             continue;
         }
-        double before = (double)count[c], all = before + r, delta = mu - mean[c];
-        mean[c] = count[c] == 0 ? mu : mean[c] + delta * r / all;
+        double before = count[c], all = before + r, delta = mu - mean[c];
+        mean[c] = before == 0.0 ? mu : mean[c] + delta * r / all;
         m2[c] += spread + delta * delta * before * r / all;
-        count[c] += rows;
+        count[c] = all;
         low[c] = sums[4 * c + 2] < low[c] ? sums[4 * c + 2] : low[c];
         high[c] = sums[4 * c + 3] > high[c] ? sums[4 * c + 3] : high[c];
     }
@@ -172,7 +175,7 @@ def _kernel() -> Any:
     pointer, count = ctypes.c_void_p, ctypes.c_int64
     declared(library.thresher_gather, count, pointer, pointer, count, pointer)
     declared(library.thresher_probabilities, pointer, count, count, pointer, pointer)
-    library.thresher_fold_moments.argtypes = [count, pointer, count, *[pointer] * 6]
+    library.thresher_fold_moments.argtypes = [count, pointer, count, pointer, count, pointer]
     library.thresher_fold_moments.restype = count
     return library
 
@@ -225,18 +228,18 @@ def probability_pass(values: np.ndarray, bins: int) -> tuple[Sums, np.ndarray] |
     return (float(sums[0]), float(sums[1]), float(sums[2]), float(sums[3])), counts
 
 
-def fold_moments(sums: np.ndarray, rows: int, running: list[np.ndarray]) -> list[int] | None:
+def fold_moments(sums: np.ndarray, rows: int, table: int, stride: int) -> list[int] | None:
     """Merge columns of `rows` values, `sums` their Σx, Σx², min and max (a C-ordered
-    row of four a column), into `running` (count, mean, m2, low and high arrays of as
-    many columns, contiguous); the columns left to the caller (see the C), or None
-    where there is no native kernel here (nothing merged)."""
+    row of four a column), into the running moments at the address `table` (see the C);
+    the columns left to the caller, or None where there is no native kernel here
+    (nothing merged)."""
     library = _kernel()
     if library is None:
         return None
     sums = np.ascontiguousarray(sums, dtype=np.float64)
     left = np.empty(len(sums), dtype=np.int64)
     found = library.thresher_fold_moments(
-        len(sums), sums.ctypes.data, rows, *(a.ctypes.data for a in running), left.ctypes.data
+        len(sums), sums.ctypes.data, rows, table, stride, left.ctypes.data
     )
     columns: list[int] = left[:found].tolist()
     return columns

@@ -18,16 +18,20 @@ __all__ = ["RunningMoments", "WaitingSamples"]
 
 
 class RunningMoments:
-    """The moments of many columns at once, merged chunk after chunk in arrays by Chan et
-    al.'s pairwise update (as `Moments.merge` merges one), for all the columns of a
-    chunk in a few numpy operations."""
+    """The moments of many columns at once, merged chunk after chunk by Chan et al.'s
+    pairwise update (as `Moments.merge` merges one), for all the columns of a chunk in one
+    native call (`fold`) or a few numpy operations (`merge`). They are kept as one table,
+    a column per profiled column and a row per figure (`COUNT`, `MEAN`, `M2`, `LOW`,
+    `HIGH`; the count a double, exact to 2**53 rows), so the native call is told where
+    they are in one pointer."""
+
+    COUNT, MEAN, M2, LOW, HIGH = range(5)
 
     def __init__(self) -> None:
         self._names: dict[str, int] = {}
         self._places: dict[tuple[str, ...], np.ndarray | slice] = {}  # a chunk's columns, in place
-        self.count = np.zeros(0, dtype=np.int64)
-        self.mean, self.m2 = np.zeros(0), np.zeros(0)
-        self.low, self.high = np.zeros(0), np.zeros(0)
+        self._table = np.zeros((5, 0))
+        self._address = self._table.ctypes.data  # where it lies, as it changes
 
     def merge(
         self,
@@ -42,14 +46,16 @@ class RunningMoments:
         """Merge `rows` values of each column of `names` (their means, sums of squared
         deviations, minima and maxima)."""
         at = self._place(names)
-        before = self.count[at]
+        figures = self._table
+        before = figures[self.COUNT, at]
         total = before + rows
-        delta = mean - self.mean[at]
-        self.mean[at] = np.where(before == 0, mean, self.mean[at] + delta * rows / total)
-        self.m2[at] += m2 + delta * delta * before * rows / total
-        self.count[at] = total
-        self.low[at] = np.minimum(self.low[at], low)
-        self.high[at] = np.maximum(self.high[at], high)
+        delta = mean - figures[self.MEAN, at]
+        step = figures[self.MEAN, at] + delta * rows / total
+        figures[self.MEAN, at] = np.where(before == 0, mean, step)
+        figures[self.M2, at] += m2 + delta * delta * before * rows / total
+        figures[self.COUNT, at] = total
+        figures[self.LOW, at] = np.minimum(figures[self.LOW, at], low)
+        figures[self.HIGH, at] = np.maximum(figures[self.HIGH, at], high)
 
     def fold(self, names: tuple[str, ...], rows: int, sums: np.ndarray) -> list[int]:
         """Merge columns `names` of `rows` values each, `sums` a row of Σx, Σx², min and
@@ -59,8 +65,8 @@ class RunningMoments:
         in `names` are returned."""
         at = self._place(names)
         if isinstance(at, slice):
-            running = [self.count, self.mean, self.m2, self.low, self.high]
-            left = fold_moments(sums, rows, [a[at] for a in running])
+            start = self._address + 8 * at.start
+            left = fold_moments(sums, rows, start, self._table.shape[1])
             if left is not None:
                 return left
         total, squares = sums[:, 0], sums[:, 1]
@@ -78,11 +84,11 @@ class RunningMoments:
 
     def folded(self) -> list[tuple[str, Moments]]:
         """Each column's moments so far."""
+        count, mean, m2, low, high = self._table.tolist()
         return [
-            (name, Moments(int(self.count[i]), float(self.low[i]), float(self.high[i]),
-                           float(self.mean[i]), float(self.m2[i])))
+            (name, Moments(int(count[i]), low[i], high[i], mean[i], m2[i]))
             for name, i in self._names.items()
-        ]  # fmt: skip
+        ]
 
     def _place(self, names: tuple[str, ...]) -> np.ndarray | slice:
         at = self._places.get(names)
@@ -90,12 +96,10 @@ class RunningMoments:
             new = [name for name in dict.fromkeys(names) if name not in self._names]
             for name in new:
                 self._names[name] = len(self._names)
-            grow = len(new)
-            self.count = np.concatenate([self.count, np.zeros(grow, dtype=np.int64)])
-            self.mean = np.concatenate([self.mean, np.zeros(grow)])
-            self.m2 = np.concatenate([self.m2, np.zeros(grow)])
-            self.low = np.concatenate([self.low, np.full(grow, math.inf)])
-            self.high = np.concatenate([self.high, np.full(grow, -math.inf)])
+            fresh = np.zeros((5, len(new)))
+            fresh[self.LOW], fresh[self.HIGH] = math.inf, -math.inf
+            self._table = np.ascontiguousarray(np.concatenate([self._table, fresh], axis=1))
+            self._address = self._table.ctypes.data
             at = np.array([self._names[n] for n in names], dtype=np.intp)
             if len(at) and np.array_equal(at, np.arange(at[0], at[0] + len(at))):
                 at = slice(int(at[0]), int(at[0]) + len(at))  # a view: no copies in `merge`
