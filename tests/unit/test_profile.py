@@ -288,3 +288,21 @@ def test_a_chunk_read_across_a_row_groups_end_profiles_as_the_same_rows_in_one_p
         )
         for q in (0.1, 0.5, 0.9):
             assert b.quantiles.get_rank(a.quantiles.get_quantile(q)) == pytest.approx(q, abs=0.04)
+
+
+def test_outputs_of_fewer_rows_than_the_inputs_are_sampled_apart() -> None:
+    """Bad rows are read but not predicted: the outputs' sample is drawn from their own
+    rows (a stream of its own), never past them."""
+    rng = np.random.default_rng(13)
+    profiler = ShardProfiler(0.05, 1)
+    for _ in range(3):
+        inputs = pa.table({"x": rng.normal(size=10_000)})
+        outputs = pa.table({"score": rng.normal(size=9_000)})
+        profiler.update(inputs, outputs)
+    profile = profiler.profile()
+    x, score = profile.columns["x"], profile.columns["score"]
+    assert (x.rows, score.rows) == (30_000, 27_000)
+    assert x.quantiles is not None and score.quantiles is not None
+    # each sketch holds its own Bernoulli sample: within five standard deviations
+    for sketch, rows in ((x.quantiles, 30_000), (score.quantiles, 27_000)):
+        assert abs(sketch.n - rows * 0.05) < 5 * np.sqrt(rows * 0.05)
