@@ -14,7 +14,10 @@ A `ColumnProfile` holds, for one column:
   calibration once actuals arrive.
 
 A `Profile` is the columns of one shard or job (`role` input or output), and optionally
-the same per value of `[monitor] segment_by`. Sketches travel as base64 in JSON.
+the same per value of `[monitor] segment_by`. Sketches travel in JSON as hex (each
+column says `"sketches": "hex"`; earlier profiles held base64, and are read still): half
+as large again as base64, but Python decodes it several times as fast, and the
+coordinator decodes every sketch of every shard as the shards commit.
 """
 
 from __future__ import annotations
@@ -169,9 +172,6 @@ class ColumnProfile:
             )
 
     def to_json(self) -> dict[str, Any]:
-        def pack(blob: bytes) -> str:
-            return base64.b64encode(blob).decode("ascii")
-
         out: dict[str, Any] = {
             "role": self.role,
             "kind": self.kind,
@@ -180,13 +180,14 @@ class ColumnProfile:
             "nan": self.nan,
             "inf": self.inf,
             "moments": self.moments.to_json(),
+            "sketches": "hex",
         }
         if self.quantiles is not None:
-            out["quantiles"] = pack(self.quantiles.serialize())
+            out["quantiles"] = self.quantiles.serialize().hex()
         if self.frequent is not None:
-            out["frequent"] = pack(self.frequent.serialize())
+            out["frequent"] = self.frequent.serialize().hex()
         if self.distinct is not None:
-            out["distinct"] = pack(self.distinct.serialize_compact())
+            out["distinct"] = self.distinct.serialize_compact().hex()
         if self.probability is not None:
             out["probability"] = self.probability
         return out
@@ -196,6 +197,7 @@ class ColumnProfile:
         column = cls(name, data["role"], data["kind"], int(data["rows"]), int(data["nulls"]))
         column.nan, column.inf = int(data["nan"]), int(data["inf"])
         column.moments = Moments.from_json(data["moments"])
+        _unpack = bytes.fromhex if data.get("sketches") == "hex" else _from_base64
         if "quantiles" in data:
             column.quantiles = ds.kll_doubles_sketch.deserialize(_unpack(data["quantiles"]))
         if "frequent" in data:
@@ -233,7 +235,8 @@ class ColumnProfile:
         return None if self.distinct is None else float(self.distinct.get_estimate())
 
 
-def _unpack(text: str) -> bytes:
+def _from_base64(text: str) -> bytes:
+    """A sketch as profiles stored before `"sketches": "hex"` hold it."""
     return base64.b64decode(text.encode("ascii"))
 
 
@@ -294,8 +297,8 @@ class Profile:
 
     def to_text(self) -> str:
         """`to_json` as JSON text, as shards send it and the store keeps it: orjson, for
-        a shard's profile is mostly its sketches' base64, which `json` escapes a
-        character at a time (0.6 ms a shard of 30 columns, a tenth of this)."""
+        a shard's profile is mostly its sketches' text, which `json` escapes a character
+        at a time."""
         return orjson.dumps(self.to_json()).decode()
 
     @classmethod
