@@ -7,6 +7,7 @@ its kind, chunk after chunk, was a good part of what profiling a chunk cost."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -14,7 +15,7 @@ import pyarrow as pa
 from thresher.moments import is_plain_double
 from thresher.monitor.profile import ColumnProfile, Kind, Role
 
-__all__ = ["Layout", "column_kind"]
+__all__ = ["Layout", "Plain", "column_kind"]
 
 
 def column_kind(type_: pa.DataType, role: Role) -> Kind:
@@ -28,6 +29,16 @@ def column_kind(type_: pa.DataType, role: Role) -> Kind:
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return "categorical"
     return "other"
+
+
+@dataclass(frozen=True)
+class Plain:
+    """A chunk's columns of plain doubles: their profiles, their one part each, and their
+    names (the key `RunningMoments` and `WaitingSamples` keep them by)."""
+
+    columns: list[ColumnProfile]
+    arrays: list[pa.Array]
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -53,25 +64,40 @@ class Layout:
             (numeric if column.kind == "numeric" else others).append(position)
         return cls(schema, columns, numeric, others)
 
+    @functools.cached_property
+    def all_numeric(self) -> tuple[list[ColumnProfile], tuple[str, ...]]:
+        """The numeric columns' profiles and names: the plain ones, as a rule."""
+        columns = [self.columns[i] for i in self.numeric]
+        return columns, tuple(column.name for column in columns)
+
     def split(
         self, table: pa.Table
-    ) -> tuple[list[tuple[ColumnProfile, pa.Array]], list[tuple[ColumnProfile, pa.ChunkedArray]]]:
-        """`table`'s columns (of this layout's schema): the plain doubles, each as its one
-        part, and the rest."""
+    ) -> tuple[Plain | None, list[tuple[ColumnProfile, pa.ChunkedArray]]]:
+        """`table`'s columns (of this layout's schema): the plain doubles (None when there
+        are none), and the rest."""
         # A table in one part, the rule for a model's inputs, gives all its arrays at once:
         # a ChunkedArray and then its part, column by column, were most of this.
         batches = table.to_batches()
         arrays = batches[0].columns if len(batches) == 1 else None
-        plain: list[tuple[ColumnProfile, pa.Array]] = []
+        plain: list[int] = []
+        parts: list[pa.Array] = []
         rest = [(self.columns[i], table.column(i)) for i in self.others]
         for i in self.numeric:
             column = self.columns[i]
             part = _only_part(table.column(i)) if arrays is None else arrays[i]
             if column.probability is None and part is not None and is_plain_double(part):
-                plain.append((column, part))
+                plain.append(i)
+                parts.append(part)
             else:
                 rest.append((column, table.column(i)))
-        return plain, rest
+        if not plain:
+            return None, rest
+        if len(plain) == len(self.numeric):  # every numeric column: worked out once
+            columns, names = self.all_numeric
+        else:
+            columns = [self.columns[i] for i in plain]
+            names = tuple(column.name for column in columns)
+        return Plain(columns, parts, names), rest
 
 
 def _only_part(values: pa.ChunkedArray) -> pa.Array | None:

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from thresher.arrays import to_numpy
 from thresher.moments import is_plain_double, reductions
 from thresher.monitor.kernels import gather, probability_pass, small_counts
-from thresher.monitor.layout import Layout
+from thresher.monitor.layout import Layout, Plain
 from thresher.monitor.profile import (
     PROBABILITY_BINS,
     ColumnProfile,
@@ -118,47 +118,37 @@ class ShardProfiler:
         plain, rest = layout.split(table)
         for column, values in rest:  # a column that keeps no sketch of its values: no sample
             add_values(column, values, sample if _sampled(column, values.type) else None, seen)
-        if plain:
+        if plain is not None:
             self._add_plain(plain, sample, seen)
 
-    def _add_plain(
-        self,
-        plain: list[tuple[ColumnProfile, pa.Array]],
-        sample: np.ndarray | None,
-        seen: Seen | None,
-    ) -> None:
+    def _add_plain(self, plain: Plain, sample: np.ndarray | None, seen: Seen | None) -> None:
         """Columns of plain doubles, together: their moments (recorded by the model's
-        conversion, or one native pass each) merged into the running arrays at once, and
-        their sampled values gathered in one native call; a column with nan or inf goes
-        the way of any other."""
-        rows = len(plain[0][1])
-        arrays = [values for _, values in plain]
+        conversion, or one native pass each) merged into the running figures at once,
+        and their sampled values gathered in one native call; a column with nan or inf
+        goes the way of any other."""
+        columns, arrays, names = plain.columns, plain.arrays, plain.names
+        rows = len(arrays[0])
         at = addresses(arrays)
         sums = seen.chain_sums(at, rows) if seen is not None else None
         if sums is None:  # not the columns of one chain of batches: column by column
-            found = seen.sums_at(at, rows) if seen is not None else [None] * len(plain)
+            found = seen.sums_at(at, rows) if seen is not None else [None] * len(arrays)
             pairs = zip(found, arrays, strict=True)
             sums = np.array([f or reductions(_numbers(a)) for f, a in pairs])
-        names = tuple([column.name for column, _ in plain])
-        kept = list(range(len(plain)))
         left = self._moments.fold(names, rows, sums)
         if left:  # nan or inf (the sum says so), or cancellation
             for i in left:
-                self._add_left(*plain[i], sums[i], sample, seen)
-            kept = [i for i in kept if i not in left or math.isfinite(sums[i, 0])]
+                self._add_left(columns[i], arrays[i], sums[i], sample, seen)
+            kept = [i for i in range(len(arrays)) if i not in left or math.isfinite(sums[i, 0])]
             if not kept:
                 return
-        sketched = [i for i in kept if plain[i][0].quantiles is not None]
-        if not sketched or (sample is not None and not len(sample)):
-            return
-        columns = [plain[i][0] for i in sketched]
+            if len(kept) < len(arrays):
+                columns, arrays = [columns[i] for i in kept], [arrays[i] for i in kept]
+                names, at = tuple(c.name for c in columns), at[kept]
         if sample is None:  # every row: the values themselves wait
-            for column, i in zip(columns, sketched, strict=True):
-                self._waiting.add(column, _numbers(arrays[i]))
-        else:
-            places = at if len(sketched) == len(plain) else at[sketched]
-            block = gather([arrays[i] for i in sketched], places, sample)
-            self._waiting.add_rows(columns, block)
+            for column, values in zip(columns, arrays, strict=True):
+                self._waiting.add(column, _numbers(values))
+        elif len(sample):
+            self._waiting.add_rows(columns, gather(arrays, at, sample), names)
 
     def _add_left(
         self,

@@ -128,9 +128,12 @@ class WaitingSamples:
         values = values if values.flags.owndata else values.copy()
         self.add_rows([column], values[np.newaxis])
 
-    def add_rows(self, columns: list[ColumnProfile], block: np.ndarray) -> None:
-        """Keep row i of `block` (a matrix of this profiler's own) for `columns[i]`."""
-        key = tuple(column.name for column in columns)
+    def add_rows(
+        self, columns: list[ColumnProfile], block: np.ndarray, names: tuple[str, ...] | None = None
+    ) -> None:
+        """Keep row i of `block` (a matrix of this profiler's own) for `columns[i]`
+        (whose `names` the caller may know already)."""
+        key = names or tuple(column.name for column in columns)
         blocks = self._blocks.get(key)
         if blocks is None:
             blocks = self._blocks[key] = []
