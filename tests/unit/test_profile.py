@@ -324,3 +324,14 @@ def test_a_profile_stored_with_base64_sketches_reads_as_it_did() -> None:
                 column[key] = base64.b64encode(bytes.fromhex(column[key])).decode("ascii")
     again = Profile.from_json(data)
     assert again.to_json() == profile.to_json()
+
+
+def test_class_labels_in_a_models_many_batches_are_counted_over_all_parts() -> None:
+    rng = np.random.default_rng(15)
+    labels = rng.integers(0, 4, 10_000)
+    parts = pa.chunked_array([labels[i : i + 128] for i in range(0, 10_000, 128)])  # 79 parts
+    profiler = ShardProfiler(1.0, 0)
+    profiler.update(pa.table({"x": rng.normal(size=10_000)}), pa.table({"label": parts}))
+    column = profiler.profile().columns["label"]
+    assert dict(column.top()) == {str(v): int((labels == v).sum()) for v in range(4)}
+    assert column.rows == 10_000

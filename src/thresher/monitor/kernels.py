@@ -77,6 +77,15 @@ int32_t thresher_count_labels(const int64_t* x, int64_t n, int64_t* counts) {
     return 0;
 }
 
+/* thresher_count_labels over `parts` arrays (`sources`, `lengths` values each): 0, or
+   -1 as soon as one gives up (the counts are then the caller's to drop). */
+int32_t thresher_count_label_parts(int64_t parts, const int64_t* const* sources,
+                                   const int64_t* lengths, int64_t* counts) {
+    for (int64_t p = 0; p < parts; p++)
+        if (thresher_count_labels(sources[p], lengths[p], counts) != 0) return -1;
+    return 0;
+}
+
 /* x[0..n) doubles: Σx, Σx², min and max into sums[0..4), and how many lie in each of
    `bins` (at most MAX_BINS) equal bins of [0, 1] into counts[0..bins) (1 in the last;
    NaN and values outside [0, 1] in none: the caller drops the histogram when min or max
@@ -170,8 +179,8 @@ def _kernel() -> Any:
     library = kernel("profiler", KERNELS_C)
     if library is None:
         return None
-    library.thresher_count_labels.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-    library.thresher_count_labels.restype = ctypes.c_int32
+    library.thresher_count_label_parts.argtypes = [ctypes.c_int64, *[ctypes.c_void_p] * 3]
+    library.thresher_count_label_parts.restype = ctypes.c_int32
     pointer, count = ctypes.c_void_p, ctypes.c_int64
     declared(library.thresher_gather, count, pointer, pointer, count, pointer)
     declared(library.thresher_probabilities, pointer, count, count, pointer, pointer)
@@ -188,12 +197,13 @@ def small_counts(parts: Sequence[np.ndarray]) -> np.ndarray | None:
     if library is None or any(part.dtype != np.int64 for part in parts):
         return None
     counts = np.zeros(SMALL_LABELS, dtype=np.int64)
-    for part in parts:
-        values = np.ascontiguousarray(part)
-        found = library.thresher_count_labels(values.ctypes.data, len(values), counts.ctypes.data)
-        if found != 0:
-            return None
-    return counts
+    kept = [np.ascontiguousarray(part) for part in parts]  # alive through the call
+    sources = np.fromiter((part.ctypes.data for part in kept), dtype=np.uintp, count=len(kept))
+    lengths = np.fromiter((len(part) for part in kept), dtype=np.int64, count=len(kept))
+    found = library.thresher_count_label_parts(
+        len(kept), sources.ctypes.data, lengths.ctypes.data, counts.ctypes.data
+    )
+    return counts if found == 0 else None
 
 
 def gather(arrays: Sequence[pa.Array], at: np.ndarray, positions: np.ndarray) -> np.ndarray:

@@ -241,9 +241,11 @@ def add_values(
 ) -> None:
     """One chunk's values of a column into its profile. An output column comes in as many
     parts as the model had batches (hundreds while the tuner tries small sizes): past
-    `MAX_PARTS` they are joined first, a copy that costs less than a pass per part. Not
-    when the model's read recorded moments (`seen`): those are of the parts as they are."""
-    if values.num_chunks > MAX_PARTS and seen is None:
+    `MAX_PARTS` a number's parts are joined first, a copy that costs less than a pass per
+    part. Not when the model's read recorded moments (`seen`): those are of the parts as
+    they are; nor for class labels, which are counted over all the parts in one call (a
+    copy of a chunk's labels in fresh memory cost more in page faults than the count)."""
+    if values.num_chunks > MAX_PARTS and seen is None and column.kind == "numeric":
         values = pa.chunked_array([values.combine_chunks()], type=values.type)
     column.rows += len(values)
     column.nulls += values.null_count
