@@ -243,8 +243,8 @@ def add_values(
     parts as the model had batches (hundreds while the tuner tries small sizes): past
     `MAX_PARTS` a number's parts are joined first, a copy that costs less than a pass per
     part. Not when the model's read recorded moments (`seen`): those are of the parts as
-    they are; nor for class labels, which are counted over all the parts in one call (a
-    copy of a chunk's labels in fresh memory cost more in page faults than the count)."""
+    they are; nor for class labels, which are counted over all the parts in one native
+    call, so the copy would buy nothing."""
     if values.num_chunks > MAX_PARTS and seen is None and column.kind == "numeric":
         values = pa.chunked_array([values.combine_chunks()], type=values.type)
     column.rows += len(values)
