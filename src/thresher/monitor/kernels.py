@@ -136,8 +136,8 @@ void thresher_probabilities(const double* x, int64_t n, int64_t bins, int64_t* c
    doubles on, then m2, low and high as far again each (a row per figure, as
    `RunningMoments` keeps them). The columns it leaves go into `left` (their number is
    returned): a sum that is not finite (nan or inf among the values), or a spread that
-   cancellation ate (Σx² - Σx·mean small against Σx·mean), which the caller finds exactly
-   from the values. */
+   cancellation ate (Σx² - Σx·mean small against Σx·mean, as `running.spread_lost`
+   asks), which the caller finds exactly from the values. */
 int64_t thresher_fold_moments(int64_t columns, const double* sums, int64_t rows,
                               double* table, int64_t stride, int64_t* left) {
     double *count = table, *mean = table + stride, *m2 = table + 2 * stride;

@@ -38,7 +38,7 @@ from thresher.monitor.profile import (
     Profile,
     Role,
 )
-from thresher.monitor.running import RunningMoments, WaitingSamples
+from thresher.monitor.running import RunningMoments, WaitingSamples, spread_lost
 from thresher.monitor.sampling import RowSample
 from thresher.seen import Seen, addresses
 
@@ -366,7 +366,7 @@ def _moments(finite: np.ndarray, total: float, squares: float, low: float, high:
         return Moments()
     mean = total / count
     m2 = squares - total * mean
-    if m2 < 1e-9 * abs(total * mean):
+    if spread_lost(total, mean, m2):
         m2 = float(np.var(finite)) * count
     return Moments(count, low, high, mean, max(m2, 0.0))
 

@@ -8,13 +8,22 @@ thousand values."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from thresher.monitor.kernels import fold_moments
 from thresher.monitor.profile import ColumnProfile, Moments
 
-__all__ = ["RunningMoments", "WaitingSamples"]
+__all__ = ["RunningMoments", "WaitingSamples", "spread_lost"]
+
+
+def spread_lost(total: Any, mean: Any, m2: Any) -> Any:
+    """Whether a spread found from Σx and Σx² (`m2` = Σx² - Σx·mean) lost its digits to
+    cancellation, a mean far from zero against a small spread: then only the exact
+    two-pass way will do. Numbers or arrays alike; `thresher_fold_moments` asks the same
+    in C."""
+    return m2 < 1e-9 * abs(total * mean)
 
 
 class RunningMoments:
@@ -72,7 +81,7 @@ class RunningMoments:
         total, squares = sums[:, 0], sums[:, 1]
         mean = total / rows
         m2 = squares - total * mean
-        kept = np.isfinite(total) & ~(m2 < 1e-9 * np.abs(total * mean))
+        kept = np.isfinite(total) & ~spread_lost(total, mean, m2)
         if kept.all():
             self.merge(names, rows, mean=mean, m2=m2, low=sums[:, 2], high=sums[:, 3])
             return []
