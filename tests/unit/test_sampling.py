@@ -3,11 +3,14 @@ over a shard's rows, whatever its chunks, seeded by the shard."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from thresher.monitor.sampling import RowSample, sample_rate_for
+from thresher.monitor.sampling import RowSample, sample_rate_for, uniforms
 
 pytestmark = pytest.mark.unit
 
@@ -48,3 +51,34 @@ def test_a_rate_of_one_keeps_every_row() -> None:
     assert sample_rate_for(None, 32_768) == 1.0
     assert sample_rate_for(1_000_000, 0) == 1.0
     assert sample_rate_for(1_000_000, 32_768) == pytest.approx(0.032768)
+
+
+def splitmix64(key: int, count: int) -> list[int]:
+    """SplitMix64 as its authors wrote it, in plain integers modulo 2**64."""
+    mask, out = (1 << 64) - 1, []
+    for i in range(1, count + 1):
+        z = (key + i * 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(z ^ (z >> 31))
+    return out
+
+
+def test_the_uniforms_are_splitmix64s_top_bits_and_any_stretch_draws_alone() -> None:
+    key = 0xDEADBEEF12345678
+    expected = [((z >> 11) + 0.5) / 2**53 for z in splitmix64(key, 50)]
+    np.testing.assert_array_equal(uniforms(np.uint64(key), 0, 50), expected)
+    np.testing.assert_array_equal(uniforms(np.uint64(key), 20, 30), expected[20:])
+    many = uniforms(np.uint64(7), 0, 200_000)
+    assert many.min() > 0.0 and many.max() < 1.0
+    assert stats.kstest(many, "uniform").pvalue > 1e-4
+
+
+def test_sampling_leaves_numpys_generators_unimported() -> None:
+    # numpy.random's import cost a worker more than sampling a whole job (see sampling.py)
+    code = (
+        "import sys; from thresher.monitor.sampling import RowSample; "
+        "RowSample(0.01, 1).take(100_000); print('numpy.random' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
