@@ -84,4 +84,5 @@ def uniforms(key: np.uint64, start: int, size: int) -> np.ndarray:
 def _mix(z: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> np.uint64(30))) * _MIX[0]
     z = (z ^ (z >> np.uint64(27))) * _MIX[1]
-    return z ^ (z >> np.uint64(31))
+    mixed: np.ndarray = z ^ (z >> np.uint64(31))
+    return mixed
