@@ -1,7 +1,7 @@
 """What `[monitor] profile = true` (the default) costs: the same `thresher run` of the
 tabular (LightGBM) and MLP (ONNX) workloads with profiling on and off, taking turns, best
 of N each, end to end (process start to exit); and, less at the mercy of a busy machine,
-the CPU time the workers' profiling threads used (the manifest's `profile.cpu_seconds`)
+the CPU time the workers spent profiling (the manifest's `profile.cpu_seconds`)
 as a share of the whole process tree's. Also the size of the job's stored profile.
 
     python benchmarks/profile_overhead.py [--quick] [--repeat 5] [--dir DIR]
@@ -33,7 +33,7 @@ class Run:
     seconds: float  # end to end
     cpu: float  # user + system, the whole process tree
     user: float  # user alone: on a shared host the system time swings with its memory
-    profiling_cpu: float  # what the workers' profiling threads used (the manifest's figure)
+    profiling_cpu: float  # what the workers spent profiling (the manifest's figure)
 
 
 def one_run(spec: Path, env: dict[str, str], out: Path, profile: bool) -> Run:
@@ -88,7 +88,7 @@ class Overhead:
     @property
     def cpu_ratio(self) -> float:
         """The whole tree's CPU time on ÷ off (medians): everything profiling costs,
-        its thread and what its memory traffic takes from the others, on a machine
+        its own calls and what its memory traffic takes from the rest, on a machine
         whose wall clock is noisy."""
         on, off = ([r.cpu for r in self.runs[p]] for p in (True, False))
         return statistics.median(on) / statistics.median(off)
@@ -144,12 +144,12 @@ def main() -> None:
         " off, taking turns; the target is on ÷ off ≤ 1.03. Paired: the median of each"
         " attempt's on ÷ off, its two runs one after the other (the runs below, in order),"
         " which a host's slow minutes touch alike. The profiling CPU share is the"
-        " CPU time of the workers' profiling threads (`thread_time`, in the manifest's"
+        " CPU time the workers spent in the profiler (`thread_time`, in the manifest's"
         " `profile.cpu_seconds`) over the whole process tree's CPU time, median of the runs;"
-        " the tree's CPU on ÷ off counts what that thread's memory traffic costs the others,"
+        " the tree's CPU on ÷ off counts what its memory traffic costs the rest too,"
         " and the user CPU on ÷ off the same without the system's time. The input columns'"
-        " moments are taken as the model reads them (`thresher/moments.py`), on the model's"
-        " thread: the user CPU ratio counts them, the profiling share does not.",
+        " moments are taken as the model reads them (`thresher/moments.py`), as part of"
+        " the model's work: the user CPU ratio counts them, the profiling share does not.",
         "",
         "| workload | rows | on, best (s) | off, best (s) | on ÷ off, best | on ÷ off, median |"
         " on ÷ off, paired | profiling CPU share | tree CPU on ÷ off | user CPU on ÷ off |"

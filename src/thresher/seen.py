@@ -7,7 +7,7 @@ batch of the same columns, each batch's runs beginning where the last batch's en
 a call continues the last one (`Seen.extend`): the native pass adds its moments into the
 same figures, so a chunk's columns end as one run each, their moments already summed,
 and the profiler finds them all at once (`Seen.chain_sums`). Built call by call and put
-together on the profiler's thread, as it was, the chain cost that thread more than the
+together by the profiler, as it was, the chain cost that thread more than the
 moments saved. Anything else (a model that converts its own way, a batch retried in
 halves, threads that each convert a span) is matched run by run against a table of runs
 sorted by address (`_Runs`).

@@ -14,7 +14,7 @@ names them itself. Every other output becomes a column named after it.
 Options: `device = "cpu"` keeps a CUDA build on the CPU; `device = "cuda"` requires CUDA.
 `spinning = true` lets intra-op threads spin while they wait for the next batch: on a
 machine of the job's own that saves a little per batch; on one whose cores are shared
-(with the worker's reader, writer and profiler threads, with other workers) the spinning
+(with the worker's reader and writer threads, with other workers) the spinning
 takes their cores, so by default the threads sleep (benchmarks/results/onnx-spinning.md).
 """
 

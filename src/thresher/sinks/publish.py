@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from thresher.faults import crash_point
 from thresher.sinks.parts import STAGING, StagedPart, commit_to, move, read_error_records
 from thresher.sources.files import as_url, filesystem
@@ -185,9 +187,12 @@ def remove_staging(fs: Any, root: str) -> None:
 
 
 def write_json(fs: Any, path: str, data: dict[str, Any]) -> None:
-    """Write via a temporary name and a rename, so a reader sees all of it or none."""
+    """Write via a temporary name and a rename, so a reader sees all of it or none.
+    Through orjson: the standard library's encoder is pure Python once it indents, and a
+    manifest with a profile's summary took it 6 ms a write, at a job's end."""
     tmp = f"{path}.tmp"
-    text = json.dumps({**data, "written_at": datetime.now(UTC).isoformat()}, indent=2)
-    with fs.open(tmp, "w") as f:  # one write: json.dump wrote each token apart
+    stamped = {**data, "written_at": datetime.now(UTC).isoformat()}
+    text = orjson.dumps(stamped, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    with fs.open(tmp, "wb") as f:  # one write: json.dump wrote each token apart
         f.write(text)
     move(fs, tmp, path)

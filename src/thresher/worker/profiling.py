@@ -31,12 +31,11 @@ class ChunkProfiler:
         """The shard's profiler, or None when the job does not profile."""
         return cls(setup, shard) if setup.profile is not None else None
 
-    def add(self, item: tuple[Chunk, pa.Table, np.ndarray, Seen | None]) -> None:
+    def add(self, chunk: Chunk, output: pa.Table, positions: np.ndarray, seen: Seen | None) -> None:
         """One chunk and its `output`, the predicted rows, at `positions` (the chunk's
         own, which rise through the chunk, so each output row's input row is found by
         bisection); `seen`, the moments its conversion for the model recorded."""
-        started = time.thread_time()  # this thread's CPU: what profiling costs, alone
-        chunk, output, positions, seen = item
+        started = time.thread_time()  # this thread's CPU in here: what profiling costs
         predictions = output.drop_columns([c for c in output.column_names if c in self._kept])
         segments = None
         if self._segment_by:
