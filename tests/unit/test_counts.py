@@ -5,6 +5,7 @@ a probability column's histogram and moments in one pass, as numpy finds them.""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from thresher.moments import reductions
@@ -13,12 +14,25 @@ from thresher.monitor.kernels import SMALL_LABELS, probability_pass, small_count
 pytestmark = pytest.mark.unit
 
 
+def labels(*parts: np.ndarray) -> pa.ChunkedArray:
+    return pa.chunked_array([pa.array(part) for part in parts])
+
+
+def test_nulls_and_a_parts_offset_are_left_out_of_the_count() -> None:
+    part = pa.array([1, None, 2, 2, None, 0, 1], type=pa.int64())
+    values = pa.chunked_array([part.slice(1), pa.array([], pa.int64()), part.slice(5, 2)])
+    counts = small_counts(values)  # [2, 2, 0, 1] counted, then [0, 1] at an offset of 5
+    assert counts is not None
+    np.testing.assert_array_equal(counts[:3], [2, 2, 2])
+    assert counts[3:].sum() == 0
+
+
 def test_labels_are_counted_over_the_parts_as_bincount_counts_them() -> None:
     rng = np.random.default_rng(7)
     parts = [rng.integers(0, 5, size=n) for n in (0, 1, 7, 8, 9, 16_385)]
     parts.append(np.sort(rng.integers(0, SMALL_LABELS, size=10_000)))  # long runs
     parts += [rng.integers(0, 2, size=5_001), np.zeros(3, dtype=np.int64)]  # two labels, one
-    counts = small_counts(parts)
+    counts = small_counts(labels(*parts))
     assert counts is not None
     expected = np.bincount(np.concatenate(parts), minlength=SMALL_LABELS)
     np.testing.assert_array_equal(counts, expected)
@@ -28,21 +42,21 @@ def test_labels_are_counted_over_the_parts_as_bincount_counts_them() -> None:
 def test_a_label_outside_the_range_gives_up_whole(bad: int) -> None:
     values = np.zeros(100, dtype=np.int64)
     values[57] = bad
-    assert small_counts([np.ones(10, dtype=np.int64), values]) is None
+    assert small_counts(labels(np.ones(10, dtype=np.int64), values)) is None
 
 
 def test_other_integer_types_are_left_to_the_general_path() -> None:
-    assert small_counts([np.ones(10, dtype=np.int32)]) is None
+    assert small_counts(labels(np.ones(10, dtype=np.int32))) is None
 
 
 def test_each_count_starts_from_nothing_after_a_wide_one_or_one_given_up() -> None:
     """The kernel keeps its tables between calls, cleared as far as each call used them."""
     wide = np.arange(SMALL_LABELS, dtype=np.int64)
-    assert small_counts([wide]) is not None
+    assert small_counts(labels(wide)) is not None
     given_up = np.array([3, 3, 900, SMALL_LABELS, 5], dtype=np.int64)
-    assert small_counts([given_up]) is None
+    assert small_counts(labels(given_up)) is None
     narrow = np.array([0, 1, 1, 2, 2, 2], dtype=np.int64)
-    counts = small_counts([narrow])
+    counts = small_counts(labels(narrow))
     assert counts is not None
     np.testing.assert_array_equal(counts, np.bincount(narrow, minlength=SMALL_LABELS))
 

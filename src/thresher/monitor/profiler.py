@@ -274,12 +274,12 @@ def _value_counts(values: pa.ChunkedArray) -> tuple[list[Any], list[int]]:
     (class labels) are counted with `np.bincount`: a tenth of Arrow's hash-based
     `value_counts`, which was the largest single cost of profiling a classifier's output."""
     if pa.types.is_integer(values.type) and len(values) > values.null_count:
-        parts = [to_numpy(p.drop_null() if p.null_count else p) for p in values.chunks]
-        parts = [part for part in parts if len(part)]  # one at a time: see _add_numbers
-        small = small_counts(parts)  # class labels, as a rule: one native pass
+        small = small_counts(values)  # class labels, as a rule: one native pass
         if small is not None:
             present = np.flatnonzero(small)
             return present.tolist(), small[present].tolist()
+        parts = [to_numpy(p.drop_null() if p.null_count else p) for p in values.chunks]
+        parts = [part for part in parts if len(part)]  # one at a time: see _add_numbers
         low, high = min(int(p.min()) for p in parts), max(int(p.max()) for p in parts)
         if high - low < BINCOUNT_SPAN and low > -(1 << 62) and high < 1 << 62:
             counts = np.zeros(high - low + 1, dtype=np.int64)
