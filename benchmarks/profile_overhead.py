@@ -144,8 +144,8 @@ def main() -> None:
         "",
         "`thresher run` end to end (process start to exit) with `[monitor] profile` on and"
         " off, taking turns after an untimed run of each; the target is on ÷ off ≤ 1.03."
-        " Paired: the median of each attempt's on ÷ off, its two runs one after the other (the runs below, in order),"
-        " which a host's slow minutes touch alike. The profiling CPU share is the"
+        " Paired: the median of each attempt's on ÷ off, its two runs one after the other"
+        " (the runs below, in order), which a host's slow minutes touch alike. The profiling CPU share is the"
         " CPU time the workers spent in the profiler (`thread_time`, in the manifest's"
         " `profile.cpu_seconds`) over the whole process tree's CPU time, median of the runs;"
         " the tree's CPU on ÷ off counts what its memory traffic costs the rest too,"
