@@ -185,10 +185,9 @@ def run_shard(
                 output, positions = work.predict_rows(chunk)
             writer.put(output)
             if profiler:
-                # Here, not on a thread of its own as it was: the chunk's memory then
-                # lived on until that thread let it go, and the reader took fresh pages
-                # meanwhile; the thread cost the benchmark's jobs 2-3% more of their CPU.
-                # The inputs' moments are taken as the model reads them (`recording`).
+                # Not on a thread of its own, as it was: the chunk lived on until that
+                # thread let it go while the reader took fresh pages, 2-3% more of a
+                # job's CPU. (The inputs' moments are taken as the model reads them.)
                 profiler.add(chunk, output, positions, seen)
             rows_out += output.num_rows
             report(chunk.table.num_rows + len(chunk.bad))
