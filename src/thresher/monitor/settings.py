@@ -26,8 +26,10 @@ class MonitorSection(BaseModel):
     segment_by: str | None = None
     # Rows per job a numeric column's quantile sketch sees: a uniform random sample, so a
     # sketch's cost does not grow with the data (0: every row). Counts, nulls, min, max,
-    # mean and variance always see every row.
-    sample_rows: int = Field(default=32_768, ge=0)
+    # mean and variance always see every row. At 16,384 the sample's own error (DKW, 1.3%
+    # at 99%) is the KLL sketch's own; twice the rows took the profiler twice the time a
+    # shard to sort and sketch, for a KS bound between two jobs of 0.051 instead of 0.058.
+    sample_rows: int = Field(default=16_384, ge=0)
     bins: int = Field(default=10, ge=2, le=100)
     psi_warn: float = Field(default=0.1, gt=0)
     psi_drift: float = Field(default=0.25, gt=0)
