@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from thresher.arrays import to_numpy
 from thresher.native import declared, kernel
-from thresher.seen import Sums
+from thresher.seen import Sums, addresses
 
 __all__ = ["SMALL_LABELS", "fold_moments", "gather", "probability_pass", "small_counts"]
 
@@ -220,7 +220,7 @@ def small_counts(values: pa.ChunkedArray) -> np.ndarray | None:
         return None
     kept = [part.drop_null() if part.null_count else part for part in values.chunks]
     kept = [part for part in kept if len(part)]  # alive through the call
-    sources = np.array([p.buffers()[1].address + 8 * p.offset for p in kept], dtype=np.uintp)
+    sources = addresses(kept)
     lengths = np.array([len(part) for part in kept], dtype=np.int64)
     counts = np.zeros(SMALL_LABELS, dtype=np.int64)
     found = library.thresher_count_label_parts(
