@@ -106,11 +106,15 @@ def run_measured(
     watch: Path | None = None,
     pattern: str = "*.parquet",
     pss: bool = False,
+    *,
+    sample: bool = True,
 ) -> Measured:
     """Run `cmd` under `/usr/bin/time -v`; raise SystemExit with its output if it fails.
 
     `watch` is the folder whose first file matching `pattern` marks the first output;
-    `pss` samples the tree's PSS as well.
+    `pss` samples the tree's PSS as well. `sample=False` runs no sampler (no first
+    output, no tree RSS): for a figure that needs neither, on a machine of few cores,
+    where the sampler's /proc walk every 50 ms takes turns from the command.
     """
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -121,11 +125,13 @@ def run_measured(
         env=env,
     )
     sampler = _Sampler(proc.pid, started, watch, pattern, pss)
-    sampler.start()
+    if sample:
+        sampler.start()
     out, err = proc.communicate()
     seconds = time.perf_counter() - started
     sampler.done.set()
-    sampler.join()
+    if sample:
+        sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out}\n{err[-4000:]}")
     found = _MAX_RSS.search(err)

@@ -16,13 +16,12 @@ import os
 import resource
 import sqlite3
 import statistics
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import systems
 from ab import SideRun
+from measure import run_measured
 from report import write_results
 from workloads import Workload, prepare
 
@@ -45,22 +44,17 @@ def one_run(spec: Path, env: dict[str, str], out: Path, profile: bool) -> Run:
     workers = f"run.workers={os.cpu_count() or 1}"
     cmd = [systems.THRESHER, "run", str(spec), "--set", f"monitor.profile={flag}"]
     cmd += ["--set", workers]
-    # Timed alone, not through `measure.run_measured`: its sampler walks /proc every
-    # 50 ms for the tree's memory, which this figure does not need, and on a two-core
-    # machine that thread's turns fell on one side or the other.
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - started
+    # No sampler: this figure needs no memory, and on a two-core machine the sampler's
+    # turns fell on one side or the other.
+    measured = run_measured(cmd, env, sample=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
     user = after.ru_utime - before.ru_utime
     cpu = user + (after.ru_stime - before.ru_stime)
     manifest = json.loads((out / "_SUCCESS").read_text())
     assert ("profile" in manifest) == profile, "the manifest says otherwise"
     profiling = manifest["profile"]["cpu_seconds"] if profile else 0.0
-    return Run(seconds, cpu, user, profiling)
+    return Run(measured.seconds, cpu, user, profiling)
 
 
 def profile_bytes(root: Path) -> int:
