@@ -197,6 +197,12 @@ MIGRATIONS: list[list[str]] = [
         " WHERE status IN ('failed', 'completed', 'expired', 'cancelled')",
         "CREATE INDEX IF NOT EXISTS thresher_batches_announced ON thresher_batches (announced_at)",
     ],
+    # 16: why a schedule or a tenant's trigger was quarantined (paused by its loop after
+    # failing too often in a row, `thresher.loops.Strikes`); NULL when it was not.
+    [
+        "ALTER TABLE thresher_schedules ADD COLUMN quarantined TEXT",
+        "ALTER TABLE thresher_trigger_defs ADD COLUMN quarantined TEXT",
+    ],
 ]
 
 
