@@ -92,3 +92,17 @@ def test_a_live_owner_blocks_a_resume_and_cancel_is_seen_by_the_heartbeat(
 def test_an_unknown_job_says_which_store_it_looked_in(store: Store) -> None:
     with pytest.raises(StoreError, match="no job 'nope' in the store"):
         store.job("nope")
+
+
+def test_a_cancel_never_overwrites_a_job_that_finished_meanwhile(
+    store: Store, spec: Callable[[int], JobSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job succeeds between the cancel's look and its write: it stays succeeded."""
+    store.create_job("j", "j", spec(), {"shards": [{}]})
+    running = store.job("j")
+    store.finish("j", JobState.SUCCEEDED, None, None)
+    looks = iter([running])  # the first look saw it running; later ones see the store
+    real = store.job
+    monkeypatch.setattr(store, "job", lambda job_id: next(looks, None) or real(job_id))
+    assert store.request_cancel("j") == JobState.SUCCEEDED
+    assert store.job("j").state == JobState.SUCCEEDED

@@ -321,16 +321,17 @@ class Store:
 
     def request_cancel(self, job_id: str) -> JobState:
         """Ask a job to stop; its coordinator sees it within a second. Returns the state
-        the job is left in (a finished job stays as it was)."""
-        job = self.job(job_id)
-        if job.state.finished:
-            return job.state
+        the job is left in (a finished job stays as it was). The state is guarded in the
+        write itself: a job that finished after any earlier look keeps its end."""
+        self.job(job_id)  # a StoreError naming the store for an unknown id
+        ended = tuple(s.value for s in JobState if s.finished)
         with self.db.transaction() as cur:
-            cur.execute(
-                "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ? WHERE id = ?",
-                (JobState.CANCELLED.value, now(), "cancelled by request", job_id),
-            )
-        return JobState.CANCELLED
+            row = cur.execute(
+                "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?"
+                " WHERE id = ? AND state NOT IN (?, ?, ?) RETURNING state",
+                (JobState.CANCELLED.value, now(), "cancelled by request", job_id, *ended),
+            ).fetchone()
+        return JobState.CANCELLED if row else self.job(job_id).state
 
     def totals(self, job_id: str) -> Totals:
         row = self.db.query(
