@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from thresher.store import open_store
+from thresher.store import StoreError, open_store
 from thresher.store import schema as store_schema
 
 # The tables as the release before migrations made them (store/jobs.py and
@@ -95,3 +95,15 @@ def test_no_sql_against_thresher_tables_outside_the_store() -> None:
         for m in statement.finditer(p.read_text())
     ]
     assert offenders == []
+
+
+def test_a_store_a_newer_thresher_migrated_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    open_store(f"sqlite:///{path}")
+    newer = len(store_schema.MIGRATIONS) + 1
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO thresher_schema (version) VALUES (?)", (newer,))
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match=f"schema version {newer}, newer than this thresher"):
+        open_store(f"sqlite:///{path}")
+    assert path.read_bytes() == before

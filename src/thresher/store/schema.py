@@ -12,7 +12,8 @@ an old one: stores in the field have already run those.
 
 from __future__ import annotations
 
-from thresher.store.db import Cursor, Database
+from thresher.postgres import without_password
+from thresher.store.db import Cursor, Database, StoreError
 
 __all__ = ["MIGRATIONS", "migrate", "schema_version"]
 
@@ -214,7 +215,9 @@ def schema_version(cur: Cursor) -> int:
 
 def migrate(db: Database) -> int:
     """Bring the store to the newest version; returns the version it is at. Two processes
-    opening one store at once take turns: the second finds the work done."""
+    opening one store at once take turns: the second finds the work done. A store a newer
+    thresher migrated further is refused (StoreError), never used with tables it has
+    changed in ways this code does not know."""
     with db.transaction() as cur:
         if db.dialect == "postgresql":
             cur.execute("SELECT pg_advisory_xact_lock(7305061)")  # one migrator at a time
@@ -224,6 +227,12 @@ def migrate(db: Database) -> int:
             # (a read first would be a stale snapshot once another opener commits).
             cur.execute("UPDATE thresher_schema SET version = version WHERE 1 = 0")
         version = schema_version(cur)
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"the store {without_password(db.url)} is at schema version {version}, newer than this"
+                f" thresher knows ({len(MIGRATIONS)}): a newer thresher wrote it. Upgrade"
+                " thresher to use it (pip install -U thresher); this one changes nothing in it."
+            )
         for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
             for statement in statements:
                 cur.execute(statement)
