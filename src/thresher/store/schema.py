@@ -229,9 +229,10 @@ def migrate(db: Database) -> int:
         version = schema_version(cur)
         if version > len(MIGRATIONS):
             raise StoreError(
-                f"the store {without_password(db.url)} is at schema version {version}, newer than this"
-                f" thresher knows ({len(MIGRATIONS)}): a newer thresher wrote it. Upgrade"
-                " thresher to use it (pip install -U thresher); this one changes nothing in it."
+                f"the store {without_password(db.url)} is at schema version {version},"
+                f" newer than this thresher knows ({len(MIGRATIONS)}): a newer thresher"
+                " wrote it. Upgrade thresher to use it (pip install -U thresher); this one"
+                " changes nothing in it."
             )
         for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
             for statement in statements:
