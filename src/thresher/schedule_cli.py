@@ -35,18 +35,19 @@ def schedules(ctx: click.Context, config_file: Path, own_store: str | None) -> N
     """List the server's schedules — the config's and the tenants' — with the next 5 fire
     times in each one's zone and in UTC and how its last tick ended; or pause, resume or
     trigger one."""
-    from thresher.service.config import ConfigError, load_config
+    from thresher.service.config import ConfigError, read_config
     from thresher.service.schedules import check_schedules
-    from thresher.store import open_store
+    from thresher.store import StoreError, open_store, read_store
 
     try:
-        config = load_config(config_file)
+        config = read_config(config_file)
         check_schedules(config)
-    except ConfigError as exc:
+        if ctx.invoked_subcommand is None:  # listing only looks: nothing is created
+            _list(config, read_store(own_store or ctx.obj))
+        else:  # pause, resume and trigger write to the store
+            ctx.obj = (config, open_store(own_store or ctx.obj))
+    except (ConfigError, StoreError) as exc:
         _fail(str(exc))
-    ctx.obj = (config, open_store(own_store or ctx.obj))
-    if ctx.invoked_subcommand is None:
-        _list(*ctx.obj)
 
 
 def _list(config: ServerConfig, store: Store) -> None:

@@ -38,20 +38,20 @@ def triggers(ctx: click.Context, config_file: Path | None, own_store: str | None
     ctx.obj = own_store or ctx.obj  # the store for `reset` too
     if ctx.invoked_subcommand is not None:
         return
-    from thresher.service.config import ConfigError, check_triggers, load_config
+    from thresher.service.config import ConfigError, check_triggers, read_config
     from thresher.service.triggers import every_trigger
-    from thresher.store import open_store
+    from thresher.store import StoreError, read_store
     from thresher.store.triggers import TriggerLedger
     from thresher.triggers.preview import describe_triggers
 
     if config_file is None:
         _fail("--config: the server's config file is needed to list its triggers")
-    try:
-        config = load_config(config_file)
+    try:  # listing only looks: no data folder, secret or store is created
+        config = read_config(config_file)
         warnings = check_triggers(config)
-    except ConfigError as exc:
+        db = read_store(ctx.obj).db
+    except (ConfigError, StoreError) as exc:
         _fail(str(exc))
-    db = open_store(ctx.obj).db
     found = {watched.key: watched.settings for watched in every_trigger(config, db)}
     for line in describe_triggers(found, TriggerLedger(db)) or ["none"]:
         click.echo(line)

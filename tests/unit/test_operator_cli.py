@@ -163,3 +163,28 @@ job = {{ model = "m", source = {{ uri = "/srv/in.jsonl" }} }}
     config.write_text(outside)
     code, said = run("--store", store, "schedules", "--config", str(config))
     assert code == 2 and "schedules.nightly.job.source.uri" in said, said
+
+
+def test_listing_schedules_and_triggers_writes_nothing(tmp_path: Path) -> None:
+    """Listing only looks: no data folder, no secret file, no store made or migrated."""
+    import sqlite3
+
+    from thresher.store import schema
+
+    data, store_file = tmp_path / "data", tmp_path / "store.db"
+    store = f"sqlite:///{store_file}"
+    config = tmp_path / "server.toml"
+    config.write_text(f'data_dir = "{data}"\n')
+    for command in ("schedules", "triggers"):
+        code, said = run("--store", store, command, "--config", str(config))
+        assert code == 0 and said.strip() == "none", said
+    assert not data.exists() and not store_file.exists()
+
+    open_store(store)  # a real store, then one a migration short of this code's
+    with sqlite3.connect(store_file) as conn:
+        conn.execute("DELETE FROM thresher_schema WHERE version = ?", (len(schema.MIGRATIONS),))
+    before = store_file.read_bytes()
+    for command in ("schedules", "triggers"):
+        code, said = run("--store", store, command, "--config", str(config))
+        assert code == 2 and "older than this thresher's" in said, said
+    assert store_file.read_bytes() == before and not data.exists()

@@ -26,12 +26,21 @@ max_wait = 300
 cpu = 8
 gpu = 0
 
-[tenants.acme]                          # a tenant's limits; unlisted tenants have none
-max_priority = 5
+[tenant_defaults]                       # every tenant's limits (these are the defaults)
+schedules = 100                         # its own schedules
+triggers = 20                           # its own triggers
+trigger_min_poll_seconds = 1            # the shortest poll_seconds of its triggers
+webhook_endpoints = 20
+batches_in_flight = 100                 # batches not yet ended
+stored_bytes = 107374182400             # its uploads and batch results: 100 GiB
+
+[tenants.acme]                          # one tenant's limits, in place of the defaults
+max_priority = 5                        # these have no default: no limit unless given
 concurrent_jobs = 2
 queued_jobs = 20
 worker_slots = 4
 rows_per_day = 10000000
+schedules = 500
 ```
 
 Tenants never name code or paths of their own: the model sections, the `[run]` section
@@ -93,7 +102,10 @@ class CapacitySettings(BaseModel):
 
 
 class TenantLimits(BaseModel):
-    """What one tenant may use; a limit left out is no limit."""
+    """What one tenant may use. `[tenant_defaults]` sets every tenant's limits and
+    `[tenants.NAME]` any of them for one tenant; a limit neither gives has the default
+    here: none for the job limits, a bound for what a tenant makes and keeps (each
+    refusal is a 429 naming the limit and its value: `service/policies/quotas.py`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -102,6 +114,15 @@ class TenantLimits(BaseModel):
     queued_jobs: int | None = Field(default=None, ge=0)  # waiting at once
     worker_slots: int | None = Field(default=None, ge=1)  # held by its jobs in all
     rows_per_day: int | None = Field(default=None, ge=1)  # read by its jobs in 24 h
+    # What it makes over HTTP: each is state the server's loops go through.
+    schedules: int = Field(default=100, ge=0)  # its own, in /v1/schedules
+    triggers: int = Field(default=20, ge=0)  # its own, in /v1/triggers
+    trigger_min_poll_seconds: float = Field(default=1.0, ge=0.05)  # the shortest poll
+    webhook_endpoints: int = Field(default=20, ge=0)
+    batches_in_flight: int = Field(default=100, ge=0)  # not yet ended
+    # Bytes of its files in `data_dir/uploads` (uploads and batch results): an upload
+    # that would pass it is refused (a batch's results are kept, and count).
+    stored_bytes: int = Field(default=100 * 1024**3, ge=0)
 
 
 class ServerConfig(BaseModel):
@@ -135,19 +156,32 @@ class ServerConfig(BaseModel):
     batch_max_requests: int = Field(default=50_000, ge=1)
     batch_max_bytes: int = Field(default=200 * 1024**2, ge=1)
     batch_completion_windows: list[str] = Field(default_factory=lambda: ["24h"])
+    # A tenant's file the server parses itself (a part of actuals) is read in a child
+    # process, and refused (413) past this many rows or decompressed bytes: a 19 KB gzip
+    # can hold five million rows.
+    upload_max_rows: int = Field(default=5_000_000, ge=1)
+    upload_max_decompressed_bytes: int = Field(default=1024**3, ge=1)
     triggers: dict[str, TriggerSettings] = Field(default_factory=dict)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     tenants: dict[str, TenantLimits] = Field(default_factory=dict)
+    tenant_defaults: TenantLimits = Field(default_factory=TenantLimits)
     # A job is not preempted again within this many seconds of (re)starting, so two
     # jobs cannot take turns preempting each other without doing any work.
     min_run_seconds: float = Field(default=30.0, ge=0)
     # A server on another host whose heartbeat is this many seconds old is dead: its
     # running jobs are resumed, its tick claims taken over, its slot leases reclaimed.
     owner_timeout: float = Field(default=60.0, gt=0)
+    # A background loop quarantines one tenant's object (a schedule or trigger paused, a
+    # batch failed, a delivery given up) after it failed this many passes in a row.
+    quarantine_after: int = Field(default=5, ge=1)
 
     def limits(self, tenant: str) -> TenantLimits:
-        """The tenant's limits (none for a tenant the config does not list)."""
-        return self.tenants.get(tenant) or TenantLimits()
+        """The tenant's limits: `[tenant_defaults]`, with what its own `[tenants.NAME]`
+        section gives in their place."""
+        own = self.tenants.get(tenant)
+        if own is None:
+            return self.tenant_defaults
+        return self.tenant_defaults.model_copy(update=own.model_dump(exclude_unset=True))
 
     @field_validator("schedules")
     @classmethod
@@ -166,9 +200,16 @@ class ServerConfig(BaseModel):
 
 
 def load_config(path: Path | None = None) -> ServerConfig:
+    """The config a server runs on: `read_config`, then `prepare`d (`data_dir` created,
+    `webhook_secret` filled in). Only `thresher serve` and the commands that act for it
+    load; commands that only look `read_config`."""
+    return prepare(read_config(path))
+
+
+def read_config(path: Path | None = None) -> ServerConfig:
     """Read and validate a server config (TOML); relative paths are resolved against the
     file's folder. With no file, the defaults (no models, nothing readable server-side).
-    Creates `data_dir` and fills in `webhook_secret`. Raises ConfigError naming each bad key."""
+    Writes nothing. Raises ConfigError naming each bad key."""
     raw: dict[str, object] = {}
     if path is not None:
         try:
@@ -177,10 +218,9 @@ def load_config(path: Path | None = None) -> ServerConfig:
             raise ConfigError([f"{path}: {exc}"]) from exc
         _resolve_paths(raw, path.parent)
     try:
-        config = ServerConfig.model_validate(raw)
+        return ServerConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError([f"{path or 'config'}: {p}" for p in describe_errors(exc)]) from None
-    return prepare(config)
 
 
 def check_models(config: ServerConfig) -> None:

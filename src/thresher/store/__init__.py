@@ -25,6 +25,7 @@ __all__ = [
     "Totals",
     "default_store_url",
     "open_store",
+    "read_store",
 ]
 
 
@@ -40,3 +41,12 @@ def open_store(url: str | None = None, owner: str | None = None) -> Store:
     """The store at `url` (or the default one), its tables created if needed; the jobs it
     starts or resumes are recorded under `owner` (default: this process)."""
     return Store(Database(url or default_store_url()), owner)
+
+
+def read_store(url: str | None = None) -> Store:
+    """The store at `url` (or the default one) for commands that only look: nothing is
+    created or migrated (a SQLite file is opened read-only); a store at another schema
+    version than this code's is a StoreError saying what to do. A SQLite file not there yet
+    reads as an empty store (its tables made in memory)."""
+    db = Database(url or default_store_url(), read_only=True)
+    return Store(db, migrating=db.blank)

@@ -37,13 +37,19 @@ class IdempotencyConflict(StoreError):
 class Database:
     """A connection to the store's database, safe to share between this process's threads."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, read_only: bool = False) -> None:
+        """With `read_only`, a SQLite store is opened for reading alone: nothing is
+        created or written. A file not there yet reads as an empty store held in memory
+        (`blank`: its tables still to be made)."""
         self.url = url
         self._lock = threading.RLock()
+        self.blank = False
         parsed = urlparse(url)
         if parsed.scheme == "sqlite":
             self.dialect = "sqlite"
-            self._conn: Any = _connect_sqlite(parsed.path)
+            self.blank = read_only and not Path(parsed.path).is_file()
+            connect = _read_sqlite if read_only else _connect_sqlite
+            self._conn: Any = connect(parsed.path)
         elif parsed.scheme in ("postgresql", "postgres"):
             self.dialect = "postgresql"
             self._conn = PgUrl.parse(url).connect(StoreError, "--store")
@@ -119,6 +125,17 @@ class Cursor:
 
     def close(self) -> None:
         self._cursor.close()
+
+
+def _read_sqlite(path: str) -> sqlite3.Connection:
+    """A store file opened so that no statement can write to it; one not there yet is an
+    empty database in memory, so looking never creates it."""
+    if not Path(path).is_file():
+        return sqlite3.connect(":memory:", check_same_thread=False)
+    uri = Path(path).absolute().as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
 
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:

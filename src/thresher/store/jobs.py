@@ -28,7 +28,7 @@ from thresher.store.records import (
     Totals,
 )
 from thresher.store.retries import RetryLog
-from thresher.store.schema import migrate
+from thresher.store.schema import expect_current, migrate
 
 
 class Store:
@@ -42,9 +42,13 @@ class Store:
         db: Database,
         owner: str | None = None,
         owner_timeout: float = DEFAULT_OWNER_TIMEOUT,
+        migrating: bool = True,
     ) -> None:
         self.db = db
-        migrate(db)
+        if migrating:
+            migrate(db)
+        else:
+            expect_current(db)
         self.owner = owner or this_owner()
         self.owners = OwnerTable(db, owner_timeout)
         self.retries = RetryLog(db)

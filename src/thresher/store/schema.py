@@ -15,7 +15,7 @@ from __future__ import annotations
 from thresher.postgres import without_password
 from thresher.store.db import Cursor, Database, StoreError
 
-__all__ = ["MIGRATIONS", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "expect_current", "migrate", "schema_version"]
 
 MIGRATIONS: list[list[str]] = [
     # 1: jobs, shards, attempts, retry rounds, and the service's tokens, uploaded files,
@@ -240,3 +240,30 @@ def migrate(db: Database) -> int:
             cur.execute("INSERT INTO thresher_schema (version) VALUES (?)", (number,))
             version = number
     return version
+
+
+# Whether a table of this name exists, by dialect (without creating anything).
+TABLE_EXISTS = {
+    "sqlite": "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+    "postgresql": "SELECT COUNT(*) FROM information_schema.tables"
+    " WHERE table_schema = current_schema() AND table_name = ?",
+}
+
+
+def expect_current(db: Database) -> None:
+    """Check, without writing, that the store is at this code's schema version: a command
+    that only looks never migrates. StoreError says which way it is off and what to do."""
+    with db.transaction() as cur:
+        found = cur.execute(TABLE_EXISTS[db.dialect], ("thresher_schema",)).fetchone()
+        version = schema_version(cur) if found and found[0] else 0
+    if version < len(MIGRATIONS):
+        raise StoreError(
+            f"the store {without_password(db.url)} is at schema version {version}, older"
+            f" than this thresher's ({len(MIGRATIONS)}): `thresher serve` or a job upgrades"
+            " it; this command only reads"
+        )
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"the store {without_password(db.url)} is at schema version {version}, newer"
+            f" than this thresher knows ({len(MIGRATIONS)}): upgrade thresher to read it"
+        )
