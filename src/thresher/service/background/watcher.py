@@ -25,7 +25,6 @@ like any other: queued, run, and announced by their `notify.webhook`.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -38,7 +37,14 @@ from thresher.service.state import ServiceState
 from thresher.service.triggers import Watched, every_trigger
 from thresher.store.owners import this_owner
 from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
-from thresher.triggers import FileSeen, FileSet, Settling, TriggerSettings, complete_sets
+from thresher.triggers import (
+    FileSeen,
+    FileSet,
+    Settling,
+    TriggerSettings,
+    complete_sets,
+    file_digest,
+)
 from thresher.triggers import list_watch as default_listing
 from thresher.triggers.taken import TakenFiles
 
@@ -51,9 +57,6 @@ Listing = Callable[[str], Iterable[FileSeen]]
 Submit = Callable[[str, dict[str, object], str], str]
 # The longest the thread waits between looks, so a tenant's new trigger is seen soon.
 IDLE_SECONDS = 1.0
-# A local file this small is hashed when taken (cheap); larger ones and objects rely on
-# size and mtime or ETag.
-HASH_BYTES = 8 * 1024 * 1024
 
 
 class Watcher:
@@ -104,7 +107,7 @@ class Watcher:
         memory = self.memory.setdefault(key_of, Settling())
         for found in complete_sets(files, taken, trigger, memory, now):
             key = found.key(epoch)
-            if self.ledger.claim(key_of, key, _taken_files(found), self.owner):
+            if self.ledger.claim(key_of, key, _taken_files(found, trigger.watch), self.owner):
                 log.info("trigger %s: took %d new files as set %s", key_of, len(found.files), key)
                 self._start(watched, key)
             else:  # another claim took some of its files: read the whole manifest again
@@ -139,20 +142,15 @@ def job_body(name: str, trigger: TriggerSettings, key: str, files: list[str]) ->
     return {**trigger.job, "name": f"{name}@{key[:12]}", "source": source}
 
 
-def _taken_files(found: FileSet) -> list[TakenFile]:
-    data = [TakenFile(f.path, f.size, f.version, "data", _sha256(f)) for f in found.files]
+def _taken_files(found: FileSet, watch: str) -> list[TakenFile]:
+    data = [TakenFile(f.path, f.size, f.version, "data", _sha256(f, watch)) for f in found.files]
     return data + [TakenFile(f.path, f.size, f.version, "marker") for f in found.markers]
 
 
-def _sha256(f: FileSeen) -> str | None:
-    """A local small file's content digest, for the manifest; None when not cheap."""
-    if "://" in f.path or f.size > HASH_BYTES:
-        return None
-    try:
-        with open(f.path, "rb") as file:
-            return hashlib.file_digest(file, "sha256").hexdigest()
-    except OSError:
-        return None
+def _sha256(f: FileSeen, watch: str) -> str | None:
+    """A local small file's content digest, for the manifest; None when not cheap, or
+    not a regular file inside the watched root (`triggers.file_digest`)."""
+    return None if "://" in f.path else file_digest(f.path, watch.removeprefix("file://"))
 
 
 def start_watcher(state: ServiceState, submit: Submit) -> Callable[[], None]:
