@@ -58,8 +58,8 @@ def notify_job_end(
         return []
     from thresher.service.background.webhooks import WebhookSender, WebhookSettings
 
-    settings = WebhookSettings(os.environ[SECRET_VARIABLE], allow_private=True)
-    sender = WebhookSender(store, settings, workers=2)
+    settings = WebhookSettings(os.environ[SECRET_VARIABLE], allow_private=True, workers=2)
+    sender = WebhookSender(store, settings)
     try:
         sender.job_finished(job)
         rows = sender.settle(job_id, timeout)

@@ -30,7 +30,12 @@ all three:
 
 Deliveries run on background threads, so the scheduler never waits on a receiver. They
 are retried with exponential backoff (1, 2, 4, 8 s: five tries) on connection errors,
-429 and 5xx; any other answer ends them. Each is a row of `thresher_webhook_deliveries`
+429 and 5xx; any other answer ends them. Each attempt has a wall-clock deadline, all of
+it (`webhook_timeout`, 10 s: connect, send and the answer's headers, however slowly the
+receiver drips them; `deadline.py`), and an attempt cut at it is retried like a
+connection error. A tenant's deliveries hold at most its share of the delivery threads
+(`webhook_workers_per_tenant` of `webhook_workers`), so its slow receiver delays only
+its own webhooks. Each is a row of `thresher_webhook_deliveries`
 (job, event, url, attempts, last status, delivered_at); those still pending when the
 server stops resume when it starts again.
 
@@ -54,10 +59,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2 as httpx
 
+from thresher.service.background.deadline import AttemptDeadline
 from thresher.service.background.delivery import Delivery, RetryingDispatcher
 from thresher.service.openai.webhooks import batch_event, endpoint_of, signed_headers, subject
 from thresher.service.policies.webhook_urls import check_webhook_url, resolve_webhook_url
-from thresher.store import JobRecord, JobState, Store
+from thresher.store import JobRecord, JobState, Store, StoreError
 from thresher.store.batches import BatchRow
 from thresher.store.db import Database
 from thresher.store.deliveries import DeliveryState, DeliveryTable
@@ -76,6 +82,7 @@ __all__ = [
     "sign",
     "start_webhooks",
     "verify_signature",
+    "webhook_client",
 ]
 
 log = logging.getLogger("thresher.service.background.webhooks")
@@ -91,12 +98,16 @@ EVENTS = {
 
 @dataclass(frozen=True)
 class WebhookSettings:
-    """How webhooks are signed and sent. `backoff` holds the waits between tries."""
+    """How webhooks are signed and sent. `backoff` holds the waits between tries,
+    `timeout` the wall-clock limit of one whole attempt; `workers` threads deliver, at
+    most `per_tenant` of them for one tenant's deliveries."""
 
     secret: str
     allow_private: bool = False
     backoff: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
     timeout: float = 10.0
+    workers: int = 8
+    per_tenant: int = 2
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -146,13 +157,11 @@ def webhook_of(job: JobRecord) -> str | None:
 class WebhookSender:
     """Records and delivers webhooks; `job_finished` is the `on_job_finished` hook."""
 
-    def __init__(self, store: Store, settings: WebhookSettings, workers: int = 4) -> None:
+    def __init__(self, store: Store, settings: WebhookSettings) -> None:
         self._store, self._settings = store, settings
         self._deliveries = DeliveryTable(store.db)
-        self._client = httpx.Client(
-            timeout=settings.timeout, trust_env=False, follow_redirects=False
-        )
-        self._dispatcher = RetryingDispatcher(self._attempt, workers)
+        self._client = webhook_client()
+        self._dispatcher = RetryingDispatcher(self._attempt, settings.workers, settings.per_tenant)
 
     def job_finished(self, job: JobRecord) -> None:
         """Record the job's webhook and its drift alert (`[monitor] alert_webhook`, see
@@ -182,7 +191,23 @@ class WebhookSender:
 
     def _send(self, job_id: str, event: str, url: str, payload: str) -> None:
         if self._deliveries.add(job_id, event, url, payload):
-            self._dispatcher.submit(Delivery(job_id, event, url, payload))
+            self._dispatcher.submit(Delivery(job_id, event, url, payload, 0, self._owner(job_id)))
+
+    def _owner(self, subject: str) -> str:
+        """The tenant a delivery is for, whose share of the threads it takes, from its
+        subject: an endpoint's tenant, a tenant schedule's (`tick:<tenant>/<name>:…`) or
+        a job's; `""` for the operator's (a config schedule, a job with no tenant)."""
+        endpoint_id = endpoint_of(subject)
+        if endpoint_id is not None:
+            endpoint = EndpointTable(self._store.db).find(endpoint_id)
+            return endpoint.tenant if endpoint is not None else ""
+        if subject.startswith("tick:"):
+            schedule = subject.split(":", 2)[1]
+            return schedule.split("/", 1)[0] if "/" in schedule else ""
+        try:
+            return self._store.job(subject).tenant or ""
+        except StoreError:
+            return ""
 
     def tick_missed(self, notice: TickNotice) -> None:
         """Record and queue the `notify.on_missed` webhook of a tick that did not start
@@ -198,16 +223,15 @@ class WebhookSender:
             "outcome": notice.outcome,
             "message": notice.message,
         }
-        subject = tick_key(notice.schedule.key, notice.nominal)
-        delivery = Delivery(subject, event, notify.on_missed, json.dumps(body))
-        if self._deliveries.add(subject, event, notify.on_missed, delivery.payload):
-            self._dispatcher.submit(delivery)
+        key = tick_key(notice.schedule.key, notice.nominal)
+        self._send(key, event, notify.on_missed, json.dumps(body))
 
     def resume_pending(self) -> int:
         """Queue the deliveries a stopped server left pending; returns how many."""
         rows = self._deliveries.pending()
-        for row in rows:
-            self._dispatcher.submit(Delivery(*row))
+        for job_id, event, url, payload, attempts in rows:
+            delivery = Delivery(job_id, event, url, payload, attempts, self._owner(job_id))
+            self._dispatcher.submit(delivery)
         return len(rows)
 
     def settle(self, job_id: str, timeout: float) -> list[dict[str, Any]]:
@@ -253,7 +277,10 @@ class WebhookSender:
     def _post(self, delivery: Delivery) -> int:
         body = delivery.payload.encode()
         url, headers = self._addressed(delivery, body)
-        return post_webhook(self._client, url, body, headers, self._settings.allow_private)
+        settings = self._settings
+        return post_webhook(
+            self._client, url, body, headers, settings.allow_private, deadline=settings.timeout
+        )
 
     def _addressed(self, delivery: Delivery, body: bytes) -> tuple[str, dict[str, str]]:
         """Where the attempt goes and its signature headers: the recorded URL signed
@@ -284,26 +311,51 @@ class WebhookSender:
         delivery.attempts = tries
 
 
+def webhook_client() -> httpx.Client:
+    """The HTTP client webhooks are sent with: no proxy from the environment, no redirect
+    followed (a redirect's target was never checked), and a new connection for every
+    attempt, so each goes to the address checked for it and its deadline sees it made."""
+    return httpx.Client(
+        trust_env=False, follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0)
+    )
+
+
 def post_webhook(
-    client: httpx.Client, url: str, body: bytes, signature: dict[str, str], allow_private: bool
+    client: httpx.Client,
+    url: str,
+    body: bytes,
+    signature: dict[str, str],
+    allow_private: bool,
+    *,
+    deadline: float = 10.0,
 ) -> int:
     """POST one signed JSON message to `url` as the URL policy allows it now, connecting to
-    the very address it checked (whatever DNS says next); the receiver's HTTP status.
-    ValueError when the policy refuses the URL, httpx.TransportError when it cannot be
-    reached."""
-    addresses = resolve_webhook_url(url, allow_private)
-    headers = {"Content-Type": "application/json", "User-Agent": "thresher-webhooks", **signature}
-    target = httpx.URL(url)
-    extensions: dict[str, Any] = {}
-    if addresses:
-        headers["Host"] = target.netloc.decode("ascii")
-        extensions["sni_hostname"] = target.host
-        target = target.copy_with(host=str(addresses[0]))
-    request = client.build_request(
-        "POST", target, content=body, headers=headers, extensions=extensions
-    )
-    response = client.send(request, stream=True)  # the status is the answer: no body read
-    response.close()
+    the very address it checked (whatever DNS says next), all within `deadline` seconds
+    of wall-clock time; the receiver's HTTP status. ValueError when the policy refuses
+    the URL, httpx.TransportError when it cannot be reached (httpx.TimeoutException when
+    it has not answered by the deadline). `client` is a `webhook_client()`."""
+    with AttemptDeadline(deadline) as limit:
+        addresses = resolve_webhook_url(url, allow_private)
+        headers = {"Content-Type": "application/json", "User-Agent": "thresher-webhooks"}
+        headers.update(signature)
+        target = httpx.URL(url)
+        extensions: dict[str, Any] = {"trace": limit.trace}
+        if addresses:
+            headers["Host"] = target.netloc.decode("ascii")
+            extensions["sni_hostname"] = target.host
+            target = target.copy_with(host=str(addresses[0]))
+        request = client.build_request(
+            "POST", target, content=body, headers=headers, timeout=limit.timeout(),
+            extensions=extensions,
+        )  # fmt: skip
+        try:
+            response = client.send(request, stream=True)  # the status is the answer
+            response.close()  # no body read
+        except httpx.TransportError as exc:
+            if not limit.expired:
+                raise
+            message = f"no answer within the {deadline:g} s deadline"
+            raise httpx.TimeoutException(message, request=request) from exc
     return response.status_code
 
 
