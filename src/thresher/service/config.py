@@ -143,6 +143,13 @@ class ServerConfig(BaseModel):
     metrics_public: StrictBool = False
     metrics_operators: list[str] = Field(default_factory=list)
     webhook_allow_private: StrictBool = False
+    # A webhook attempt's wall-clock limit, all of it (connect, send, the answer's
+    # headers, however slowly a receiver drips them), and the delivery threads: at most
+    # `webhook_workers_per_tenant` of them hold one tenant's deliveries at once, so a
+    # tenant's slow receiver delays only its own webhooks.
+    webhook_timeout: float = Field(default=10.0, gt=0, le=300)
+    webhook_workers: int = Field(default=8, ge=1, le=256)
+    webhook_workers_per_tenant: int = Field(default=2, ge=1)
     docs: StrictBool = False  # serve /docs (Swagger UI, whose page loads from a CDN)
     # The HMAC key webhooks are signed with; `load_config` always fills it in (generated
     # once and kept in `data_dir/webhook_secret` when the file does not give one).
