@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from thresher.plan import measurable, plan_placement
-from thresher.plan.history import PastRun, choose, past_runs
-from thresher.plan.placement import Measured
+from thresher.plan.history import Measured, PastRun, choose, past_runs
 from thresher.spec import JobSpec, RunSection
 from thresher.store import JobState, Store
 

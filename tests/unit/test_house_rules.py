@@ -240,7 +240,6 @@ PUBLIC: dict[str, list[str]] = {
         "Totals",
         "default_store_url",
         "open_store",
-        "read_store",
     ],
     "thresher.trees": [],
     "thresher.worker": ["run_shard", "run_task"],

@@ -9,6 +9,8 @@ outlives restarts (the config's `paused` is what it starts as).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -24,6 +26,8 @@ from thresher.store import Store
 from thresher.store.schedules import ScheduleRow, ScheduleTable
 from thresher.store.ticks import MANUAL, TickLedger
 
+log = logging.getLogger("thresher.service.schedules")
+
 __all__ = [
     "Scheduled",
     "TickNotice",
@@ -33,6 +37,7 @@ __all__ = [
     "check_schedules",
     "every_schedule",
     "find_schedule",
+    "quarantine_schedule",
     "set_paused",
     "trigger",
 ]
@@ -53,17 +58,46 @@ class Scheduled:
     paused: bool
     created_at: str | None = None
     updated_at: str | None = None
+    # Why its ticker paused it (it failed too often in a row); None when it did not.
+    paused_reason: str | None = None
 
 
-def every_schedule(config: ServerConfig, store: Store) -> list[Scheduled]:
-    """The config's schedules, then the tenants', each with its pause switch applied."""
-    rows = ScheduleTable(store.db).every()
-    switches = {r.key: r.paused for r in rows if r.settings is None and r.paused is not None}
-    found = [
-        Scheduled(name, name, s, "config", switches.get(name, s.paused))
-        for name, s in config.schedules.items()
-    ]
-    return found + [_tenants(r) for r in rows if r.settings is not None]
+# Told of each stored schedule that cannot be read (its row, why); it is left out.
+Unreadable = Callable[[ScheduleRow, Exception], None]
+
+
+def every_schedule(
+    config: ServerConfig,
+    store: Store,
+    unreadable: Unreadable | None = None,
+    tenant: str | None = None,
+) -> list[Scheduled]:
+    """The config's schedules, then the tenants', each with its pause switch (and its
+    quarantine, which pauses it) applied. A tenant's row that does not read as a schedule
+    is left out, and told to `unreadable` (default: logged), so it hides no other. With
+    `tenant`, only the schedules run for it: its rows alone are read (by tenant, in SQL)."""
+    rows = ScheduleTable(store.db).every(tenant)
+    switches = {r.key: r for r in rows if r.settings is None}
+    declared = [(n, s) for n, s in config.schedules.items() if tenant in (None, s.tenant)]
+    found = [_configs(name, s, switches.get(name)) for name, s in declared]
+    for row in rows:
+        if row.settings is None:
+            continue
+        try:
+            found.append(_tenants(row))
+        except (ValidationError, ValueError) as exc:
+            if unreadable is None:
+                log.warning("schedule %s cannot be read: %s", row.key, exc)
+            else:
+                unreadable(row, exc)
+    return found
+
+
+def quarantine_schedule(store: Store, schedule: Scheduled | ScheduleRow, reason: str) -> None:
+    """Pause a schedule its ticker failed on too often, keeping `reason` (shown in its
+    GET as `paused_reason`) until it is resumed."""
+    tenant = schedule.settings.tenant if isinstance(schedule, Scheduled) else schedule.tenant
+    ScheduleTable(store.db).quarantine(schedule.key, tenant, schedule.name, reason)
 
 
 def find_schedule(config: ServerConfig, store: Store, key: str) -> Scheduled:
@@ -159,9 +193,19 @@ def check_schedules(config: ServerConfig) -> None:
         raise ConfigError(problems)
 
 
+def _configs(name: str, settings: ScheduleSettings, switch: ScheduleRow | None) -> Scheduled:
+    if switch is None:
+        return Scheduled(name, name, settings, "config", settings.paused)
+    paused = settings.paused if switch.paused is None else switch.paused
+    reason = switch.quarantined
+    return Scheduled(name, name, settings, "config", paused or reason is not None,
+                     paused_reason=reason)  # fmt: skip
+
+
 def _tenants(row: ScheduleRow) -> Scheduled:
     assert row.settings is not None
     settings = ScheduleSettings.model_validate_json(row.settings)
+    paused, reason = settings.paused or row.quarantined is not None, row.quarantined
     return Scheduled(
-        row.key, row.name, settings, "api", settings.paused, row.created_at, row.updated_at
+        row.key, row.name, settings, "api", paused, row.created_at, row.updated_at, reason
     )

@@ -9,6 +9,8 @@ A trigger is known to the ledger of taken files by its key: a config trigger's n
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -33,6 +35,8 @@ __all__ = [
     "warn_trigger",
 ]
 
+log = logging.getLogger("thresher.service.triggers")
+
 # A first listing at start that finds this many files has found enough to say whether
 # the pattern matches (a prefix of millions is not listed twice at start).
 CHECK_FILES = 10_000
@@ -48,23 +52,47 @@ class Watched:
     declared: Literal["config", "tenant"]
     created_at: str | None = None
     updated_at: str | None = None
+    # Why the watcher paused it (it failed too often in a row); None when it did not.
+    paused_reason: str | None = None
 
     @property
     def paused(self) -> bool:
         return self.settings.paused
 
 
-def every_trigger(config: ServerConfig, db: Database) -> list[Watched]:
+# Told of each stored trigger that cannot be read (its row, why); it is left out.
+Unreadable = Callable[[TriggerDefRow, Exception], None]
+
+
+def every_trigger(
+    config: ServerConfig,
+    db: Database,
+    unreadable: Unreadable | None = None,
+    tenant: str | None = None,
+) -> list[Watched]:
     """The config's triggers, then the tenants' (read from the store each call, so one
-    made, changed, paused or deleted is seen at the next call)."""
-    found = [Watched(name, name, t, "config") for name, t in config.triggers.items()]
-    return found + [_tenants(row) for row in TriggerDefTable(db).every()]
+    made, changed, paused or deleted is seen at the next call). A tenant's row that does
+    not read as a trigger is left out and told to `unreadable` (default: logged), so it
+    hides no other. With `tenant`, only the triggers that start its jobs: its own rows
+    alone are read (by tenant, in SQL)."""
+    declared = [(n, t) for n, t in config.triggers.items() if tenant in (None, t.tenant)]
+    found = [Watched(name, name, t, "config") for name, t in declared]
+    for row in TriggerDefTable(db).every(tenant):
+        try:
+            found.append(_tenants(row))
+        except (ValidationError, ValueError) as exc:
+            if unreadable is None:
+                log.warning("trigger %s cannot be read: %s", row.key, exc)
+            else:
+                unreadable(row, exc)
+    return found
 
 
 def _tenants(row: TriggerDefRow) -> Watched:
     settings = TriggerSettings.model_validate_json(row.settings)
     settings = settings.model_copy(update={"paused": row.paused, "tenant": row.tenant})
-    return Watched(row.key, row.name, settings, "tenant", row.created_at, row.updated_at)
+    return Watched(row.key, row.name, settings, "tenant", row.created_at, row.updated_at,
+                   row.quarantined)  # fmt: skip
 
 
 def trigger_problems(config: ServerConfig, name: str, trigger: TriggerFields) -> list[str]:

@@ -21,8 +21,10 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 
-from thresher.service.errors import BadRequest, NotFound, TooLarge
+from thresher.service.errors import BadRequest, NotFound, TooLarge, TooManyRequests
+from thresher.service.policies.quotas import over_limit
 from thresher.store import Store
+from thresher.store.counted import AtLimit
 from thresher.store.uploads import FileRecord, FileTable
 
 if TYPE_CHECKING:
@@ -40,9 +42,28 @@ def new_file_id() -> str:
     return f"file-{secrets.token_hex(12)}"
 
 
-def record_file(store: Store, record: FileRecord) -> None:
-    """Add an uploaded (or buffered) file, already complete on disk, to the table."""
-    FileTable(store.db).add(record)
+def record_file(store: Store, record: FileRecord, limit: int | None = None) -> None:
+    """Add an uploaded (or buffered) file, already complete on disk, to the table;
+    TooManyRequests (the file removed) if it would take its tenant's files past `limit`
+    bytes (`stored_bytes`)."""
+    try:
+        FileTable(store.db).add(record, limit)
+    except AtLimit as exc:
+        Path(record.path).unlink(missing_ok=True)
+        raise _over_stored(record.tenant, exc.limit, exc.used, record.bytes) from None
+
+
+def check_stored(store: Store, tenant: str, limit: int) -> None:
+    """TooManyRequests if the tenant's files hold `limit` bytes already: refused before
+    an upload is received, not after."""
+    used = FileTable(store.db).bytes_of(tenant)
+    if used >= limit:
+        raise _over_stored(tenant, limit, used, 0)
+
+
+def _over_stored(tenant: str, limit: int, used: int, adding: int) -> TooManyRequests:
+    has = f"{used:,} bytes in files" + (f" and this one's {adding:,} more" if adding else "")
+    return over_limit(tenant, "stored_bytes", limit, has, "delete files it no longer needs")
 
 
 def find_file(store: Store, tenant: str, file_id: str) -> FileRecord:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
+from thresher.store.counted import make_room
 from thresher.store.db import Database
 
 __all__ = ["STAMPS", "BatchRow", "BatchStatus", "BatchTable"]
@@ -83,10 +84,16 @@ JSON_COLUMNS = ("metadata", "errors", "counts", "usage")
 class BatchTable:
     db: Database
 
-    def create(self, row: BatchRow) -> None:
+    def create(self, row: BatchRow, limit: int | None = None) -> None:
+        """Record a new batch; AtLimit if its tenant has `limit` batches not yet ended."""
         values = [_stored(name, getattr(row, name)) for name in COLUMNS]
         marks = ", ".join("?" for _ in COLUMNS)
         with self.db.transaction() as cur:
+            if limit is not None:
+                ended = [s.value for s in BatchStatus if s.finished]
+                live = f"tenant = ? AND status NOT IN ({', '.join('?' for _ in ended)})"
+                where = (live, (row.tenant, *ended))
+                make_room(cur, self.db.dialect, "thresher_batches", where=where, limit=limit)
             cur.execute(
                 f"INSERT INTO thresher_batches ({', '.join(COLUMNS)}) VALUES ({marks})", values
             )

@@ -121,9 +121,11 @@ class SlotLeases:
     def lease(self, job_id: str) -> Lease | None:
         return next((lease for lease in self.held() if lease.job_id == job_id), None)
 
-    def used(self, host: str | None = None) -> Slots:
-        """Slots leased on `host` (this one by default)."""
-        return _sum(_on_host(self.held(), host or this_host()))
+    def used(self, host: str | None = None, tenant: str | None = None) -> Slots:
+        """Slots leased on `host` (this one by default), by `tenant`'s jobs alone when
+        one is given."""
+        here = _on_host(self.held(), host or this_host())
+        return _sum([lease for lease in here if tenant in (None, lease.tenant)])
 
     def _lock(self, cur: Cursor) -> None:
         if self.db.dialect == "postgresql":

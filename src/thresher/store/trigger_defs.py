@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thresher.store.counted import make_room
 from thresher.store.db import Database, StoreError, now
 
 __all__ = ["TriggerDefRow", "TriggerDefTable", "TriggerExists", "trigger_key"]
@@ -35,6 +36,7 @@ class TriggerDefRow:
     paused: bool
     created_at: str
     updated_at: str
+    quarantined: str | None = None  # why the watcher paused it (`thresher.loops.Strikes`)
 
 
 COLUMNS = "key, tenant, name, settings, paused, created_at, updated_at"
@@ -44,10 +46,16 @@ COLUMNS = "key, tenant, name, settings, paused, created_at, updated_at"
 class TriggerDefTable:
     db: Database
 
-    def create(self, tenant: str, name: str, settings: str, paused: bool) -> TriggerDefRow:
-        """Add the tenant's trigger; TriggerExists if it has one of that name."""
+    def create(
+        self, tenant: str, name: str, settings: str, paused: bool, limit: int | None = None
+    ) -> TriggerDefRow:
+        """Add the tenant's trigger; TriggerExists if it has one of that name, AtLimit if
+        it has `limit` triggers already."""
         key, at = trigger_key(tenant, name), now()
         with self.db.transaction() as cur:
+            if limit is not None:
+                own = ("tenant = ?", (tenant,))
+                make_room(cur, self.db.dialect, "thresher_trigger_defs", where=own, limit=limit)
             made = cur.changed(
                 f"INSERT INTO thresher_trigger_defs ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING",
@@ -58,10 +66,12 @@ class TriggerDefTable:
         return TriggerDefRow(key, tenant, name, settings, paused, at, at)
 
     def replace(self, tenant: str, name: str, settings: str, paused: bool) -> bool:
-        """Put new settings in the tenant's trigger; False if there is none."""
+        """Put new settings in the tenant's trigger (its quarantine, if any, ends: the
+        tenant has changed, paused or resumed it); False if there is none."""
         with self.db.transaction() as cur:
             changed = cur.changed(
-                "UPDATE thresher_trigger_defs SET settings = ?, paused = ?, updated_at = ?"
+                "UPDATE thresher_trigger_defs SET settings = ?, paused = ?, updated_at = ?,"
+                " quarantined = NULL"
                 " WHERE key = ?",
                 (settings, int(paused), now(), trigger_key(tenant, name)),
             )
@@ -75,11 +85,25 @@ class TriggerDefTable:
             )
         return gone > 0
 
-    def every(self) -> list[TriggerDefRow]:
-        """Every tenant's trigger, by key."""
-        rows = self.db.query(f"SELECT {COLUMNS} FROM thresher_trigger_defs ORDER BY key")
+    def quarantine(self, key: str, reason: str) -> None:
+        """Pause the trigger `key` because the watcher failed on it too often: `reason`
+        is kept (and shown) until the tenant resumes or changes it."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE thresher_trigger_defs SET paused = 1, quarantined = ?, updated_at = ?"
+                " WHERE key = ?",
+                (reason, now(), key),
+            )
+
+    def every(self, tenant: str | None = None) -> list[TriggerDefRow]:
+        """Every tenant's trigger (`tenant`'s alone, when one is given), by key."""
+        where, params = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
+        rows = self.db.query(
+            f"SELECT {COLUMNS}, quarantined FROM thresher_trigger_defs {where} ORDER BY key",
+            params,
+        )
         return [
             TriggerDefRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), bool(r[4]),
-                          str(r[5]), str(r[6]))
+                          str(r[5]), str(r[6]), None if r[7] is None else str(r[7]))
             for r in rows
         ]  # fmt: skip

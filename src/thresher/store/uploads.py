@@ -9,6 +9,7 @@ from dataclasses import astuple, dataclass
 from datetime import datetime
 from typing import Any
 
+from thresher.store.counted import make_room
 from thresher.store.db import Database, now
 
 __all__ = ["FileRecord", "FileTable", "TokenTable"]
@@ -82,13 +83,27 @@ class FileTable:
             )
         return gone > 0
 
-    def add(self, record: FileRecord) -> None:
-        """Record an uploaded (or buffered) file, already complete on disk."""
+    def add(self, record: FileRecord, limit: int | None = None) -> None:
+        """Record an uploaded (or buffered) file, already complete on disk; AtLimit if
+        its bytes would take its tenant's files past `limit` bytes."""
         with self.db.transaction() as cur:
+            if limit is not None:
+                mine = ("tenant = ?", (record.tenant,))
+                make_room(
+                    cur, self.db.dialect, "thresher_files", where=mine, limit=limit,
+                    adding=record.bytes, measure="COALESCE(SUM(bytes), 0)",
+                )  # fmt: skip
             cur.execute(
                 f"INSERT INTO thresher_files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 astuple(record),
             )
+
+    def bytes_of(self, tenant: str) -> int:
+        """The bytes of every file the tenant has."""
+        rows = self.db.query(
+            "SELECT COALESCE(SUM(bytes), 0) FROM thresher_files WHERE tenant = ?", (tenant,)
+        )
+        return int(rows[0][0])
 
     def find(self, tenant: str, file_id: str) -> FileRecord | None:
         """The tenant's file `file_id`; None when there is none (or it is another's)."""

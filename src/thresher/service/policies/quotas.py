@@ -13,6 +13,13 @@ Checked when a job is submitted, each over-limit answered with 429 naming the li
 
 `concurrent_jobs` and `worker_slots` also bound what runs: the scheduler holds a job
 back (it waits, saying which limit) rather than refusing it here.
+
+What a tenant makes and keeps has limits too, each with a default for every tenant
+(`[tenant_defaults]`), counted in the store in the same transaction as the new row
+(`store/counted.py`) and refused with `over_limit`'s 429: `schedules`, `triggers`,
+`webhook_endpoints`, `batches_in_flight` (Retry-After 30 s: one will end) and
+`stored_bytes` (its uploaded files and batch results); `trigger_min_poll_seconds`
+refuses a trigger that would poll faster (`check_poll`).
 """
 
 from __future__ import annotations
@@ -87,3 +94,29 @@ def retry_after_rows(finished: list[tuple[str, int]], limit: int, now: datetime)
             leaves = datetime.fromisoformat(at) + DAY
             return max(1, int((leaves - now).total_seconds()) + 1)
     return int(DAY.total_seconds())
+
+
+def over_limit(
+    tenant: str, limit: str, value: float, has: str, then: str, *, retry_after: int | None = None
+) -> TooManyRequests:
+    """The 429 for `tenant` at its `limit` of `value`: `has` says what it has now, `then`
+    what to do instead.
+
+    >>> over_limit("acme", "schedules", 100, "100 schedules", "delete one first").detail
+    'tenant acme has 100 schedules, its limit schedules = 100; delete one first'
+    """
+    shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+    return TooManyRequests(
+        f"tenant {tenant} has {has}, its limit {limit} = {shown}; {then}", retry_after
+    )
+
+
+def check_poll(tenant: str, limits: TenantLimits, poll_seconds: float) -> None:
+    """Raise TooManyRequests if a trigger of the tenant's would poll more often than its
+    `trigger_min_poll_seconds` allows (each look lists the watched folder)."""
+    least = limits.trigger_min_poll_seconds
+    if poll_seconds < least:
+        raise TooManyRequests(
+            f"poll_seconds {poll_seconds:g} is under tenant {tenant}'s limit"
+            f" trigger_min_poll_seconds = {least:g}; poll every {least:g} s or less often"
+        )

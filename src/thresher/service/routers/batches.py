@@ -26,14 +26,17 @@ from thresher.service.errors import BadRequest, NotFound
 from thresher.service.limits import PRIORITY_LIMIT
 from thresher.service.openai.pages import cursor_page
 from thresher.service.policies.auth import Tenant
+from thresher.service.policies.quotas import over_limit
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.uploads import find_file
 from thresher.store.batches import BatchRow, BatchStatus, BatchTable
+from thresher.store.counted import AtLimit
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 WINDOW = re.compile(r"^(\d+)([smhd])$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+BATCH_RETRY = 30  # seconds: Retry-After for a tenant at batches_in_flight
 
 
 class BatchRequest(BaseModel):
@@ -127,7 +130,15 @@ def create_batch(request: BatchRequest, state: StateDep, tenant: Tenant) -> dict
         metadata=request.metadata,
         priority=request.priority,
     )
-    BatchTable(state.store.db).create(batch)
+    limit = state.config.limits(tenant).batches_in_flight
+    try:
+        BatchTable(state.store.db).create(batch, limit)
+    except AtLimit as exc:
+        has = f"{exc.used:,} batches not yet ended"
+        then = "create it once one has ended"
+        raise over_limit(
+            tenant, "batches_in_flight", limit, has, then, retry_after=BATCH_RETRY
+        ) from None
     state.batches_waiting.set()
     return public(batch)
 

@@ -23,6 +23,7 @@ from thresher.service.state import StateDep
 from thresher.service.uploads import (
     FRAMING_ALLOWANCE,
     Received,
+    check_stored,
     compression_of,
     find_file,
     new_file_id,
@@ -81,6 +82,8 @@ async def upload_file(
         raise TooLarge(f"the upload is larger than this server's limit of {limit:,} bytes")
     if file_format is not None and file_format not in FILE_FORMATS:
         raise Unprocessable([f"format: must be one of {', '.join(FILE_FORMATS)}"])
+    stored_bytes = state.config.limits(tenant).stored_bytes
+    await run_in_threadpool(check_stored, state.store, tenant, stored_bytes)
     file_id = new_file_id()
     state.uploads_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     staging = state.uploads_dir / f"{file_id}.upload"
@@ -106,7 +109,7 @@ async def upload_file(
         now(),
         purpose,
     )
-    await run_in_threadpool(record_file, state.store, record)
+    await run_in_threadpool(record_file, state.store, record, stored_bytes)
     return FileInfo(**record.public())
 
 

@@ -3,8 +3,8 @@
 `/metrics` shows jobs by state, rows read, written and rejected, the rate of each
 running job (rows of its committed shards over the time since its first shard started),
 each schedule's ticks by outcome, the files each trigger has taken, waiting jobs
-(queued or preempted) by priority, and this host's worker and GPU slots in use and
-free (machine-wide figures, the same for every caller).
+(queued or preempted) by priority, and this host's worker and GPU slots in use (and
+free, for the whole host's view only: the free slots tell every tenant's use).
 
 What it covers depends on who asks: a tenant's token shows that tenant's jobs alone (no
 other tenant's job ids or volumes); a token of a tenant in `metrics_operators` shows every
@@ -123,9 +123,7 @@ def _ticks(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
     run for it."""
     counts = TickLedger(state.store.db).counts()
     if tenant is not None:
-        mine = {
-            s.key for s in every_schedule(state.config, state.store) if s.settings.tenant == tenant
-        }
+        mine = {s.key for s in every_schedule(state.config, state.store, tenant=tenant)}
         counts = {k: n for k, n in counts.items() if k[0] in mine or k[0].startswith(f"{tenant}/")}
     _metric(lines, "thresher_ticks_total", "counter", "Schedule ticks, by schedule and outcome.")
     for (schedule, outcome), count in sorted(counts.items()):
@@ -146,21 +144,23 @@ def _trigger_files(state: ServiceState, tenant: str | None, lines: list[str]) ->
 
     seen = TriggerLedger(state.store.db).files_seen()
     _metric(lines, "thresher_trigger_files_seen_total", "counter", "Files taken by each trigger.")
-    for watched in every_trigger(state.config, state.store.db):
-        if tenant is None or watched.settings.tenant == tenant:
-            key = _label(watched.key)
-            lines.append(
-                f'thresher_trigger_files_seen_total{{trigger="{key}"}} {seen.get(watched.key, 0)}'
-            )
+    for watched in every_trigger(state.config, state.store.db, tenant=tenant):
+        key = _label(watched.key)
+        lines.append(
+            f'thresher_trigger_files_seen_total{{trigger="{key}"}} {seen.get(watched.key, 0)}'
+        )
 
 
 def _queue_and_slots(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
+    """Waiting jobs and slots in use: a tenant's own, and the slots free here only for
+    the whole host's view (free slots are the capacity less every tenant's use)."""
     waiting = waiting_by_priority(state.store.db, tenant)
     _metric(lines, "thresher_queue_length", "gauge", "Jobs waiting (queued or preempted).")
     lines += [f'thresher_queue_length{{priority="{p}"}} {n}' for p, n in waiting.items()]
-    used, capacity = state.store.leases.used(), state.config.capacity
+    used, capacity = state.store.leases.used(tenant=tenant), state.config.capacity
     for kind, held, total in (("cpu", used.cpu, capacity.cpu), ("gpu", used.gpu, capacity.gpu)):
         _metric(lines, f"thresher_{kind}_slots_used", "gauge", f"{kind} slots leased here.")
         lines.append(f"thresher_{kind}_slots_used {held}")
-        _metric(lines, f"thresher_{kind}_slots_free", "gauge", f"{kind} slots free here.")
-        lines.append(f"thresher_{kind}_slots_free {max(0, total - held)}")
+        if tenant is None:
+            _metric(lines, f"thresher_{kind}_slots_free", "gauge", f"{kind} slots free here.")
+            lines.append(f"thresher_{kind}_slots_free {max(0, total - held)}")

@@ -15,6 +15,7 @@ from thresher.errors import describe_errors
 from thresher.schedules.settings import ScheduleRequest
 from thresher.service.errors import Conflict, NotFound, Unprocessable
 from thresher.service.policies.auth import Tenant
+from thresher.service.policies.quotas import over_limit
 from thresher.service.schedules import (
     Scheduled,
     UnknownSchedule,
@@ -25,6 +26,7 @@ from thresher.service.schedules import (
 )
 from thresher.service.schemas import FireTime, ScheduleInfo, ScheduleList, TickInfo, TickList
 from thresher.service.state import ServiceState, StateDep
+from thresher.store.counted import AtLimit
 from thresher.store.schedules import ScheduleExists, ScheduleTable
 from thresher.store.ticks import Tick, TickLedger
 
@@ -52,7 +54,7 @@ def _own(state: ServiceState, tenant: str, name: str) -> Scheduled:
 
 
 def _visible(state: ServiceState, tenant: str) -> list[Scheduled]:
-    return [s for s in every_schedule(state.config, state.store) if s.settings.tenant == tenant]
+    return every_schedule(state.config, state.store, tenant=tenant)
 
 
 def describe(state: ServiceState, schedule: Scheduled) -> ScheduleInfo:
@@ -104,10 +106,16 @@ def create_schedule(request: ScheduleRequest, state: StateDep, tenant: Tenant) -
     if any(s.name == request.name for s in _visible(state, tenant)):
         raise Conflict(f"name: there is already a schedule {request.name!r}")
     settings = request.settings(tenant)
+    limit = state.config.limits(tenant).schedules
     try:
-        ScheduleTable(state.store.db).create(tenant, request.name, settings.model_dump_json())
+        ScheduleTable(state.store.db).create(
+            tenant, request.name, settings.model_dump_json(), limit
+        )
     except ScheduleExists as exc:
         raise Conflict(str(exc)) from None
+    except AtLimit as exc:
+        has = f"{exc.used:,} schedules"
+        raise over_limit(tenant, "schedules", limit, has, "delete one first") from None
     return describe(state, tenant_schedule(state, tenant, request.name))
 
 

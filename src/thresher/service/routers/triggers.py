@@ -16,8 +16,10 @@ from pydantic import BaseModel, ValidationError
 from thresher.errors import describe_errors
 from thresher.service.errors import Conflict, NotFound, Unprocessable
 from thresher.service.policies.auth import Tenant
+from thresher.service.policies.quotas import check_poll, over_limit
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.triggers import Watched, check_trigger, every_trigger, warn_trigger
+from thresher.store.counted import AtLimit
 from thresher.store.trigger_defs import TriggerDefTable, TriggerExists
 from thresher.store.triggers import TriggerLedger
 from thresher.triggers.settings import TriggerRequest, TriggerSettings
@@ -57,8 +59,7 @@ class TriggerList(BaseModel):
 
 
 def _visible(state: ServiceState, tenant: str) -> list[Watched]:
-    found = every_trigger(state.config, state.store.db)
-    return [t for t in found if t.settings.tenant == tenant]
+    return every_trigger(state.config, state.store.db, tenant=tenant)
 
 
 def _find(state: ServiceState, tenant: str, name: str) -> Watched:
@@ -79,10 +80,12 @@ def _own(state: ServiceState, tenant: str, name: str) -> Watched:
 
 
 def _checked(state: ServiceState, request: TriggerRequest, tenant: str) -> TriggerSettings:
-    """The request's settings for `tenant`; Unprocessable naming each field in trouble."""
+    """The request's settings for `tenant`; Unprocessable naming each field in trouble,
+    TooManyRequests if it would poll faster than the tenant's limit allows."""
     problems = check_trigger(state.config, request)
     if problems:
         raise Unprocessable(problems)
+    check_poll(tenant, state.config.limits(tenant), request.poll_seconds)
     return request.settings(tenant)
 
 
@@ -108,12 +111,16 @@ def create_trigger(request: TriggerRequest, state: StateDep, tenant: Tenant) -> 
     settings = _checked(state, request, tenant)
     if any(t.name == request.name for t in _visible(state, tenant)):
         raise Conflict(f"name: there is already a trigger {request.name!r}")
+    limit = state.config.limits(tenant).triggers
     try:
         TriggerDefTable(state.store.db).create(
-            tenant, request.name, settings.model_dump_json(), settings.paused
+            tenant, request.name, settings.model_dump_json(), settings.paused, limit
         )
     except TriggerExists as exc:
         raise Conflict(str(exc)) from None
+    except AtLimit as exc:
+        has = f"{exc.used:,} triggers"
+        raise over_limit(tenant, "triggers", limit, has, "delete one first") from None
     return _describe(state, _find(state, tenant, request.name), warn_trigger(settings))
 
 
