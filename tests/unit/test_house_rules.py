@@ -240,6 +240,7 @@ PUBLIC: dict[str, list[str]] = {
         "Totals",
         "default_store_url",
         "open_store",
+        "read_store",
     ],
     "thresher.trees": [],
     "thresher.worker": ["run_shard", "run_task"],
@@ -251,3 +252,25 @@ def test_docstring_examples_run(name: str) -> None:
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0, f"{name}: {result.failed} docstring example(s) failed"
+
+
+def test_no_sql_against_the_stores_tables_outside_store() -> None:
+    """The store owns its tables: no statement outside `store/` reads or writes one (a
+    table's name after FROM, JOIN, INTO, UPDATE or TABLE; metric names and prose that
+    mention a table are not SQL)."""
+    import re
+
+    from thresher.store import schema
+
+    created = re.compile(r"CREATE TABLE IF NOT EXISTS (thresher_\w+)")
+    tables = {m for step in schema.MIGRATIONS for s in step for m in created.findall(s)}
+    assert "thresher_jobs" in tables  # the pattern finds them
+    named = re.compile(
+        r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+(" + "|".join(sorted(tables)) + r")\b", re.I
+    )
+    outside = {
+        name: sorted(set(named.findall(path.read_text())))
+        for name, path in modules()
+        if not name.startswith("thresher.store") and named.search(path.read_text())
+    }
+    assert outside == {}, f"the store's tables named outside store/: {outside}"
