@@ -18,7 +18,8 @@ finishing job removed the previous output, and has not moved all of its own in),
 `tick_claiming` (its ledger row written, not committed), `tick_claimed` (committed, no
 job yet), `tick_queued` (its job queued, the ledger not told); in a server, `job_ended`
 (a job it ran ended, its end hooks not run) and `batch_ended` (an OpenAI-style batch
-ended, its hooks not run).
+ended, its hooks not run); `read_upload` (the child reading a tenant's uploaded file,
+before it reads).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ POINTS = frozenset(
         "tick_queued",
         "job_ended",
         "batch_ended",
+        "read_upload",
     }
 )
 

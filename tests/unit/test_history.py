@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from thresher.plan import measurable, plan_placement
-from thresher.plan.history import Measured, PastRun, choose, past_runs
+from thresher.plan.history import PastRun, choose, past_runs
+from thresher.plan.placement import Measured
 from thresher.spec import JobSpec, RunSection
 from thresher.store import JobState, Store
 

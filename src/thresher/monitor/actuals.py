@@ -40,10 +40,19 @@ from thresher.monitor.labels import (
     read_file,
     read_query,
 )
+from thresher.monitor.part_reader import PartLimits
 from thresher.store import JobRecord, JobState, Store
 from thresher.store.actuals import NewPart, PartRecord, PredictionInfo
 
-__all__ = ["ActualsPart", "add_actuals", "joinable", "part_digest", "read_part"]
+__all__ = [
+    "ActualsPart",
+    "PartFile",
+    "add_actuals",
+    "add_file_part",
+    "joinable",
+    "part_digest",
+    "read_part",
+]
 
 FILE_SINKS = ("parquet", "csv", "jsonl")
 UNKNOWN_SHOWN = 10  # unknown ids a result lists
@@ -118,6 +127,35 @@ def add_actuals(store: Store, job_id: str, part: LabelledIds) -> ActualsPart:
     )
     record, added = store.actuals.add(job_id, new)
     return _result(store, record, new=added, unknown_ids=tuple(unknown_ids) if added else ())
+
+
+@dataclass(frozen=True)
+class PartFile:
+    """A file holding a part of actuals, and how to read it: its id column (None: the
+    job's), its label column, the name messages give it, and the caps on its size."""
+
+    uri: str
+    id_column: str | None
+    label_column: str
+    shown: str
+    limits: PartLimits
+
+
+def add_file_part(store_url: str, job_id: str, file: PartFile) -> ActualsPart:
+    """Read `file` and add it to job `job_id` in the store at `store_url`: what the
+    service runs in a child process (`service/background/isolated.py`) for a tenant's
+    uploaded file, so its parsing and its memory are never the server's."""
+    from thresher.faults import crash_point
+    from thresher.store import open_store
+
+    crash_point("read_upload")
+    store = open_store(store_url)
+    try:
+        id_column = file.id_column or joinable(store.job(job_id))
+        part = read_file(file.uri, id_column, file.label_column, file.shown, file.limits)
+        return add_actuals(store, job_id, part)
+    finally:
+        store.db.close()
 
 
 def read_part(

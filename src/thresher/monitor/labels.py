@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.errors import MonitorError
+from thresher.monitor.part_reader import PartLimits, read_columns
 
 __all__ = ["LabelledIds", "from_records", "from_table", "read_file", "read_query"]
 
@@ -40,17 +41,27 @@ class LabelledIds:
     locate: Callable[[int], str]
 
 
-def read_file(uri: str, id_column: str, label_column: str, shown: str | None = None) -> LabelledIds:
+def read_file(
+    uri: str,
+    id_column: str,
+    label_column: str,
+    shown: str | None = None,
+    limits: PartLimits | None = None,
+) -> LabelledIds:
     """A Parquet, CSV or JSONL file (local, or any fsspec URL), by its suffix (text may be
-    compressed: `.csv.gz`, `.jsonl.zst`). Messages name it `shown` (default: `uri`)."""
+    compressed: `.csv.gz`, `.jsonl.zst`), streamed by record batch with only the two
+    columns kept, within `limits` (rows and decompressed bytes; none by default).
+    Messages name it `shown` (default: `uri`)."""
     from thresher.sources.files import filesystem
 
     name = shown or uri
     fmt, compression = _format(uri)
     fs, path = filesystem(uri)
+    columns = {"id": id_column, "label": label_column}
     try:
-        with fs.open(path, "rb") as f:
-            table = _read(f, fmt, compression, [id_column, label_column], name)
+        with fs.open(path, "rb") as raw:
+            f = pa.input_stream(raw, compression=compression) if compression else raw
+            table = read_columns(f, fmt, columns, name, limits or PartLimits())
     except FileNotFoundError:
         raise MonitorError(f"{name}: no such file") from None
     if fmt == "parquet":
@@ -150,37 +161,16 @@ def _format(uri: str) -> tuple[str, str | None]:
     )
 
 
-def _read(f: Any, fmt: str, compression: str | None, columns: list[str], name: str) -> pa.Table:
-    import pyarrow.csv as pacsv
-    import pyarrow.json as pajson
-    import pyarrow.parquet as pq
-
-    try:
-        if fmt == "parquet":
-            names = pq.read_schema(f).names
-            return pq.read_table(f, columns=[c for c in columns if c in names])
-        stream = pa.input_stream(f, compression=compression) if compression else f
-        if fmt == "csv":
-            # Ids as written ("007" stays itself); they are cast to the job's id type later.
-            options = pacsv.ConvertOptions(column_types={columns[0]: pa.string()})
-            return pacsv.read_csv(stream, convert_options=options)
-        return pajson.read_json(stream)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
-        raise MonitorError(f"{name}: cannot read it as {fmt}: {exc}") from None
-
-
 def _jsonl_line(fs: Any, path: str, compression: str | None, name: str, record: int) -> str:
-    """The 1-based line of the file's `record`-th JSON record (blank lines hold none);
-    only asked for a message, so a compressed file may be read whole."""
+    """The 1-based line of the file's `record`-th JSON record (blank lines hold none),
+    read again a block at a time; only asked for a message."""
+    from thresher.sources.lines import lines_of
+
     seen = -1
     with fs.open(path, "rb") as raw:
-        lines = (
-            pa.input_stream(raw, compression=compression).read().split(b"\n")
-            if compression
-            else raw
-        )
-        for number, line in enumerate(lines, start=1):
-            seen += bool(line.strip())
+        f = pa.input_stream(raw, compression=compression) if compression else raw
+        for number, line in enumerate(lines_of(f, 1 << 20), start=1):
+            seen += isinstance(line, bytes) and bool(line.strip())
             if seen == record:
                 return f"{name} line {number}"
     return f"{name} record {record}"

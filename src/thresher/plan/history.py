@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from thresher.models import model_fingerprint
-from thresher.plan.placement import Placement, measurable, plan_placement
+from thresher.plan.placement import Measured, Placement, measurable, plan_placement
 
 if TYPE_CHECKING:
     from thresher.sources import Shard
     from thresher.spec import JobSpec
     from thresher.store import Store
 
-__all__ = ["Measured", "PastRun", "choose", "known_rows", "measured_choice", "past_runs", "place"]
+__all__ = ["PastRun", "choose", "known_rows", "measured_choice", "past_runs", "place"]
 
 RECENT_JOBS = 20  # the latest jobs of a model looked at: older ones are measured again
 
@@ -48,14 +48,6 @@ class PastRun:
 
     def seconds_for(self, rows: int) -> float:
         return self.seconds * rows / self.rows
-
-
-@dataclass(frozen=True)
-class Measured:
-    """The choice and why, as the job's placement line says it."""
-
-    threads: bool
-    reason: str
 
 
 def place(spec: JobSpec, shards: Sequence[Shard], store: Store) -> Placement:

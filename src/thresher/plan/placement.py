@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from thresher.plan.devices import HIDDEN, run_gpus
 from thresher.spec import RunSection
 
-if TYPE_CHECKING:
-    from thresher.plan.history import Measured
+
+@dataclass(frozen=True)
+class Measured:
+    """Threads or processes, as earlier jobs of the model measured them (plan/history.py
+    chooses), and why, as the job's placement line says it."""
+
+    threads: bool
+    reason: str
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from thresher.errors import SourceError, SpecError, describe_errors
 from thresher.plan.inputs import missing_columns
-from thresher.service.background.job_process import input_columns
+from thresher.service.background.isolated import input_columns
 from thresher.service.background.webhooks import check_webhook_url
 from thresher.service.errors import NotFound, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text

@@ -36,14 +36,14 @@ class JsonlFormat:
         return []  # never asked: JSON Lines have no header line
 
     def infer(self, sample: bytes, names: list[str] | None) -> pa.Schema:
-        _check_lines(sample)
+        check_lines(sample)
         table = pajson.read_json(
             io.BytesIO(sample), read_options=pajson.ReadOptions(block_size=len(sample) + 1)
         )
         return table.schema
 
     def parse(self, data: bytes, schema: pa.Schema) -> pa.Table:
-        _check_lines(data)
+        check_lines(data)
         try:
             return self._read(data, schema)
         except pa.ArrowInvalid as exc:
@@ -61,7 +61,7 @@ class JsonlFormat:
         )
 
 
-def _check_lines(data: bytes) -> None:
+def check_lines(data: bytes) -> None:
     """What Arrow must never be given: lines that are not objects, nest too deep, or are
     not UTF-8. Arrow copies invalid UTF-8 into text values unchecked, and into the names
     of the columns it infers, which then cannot even be listed (a UnicodeDecodeError from

@@ -9,8 +9,8 @@ job again at most once more (`MAX_CRASHES`), then fails it with a message that s
 happened.
 
 A submission's columns are checked against its input's schema the same way: the schema
-is read in a child (`input_columns`), so a hostile file fails the submission, not the
-server.
+is read in a child (`isolated.input_columns`, from this module's fork server), so a
+hostile file fails the submission, not the server.
 
 Children come from a forkserver with thresher's coordinator preloaded, so a job starts in
 milliseconds rather than an interpreter's import time; they die with the server (a killed
@@ -26,17 +26,15 @@ import logging
 import multiprocessing as mp
 import os
 from collections.abc import Iterable, MutableMapping
-from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from thresher.children import child_environment, describe_exit, die_with_parent
 from thresher.coordinator.job import resume_job, run_job, with_workers
-from thresher.errors import SourceError, ThresherError
+from thresher.errors import ThresherError
 from thresher.executors.zygote import fork_zygotes_here, preloads
 from thresher.models.libraries import library_modules
 from thresher.service.background import warm
-from thresher.sources import open_source
-from thresher.spec import ModelSection, SourceSection
+from thresher.spec import ModelSection
 from thresher.store import JobState, Store, open_store
 from thresher.store.owners import this_owner
 
@@ -44,8 +42,6 @@ log = logging.getLogger("thresher.service.background.job_process")
 
 # A job whose coordinator crashed this many times is failed, not started again.
 MAX_CRASHES = 2
-# How long a submission waits for its input's columns before leaving the check to the job.
-PROBE_SECONDS = 30.0
 
 # The forkserver imports these once; each job process starts with them loaded (what a
 # job over files imports, so a job process starts in milliseconds).
@@ -134,47 +130,6 @@ def fail_unless_finished(store: Store, job_id: str, message: str) -> None:
     """Record the job as failed with `message`, unless it already ended."""
     if not store.job(job_id).state.finished:
         store.finish(job_id, JobState.FAILED, None, message)
-
-
-def input_columns(section: SourceSection, timeout: float = PROBE_SECONDS) -> list[str] | None:
-    """The column names of the input `section` names, read (planned) in a child process;
-    None when it cannot tell within `timeout` seconds (the job's planner checks again).
-    SourceError when the input cannot be read, or crashed the reader."""
-    receiver, sender = children_context.Pipe(duplex=False)
-    process = children_context.Process(target=_send_columns, args=(section, sender), daemon=True)
-    process.start()
-    sender.close()
-    try:
-        answer = receiver.recv() if receiver.poll(timeout) else None
-    except EOFError:  # it died without a word
-        answer = ("crash", None)
-    finally:
-        receiver.close()
-        if process.is_alive():
-            process.kill()
-        process.join()
-    if answer is None:
-        return None
-    kind, value = answer
-    if kind == "crash":
-        how = describe_exit(process.exitcode)
-        raise SourceError(f"source.uri: reading the input crashed its reader (it {how})")
-    if kind == "error":
-        raise SourceError(value)
-    return list(value)
-
-
-def _send_columns(section: SourceSection, sender: Connection) -> None:
-    die_with_parent()
-    try:
-        names = open_source(section).plan().schema.names
-    except ThresherError as exc:
-        sender.send(("error", str(exc)))
-    except Exception as exc:  # a reader's own error: the input is not what it claims
-        sender.send(("error", f"source.uri: cannot read the input: {type(exc).__name__}: {exc}"))
-    else:
-        sender.send(("columns", names))
-    sender.close()
 
 
 def crash_message(exitcode: int | None, planned: bool, crashes: int) -> str:

@@ -373,7 +373,13 @@ def start_webhooks(
     if settings is None:
         if not config.webhook_secret:
             raise ValueError("webhook_secret is not set; load the config with load_config()")
-        settings = WebhookSettings(config.webhook_secret, config.webhook_allow_private)
+        settings = WebhookSettings(
+            config.webhook_secret,
+            config.webhook_allow_private,
+            timeout=config.webhook_timeout,
+            workers=config.webhook_workers,
+            per_tenant=config.webhook_workers_per_tenant,
+        )
     sender = WebhookSender(state.store, settings)
     state.on_job_finished.append(sender.job_finished)
     state.on_tick_missed.append(sender.tick_missed)

@@ -11,10 +11,12 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from thresher.errors import MonitorError
-from thresher.monitor.actuals import ActualsPart, add_actuals, joinable
-from thresher.monitor.labels import LabelledIds, from_records, read_file
+from thresher.monitor.actuals import ActualsPart, PartFile, add_actuals, add_file_part
+from thresher.monitor.labels import from_records
+from thresher.monitor.part_reader import PartLimits, PartTooLarge
 from thresher.monitor.quality import Quality, job_quality
-from thresher.service.errors import Unprocessable
+from thresher.service.background.isolated import ChildFailed, in_child
+from thresher.service.errors import TooLarge, Unprocessable
 from thresher.service.limits import Text
 from thresher.service.policies.auth import Tenant
 from thresher.service.routers.jobs import tenant_job
@@ -23,6 +25,9 @@ from thresher.service.uploads import find_file
 from thresher.store import JobRecord
 
 router = APIRouter(prefix="/v1/jobs", tags=["quality"])
+
+# How long reading and joining one uploaded part may take before its child is ended.
+PART_SECONDS = 600.0
 
 Int64 = Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1)]
 Id = Text | Int64
@@ -88,19 +93,39 @@ async def get_quality(
 def _add(state: ServiceState, tenant: str, job_id: str, body: ActualsRequest) -> ActualsPart:
     job = tenant_job(state, tenant, job_id)
     try:
-        return add_actuals(state.store, job.id, _part(state, tenant, job, body))
+        if body.records is None:
+            return _add_file(state, tenant, job, body)
+        records: list[dict[str, Any]] = [r.model_dump() for r in body.records]
+        return add_actuals(state.store, job.id, from_records(records))
     except MonitorError as exc:
         raise Unprocessable([str(exc)]) from None
 
 
-def _part(state: ServiceState, tenant: str, job: JobRecord, body: ActualsRequest) -> LabelledIds:
-    if body.records is not None:
-        records: list[dict[str, Any]] = [r.model_dump() for r in body.records]
-        return from_records(records)
+def _add_file(
+    state: ServiceState, tenant: str, job: JobRecord, body: ActualsRequest
+) -> ActualsPart:
+    """The uploaded file read and joined in a child process, within the config's caps:
+    413 past one, 422 for a file that is not a part (or that crashed its reader)."""
     assert body.file_id is not None
     upload = find_file(state.store, tenant, body.file_id)
-    column = body.id_column or joinable(job)
-    return read_file(upload.path, column, body.label_column, shown=upload.filename)
+    config = state.config
+    limits = PartLimits(
+        config.upload_max_rows,
+        config.upload_max_decompressed_bytes,
+        "upload_max_rows",
+        "upload_max_decompressed_bytes",
+    )
+    file = PartFile(upload.path, body.id_column, body.label_column, upload.filename, limits)
+    try:
+        return in_child(add_file_part, state.store.url, job.id, file, timeout=PART_SECONDS)
+    except PartTooLarge as exc:
+        raise TooLarge(str(exc)) from None
+    except ChildFailed as exc:
+        how = f"its reader {exc}" if exc.crashed else str(exc)
+        raise Unprocessable([f"{upload.filename}: the file could not be read ({how})"]) from None
+    except TimeoutError:
+        took = f"reading it took longer than {PART_SECONDS:g} s; send it in smaller parts"
+        raise Unprocessable([f"{upload.filename}: {took}"]) from None
 
 
 def _quality(state: ServiceState, tenant: str, job_id: str, task: Any) -> Quality:

@@ -8,12 +8,17 @@ An endpoint takes some of `batch.completed`, `batch.failed`, `batch.expired` and
 job's `notify.webhook`. The signing secret is shown when the endpoint is made and when
 it is rotated, never again. Refusals are 400 in OpenAI's envelope; another tenant's
 endpoint is 404.
+
+A test (`POST …/{id}/test`) is one attempt within the server's `webhook_timeout`, and a
+success only when the receiver answers 2xx (a redirect is not followed: its status is
+reported, not a success). Tests wait on receivers the tenant chose, on the server's
+request threads, so each tenant has a few test slots of its own (`TESTS_PER_TENANT`):
+its own slow receiver can make only its own tests wait.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import replace
 from typing import Annotated, Any
@@ -23,7 +28,8 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from thresher.service.background.webhooks import post_webhook
+from thresher.service.background.shares import TenantShares
+from thresher.service.background.webhooks import post_webhook, webhook_client
 from thresher.service.errors import BadRequest, NotFound, TooManyRequests
 from thresher.service.openai.pages import cursor_page
 from thresher.service.openai.webhooks import (
@@ -44,11 +50,10 @@ router = APIRouter(prefix="/v1/webhook_endpoints", tags=["webhooks"])
 
 EVENTS = tuple(BATCH_EVENTS.values())
 KEEP_OLD_SECRET = 24 * 3600
-TEST_TIMEOUT = 10.0
-# Tests run on the server's request threads: a slow receiver holds one, so only a few at
-# once (a tenant's endpoints cannot take every thread the API has).
-MAX_TESTS = 4
-_TESTS = threading.BoundedSemaphore(MAX_TESTS)
+# Tests run on the server's request threads, each up to `webhook_timeout`: a tenant has
+# this many at once, so its endpoints cannot take the threads other tenants' requests use.
+TESTS_PER_TENANT = 2
+_TESTS = TenantShares(TESTS_PER_TENANT)
 
 
 class EndpointFields(BaseModel):
@@ -203,22 +208,23 @@ async def test_endpoint(
     endpoint_id: str, request: TestRequest, state: StateDep, tenant: Tenant
 ) -> dict[str, Any]:
     """One signed sample delivery (data.id `batch_test`), now, not retried; the status
-    the receiver answered (400 when it cannot be reached)."""
+    the receiver answered, a success only for a 2xx (400 when it cannot be reached or
+    does not answer within `webhook_timeout`)."""
     endpoint = _tenant_endpoint(state, tenant, endpoint_id)
     if request.event_type not in EVENTS:
         raise BadRequest(f"event_type: this server sends {', '.join(EVENTS)}")
-    if not _TESTS.acquire(blocking=False):
-        raise TooManyRequests(f"{MAX_TESTS} endpoint tests are under way; try again", 5)
+    if not _TESTS.take(tenant):
+        raise TooManyRequests(f"{TESTS_PER_TENANT} of your endpoint tests are under way", 5)
     try:
         status = await run_in_threadpool(_send_sample, state, endpoint, request.event_type)
     finally:
-        _TESTS.release()
+        _TESTS.give_back(tenant)
     return {
         "object": "webhook_endpoint.test",
         "webhook_endpoint_id": endpoint.id,
         "event_type": request.event_type,
         "status_code": status,
-        "success": True,
+        "success": 200 <= status < 300,
     }
 
 
@@ -227,9 +233,11 @@ def _send_sample(state: ServiceState, endpoint: EndpointRow, event_type: str) ->
     event = sample_event(event_type, int(now))
     body = json.dumps(event).encode()
     signature = signed_headers(endpoint, event["id"], body, now)
-    allow_private = state.config.webhook_allow_private
-    with httpx.Client(timeout=TEST_TIMEOUT, trust_env=False, follow_redirects=False) as client:
+    allow_private, deadline = state.config.webhook_allow_private, state.config.webhook_timeout
+    with webhook_client() as client:
         try:
-            return post_webhook(client, endpoint.url, body, signature, allow_private)
+            return post_webhook(
+                client, endpoint.url, body, signature, allow_private, deadline=deadline
+            )
         except (ValueError, httpx.TransportError) as exc:
             raise BadRequest(f"url: the endpoint could not be reached: {exc}") from None
