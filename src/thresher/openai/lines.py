@@ -5,9 +5,11 @@ Each line is `{"custom_id", "method": "POST", "url": <the batch's endpoint>, "bo
 Problems with the file itself fail the whole batch, each reported with OpenAI's `code`
 and the 1-based `line`: a line that is not a JSON object, a missing or repeated
 `custom_id`, a `method` other than POST, a `url` that is not the batch's endpoint, a body
-without its input, `stream: true`, a model the server does not serve (or not for this
-endpoint) or two models in one file, an empty file, more lines or bytes than the server
-takes. A file with any of them makes no job (OpenAI's behaviour: nothing is half run).
+without its input, `stream: true`, a string that cannot be written as UTF-8 (a lone
+surrogate: valid JSON, but its answer could never be written), a model the server does
+not serve (or not for this endpoint) or two models in one file, an empty file, more
+lines or bytes than the server takes. A file with any of them makes no job (OpenAI's
+behaviour: nothing is half run).
 
 The check of one line is `LineCheck.check`, the same for the service (which needs every
 line good) and for `thresher run`'s `openai-batch` source (which makes each bad line a
@@ -30,6 +32,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
+
+from thresher.texts import first_unencodable
 
 __all__ = [
     "ENDPOINTS",
@@ -131,6 +135,10 @@ class LineCheck:
         line = _parse(raw)
         if line is None:
             return [], [LineProblem("invalid_json_line", "this line is not a JSON object", number)]
+        unwritable = first_unencodable(line)
+        if unwritable is not None:  # its answer could never be written: refused now
+            message = f"{unwritable or 'a key'} holds a lone surrogate (\\ud800-\\udfff), not text"
+            return [], [LineProblem("invalid_input", message, number, unwritable or None)]
         problems = list(_line_problems(line, number, self.endpoint, self.ids))
         given = line.get("body")
         body: dict[str, Any] = given if isinstance(given, dict) else {}

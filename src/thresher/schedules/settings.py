@@ -50,8 +50,8 @@ class ScheduleFields(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    cron: str
-    timezone: str = "UTC"
+    cron: str = Field(max_length=200)
+    timezone: str = Field(default="UTC", max_length=64)  # IANA names: 30 at most
     job: dict[str, Any]
     catchup: Catchup = Catchup.LATEST
     max_catchup: int = Field(default=10, ge=0, le=1000)

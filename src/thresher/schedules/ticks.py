@@ -14,6 +14,12 @@ hour, depending on the version):
 - two wall-clock times that land on one instant (a gap time and the first time after the
   gap) fire once.
 
+A valid expression may never fire (`0 0 31 2 *`, 31 February): it has no fire times, and
+`after` and `between` say so by returning none, never by raising. `check_fires` refuses
+one with no fire time within `FIRE_BOUND` (five years: every cron of five fields that
+fires at all fires at least every four, 29 February included), so a schedule is accepted
+only if it will run.
+
     >>> from datetime import datetime, UTC
     >>> s = Cron("30 2 * * *", "Europe/Berlin")
     >>> [t.isoformat() for t in s.after(datetime(2026, 3, 28, 12, tzinfo=UTC), 2)]
@@ -28,9 +34,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
-__all__ = ["Cron", "CronError"]
+__all__ = ["FIRE_BOUND", "Cron", "CronError"]
+
+# A schedule must fire within this long of when it is given (29 February: every 4 years).
+FIRE_BOUND = timedelta(days=5 * 366)
+# The longest IANA zone name is 30 characters; a longer key is not looked up at all (the
+# zone database opens a key as a file name: 256 characters fail as OSError, not "not found").
+MAX_ZONE_NAME = 64
 
 
 class CronError(ValueError):
@@ -48,10 +60,25 @@ class Cron:
     def __post_init__(self) -> None:
         if len(self.expression.split()) != 5 or not croniter.is_valid(self.expression):
             raise CronError(f"cron: {self.expression!r} is not a 5-field cron expression")
+        if len(self.timezone) > MAX_ZONE_NAME:
+            raise CronError(
+                f"timezone: an IANA time zone name has at most {MAX_ZONE_NAME} characters"
+            )
         try:
             object.__setattr__(self, "zone", ZoneInfo(self.timezone))
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: tzdata's file open
             raise CronError(f"timezone: {self.timezone!r} is not an IANA time zone") from None
+
+    def check_fires(self, now: datetime, bound: timedelta = FIRE_BOUND) -> None:
+        """CronError unless the schedule fires within `bound` after `now` (a valid
+        expression may name a day that never comes: `0 0 31 2 *`)."""
+        upcoming = self.after(now, 1)
+        if not upcoming or upcoming[0] - now > bound:
+            years = bound.days // 366
+            raise CronError(
+                f"cron: {self.expression!r} has no fire time in the next {years} years; "
+                "check its day of month against its month"
+            )
 
     @property
     def every_hour(self) -> bool:
@@ -90,7 +117,12 @@ class Cron:
         wall_times = croniter(self.expression, local)
         waiting: list[datetime] = []
         while True:
-            placed = list(self._place(wall_times.get_next(datetime)))
+            try:
+                wall = wall_times.get_next(datetime)
+            except CroniterBadDateError:  # no (further) fire time: a day that never comes
+                yield from sorted(waiting)
+                return
+            placed = list(self._place(wall))
             for instant in placed:
                 heapq.heappush(waiting, instant)
             while waiting and waiting[0] <= placed[0]:

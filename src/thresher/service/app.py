@@ -33,6 +33,7 @@ from thresher.service.config import check_models, check_triggers, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.openai.envelope import envelope, is_openai_path, openai_status
+from thresher.service.policies.disclosure import public_detail
 from thresher.service.ray_cluster import keep_ray_cluster
 from thresher.service.routers import (
     batches,
@@ -153,8 +154,9 @@ def start_heartbeat(state: ServiceState) -> Callable[[], None]:
 
 
 async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-    response = as_response(exc)
-    return _for_openai(request, response, exc.detail)
+    # Whatever raised it, a refusal names no server path (`policies/disclosure.py`).
+    detail = public_detail(request.app.state.service, exc.detail)
+    return _for_openai(request, as_response(exc, detail), detail)
 
 
 async def _invalid(request: Request, exc: Exception) -> JSONResponse:

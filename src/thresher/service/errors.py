@@ -94,6 +94,8 @@ class TooManyRequests(ServiceError):
             self.headers = {"Retry-After": str(max(1, retry_after))}
 
 
-def as_response(exc: ServiceError) -> JSONResponse:
-    """What the client gets for `exc`: `{"detail": message}` with its status."""
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+def as_response(exc: ServiceError, detail: str | list[str] | None = None) -> JSONResponse:
+    """What the client gets for `exc`: `{"detail": message}` (or the `detail` given: the
+    message as the tenant may read it) with its status."""
+    shown = exc.detail if detail is None else detail
+    return JSONResponse({"detail": shown}, status_code=exc.status, headers=exc.headers)

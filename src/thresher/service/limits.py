@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -33,6 +32,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from thresher.service.errors import RequestTimeout, ServiceError, TooLarge, as_response
+from thresher.texts import printable
 
 # A priority is a rank among a server's queued jobs, not a number to compute with.
 PRIORITY_LIMIT = 1_000_000
@@ -41,17 +41,11 @@ MAX_COLUMNS = 10_000
 MAX_MESSAGE = 300  # characters of one validation message
 
 
-def _printable(text: str) -> str:
-    bad = next((c for c in text if unicodedata.category(c) == "Cc"), None)
-    if bad is not None:
-        raise ValueError(f"control character {bad!r} not allowed")
-    return text
+Text = Annotated[str, StringConstraints(max_length=1024), AfterValidator(printable)]
+"""A name, id or column name: at most 1,024 characters, none of them control characters
+(nor lone surrogates, which no file or answer can hold)."""
 
-
-Text = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_printable)]
-"""A name, id or column name: at most 1,024 characters, none of them control characters."""
-
-LongText = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_printable)]
+LongText = Annotated[str, StringConstraints(max_length=4096), AfterValidator(printable)]
 """A path or URL: at most 4,096 characters, none of them control characters."""
 
 

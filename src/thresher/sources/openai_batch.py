@@ -36,6 +36,7 @@ from thresher.sources import lines
 from thresher.sources.base import Chunk, Plan, Shard, shard_size
 from thresher.sources.files import file_size, list_files
 from thresher.spec import SourceSection
+from thresher.texts import first_unencodable
 
 __all__ = ["BatchFileReader", "BatchFileSource", "openai_batch_source"]
 
@@ -239,28 +240,12 @@ def _numbered(shard: Shard, blank: bool = False) -> Iterator[tuple[int, bytes | 
 def _check_line(
     check: LineCheck, raw: bytes | lines.TooLong, number: int
 ) -> tuple[list[dict[str, Any]], list[LineProblem]]:
-    """A line's rows (with the file's model), or its problems: OpenAI's checks, and
-    text that is not Unicode (a lone surrogate: JSON allows `\\ud800`, text columns do
-    not)."""
+    """A line's rows (with the file's model), or its problems: OpenAI's checks, text
+    that UTF-8 cannot hold (a lone surrogate: JSON allows `\\ud800`) among them."""
     if isinstance(raw, lines.TooLong):
         return [], [LineProblem("line_too_long", raw.message, number)]
     found, problems = check.check(raw, number)
-    rows = [{**row, "model": check.model} for row in found]
-    if not all(_unicode(v) for row in rows for v in row.values()):
-        return [], [
-            LineProblem("invalid_input", "a text that is not Unicode (a lone surrogate)", number)
-        ]
-    return rows, problems
-
-
-def _unicode(value: Any) -> bool:
-    """Whether a value is no text, or text that UTF-8 can hold."""
-    try:
-        if isinstance(value, str):
-            value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return [{**row, "model": check.model} for row in found], problems
 
 
 def _bad_line(
@@ -286,4 +271,6 @@ def _custom_id(raw: bytes) -> str | None:
     except (ValueError, RecursionError):
         return None
     custom_id = line.get("custom_id") if isinstance(line, dict) else None
-    return custom_id if isinstance(custom_id, str) and custom_id and _unicode(custom_id) else None
+    return (
+        custom_id if isinstance(custom_id, str) and first_unencodable(custom_id) is None else None
+    )

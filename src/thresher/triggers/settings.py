@@ -4,16 +4,22 @@ name; the tenant is the caller's, whatever the body says)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from thresher.schedules.settings import valid_name
+from thresher.texts import printable
 
 __all__ = ["TriggerFields", "TriggerRequest", "TriggerSettings"]
 
 # With no marker, a set is complete when nothing was added or changed for this long.
 DEFAULT_SETTLE_SECONDS = 30.0
+
+# A path or URL prefix, and a pattern: bounded, and no control character (a NUL makes
+# every path call raise ValueError) nor lone surrogate (no file name can hold one).
+Where = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(printable)]
+Pattern = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(printable)]
 
 
 class TriggerFields(BaseModel):
@@ -28,9 +34,9 @@ class TriggerFields(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    watch: str = Field(min_length=1)  # a local folder or an fsspec URL prefix
-    pattern: str = Field(default="*", min_length=1)  # fnmatch, on the path below `watch`
-    marker: str | None = Field(default=None, min_length=1)  # fnmatch, on a file's name
+    watch: Where  # a local folder or an fsspec URL prefix
+    pattern: Pattern = "*"  # fnmatch, on the path below `watch`
+    marker: Pattern | None = None  # fnmatch, on a file's name
     # Seconds every file of a set must be unchanged (and, with no marker, no file added)
     # before the set is taken. Default: 30 with no marker, 0 with one.
     settle_seconds: float | None = Field(default=None, ge=0, le=7 * 86400)

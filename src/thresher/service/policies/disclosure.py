@@ -6,6 +6,10 @@ batch as `<data_dir>/buffer/batch-….jsonl`, a part under `<data_dir>/outputs/`
 of a registered model. What a tenant is shown names each such file by its name alone (an
 upload's name is its file id), so the server's layout, users and folders stay its own.
 A tenant's own server-side input (under `allowed_roots`) is a path it named, and stays.
+
+Every refusal goes through here too (`public_detail`, applied by the app to each
+`ServiceError` it answers), so a check anywhere in the service (a reader's "no readable
+record in the first lines of <path>") cannot put a server path in a 4xx.
 """
 
 from __future__ import annotations
@@ -44,6 +48,14 @@ def hide_private_paths(text: str, roots: Iterable[str]) -> str:
 def public_message(state: ServiceState, message: str | None) -> str | None:
     """A job's or record's message as a tenant may read it."""
     return None if message is None else hide_private_paths(message, private_roots(state))
+
+
+def public_detail(state: ServiceState, detail: str | list[str]) -> str | list[str]:
+    """A refusal's detail (one message or a list of problems) as a tenant may read it."""
+    roots = private_roots(state)
+    if isinstance(detail, str):
+        return hide_private_paths(detail, roots)
+    return [hide_private_paths(problem, roots) for problem in detail]
 
 
 def _last_name(path: str) -> str:

@@ -7,6 +7,8 @@ from inside a root to a file outside gets through. The job's spec carries the ro
 (`source.allowed_roots`), and its planner checks the files again when it lists them: a
 link planted after the submission is refused then.
 A URL root (`s3://bucket/shared/`) admits URLs under that prefix with no `..` segment.
+The roots are judged before existence, so an answer never tells whether a server path
+outside them exists (403 for each, whatever is there).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def _check_path(uri: str, roots: list[str]) -> str:
 def check_source_files(files: list[str], allowed_roots: list[str]) -> list[str]:
     """A submission's explicit `source.files`, each as the server will read it (a local
     file as its real path), if every one lies under an allowed root and a local one is a
-    file; Forbidden (403) or BadRequest (400) naming the first that is not."""
+    file; Forbidden (403) or BadRequest (400) naming the first that is not. Whether a
+    path outside the roots exists is never told: it is a 403 either way."""
     if not allowed_roots:
         raise Forbidden("source.files: this server reads no server-side paths (no allowed_roots)")
     checked = []
@@ -100,11 +103,14 @@ def check_source_files(files: list[str], allowed_roots: list[str]) -> list[str]:
                 raise Forbidden(str(exc).replace("source.uri", "source.files", 1)) from None
             continue
         local_roots = [r for r in allowed_roots if "://" not in r or r.startswith("file://")]
+        if not os.path.isabs(uri):
+            raise BadRequest(f"source.files: {file} is not an absolute path")
         real = os.path.realpath(uri)
-        if not os.path.isabs(uri) or not os.path.isfile(real):
-            raise BadRequest(f"source.files: {file} is not an absolute path of a file")
+        # Roots first, then the file: a path outside gets one answer, there or not.
         if not _under(real, [os.path.realpath(r.removeprefix("file://")) for r in local_roots]):
             raise Forbidden(f"source.files: {file} is outside the paths this server may read")
+        if not os.path.isfile(real):
+            raise BadRequest(f"source.files: {file} is not a file")
         checked.append(real)
     return checked
 
