@@ -29,6 +29,8 @@ tenant = "acme"
 job = {{ model = "double" }}
 """
 
+FAST_POLLS = "[tenant_defaults]\ntrigger_min_poll_seconds = 0.1\n"
+
 
 def put(folder: Path, name: str, data: bytes) -> None:
     (folder / f".{name}.part").write_bytes(data)
@@ -41,7 +43,8 @@ def job_files(site: ServiceSite) -> Counter[str]:
 
 
 def test_a_tenants_trigger_over_http(tmp_path: Path) -> None:
-    site = ServiceSite(tmp_path)
+    # Polls of 0.2 s keep the test short; a tenant's default shortest poll is 1 s.
+    site = ServiceSite(tmp_path, settings=FAST_POLLS)
     inbox = site.shared / "inbox"
     inbox.mkdir()
     site.config.write_text(
