@@ -14,6 +14,8 @@ import pytest
 from httpx2 import Response
 from test_service_http import Api, make_api
 
+from thresher.service.schedules import every_schedule
+from thresher.service.triggers import every_trigger
 from thresher.store.leases import SlotRequest, Slots
 
 pytestmark = pytest.mark.unit
@@ -149,3 +151,27 @@ def test_metrics_show_a_plain_tenant_its_own_slots_only(tmp_path: Any) -> None:
     assert "slots_free" not in acme  # the capacity less the host's use tells the host's use
     assert "thresher_cpu_slots_used 4\n" in ops
     assert "thresher_cpu_slots_free 4\n" in ops
+
+
+def test_a_tenants_listing_reads_its_own_rows_alone(api: Api) -> None:
+    """Another tenant's rows are not even parsed: one that cannot be read is never met."""
+    assert make_schedule(api, "globex", 0).status_code == 201
+    assert make_trigger(api, "globex", 0).status_code == 201
+    assert make_schedule(api, "acme", 0).status_code == 201
+    db = api.state.store.db
+    with db.transaction() as cur:  # globex's rows spoilt behind the store's back
+        cur.execute("UPDATE thresher_schedules SET settings = '{' WHERE tenant = 'globex'")
+        cur.execute("UPDATE thresher_trigger_defs SET settings = '{' WHERE tenant = 'globex'")
+    met: list[str] = []
+    config, store = api.state.config, api.state.store
+    mine = every_schedule(config, store, lambda row, _: met.append(row.key), tenant="acme")
+    assert [s.key for s in mine] == ["acme/s0"]
+    assert every_trigger(config, db, lambda row, _: met.append(row.key), tenant="acme") == []
+    assert met == []
+    every_schedule(config, store, lambda row, _: met.append(row.key))  # the loops' view
+    every_trigger(config, db, lambda row, _: met.append(row.key))
+    assert met == ["globex/s0", "globex/t0"]
+    plan = db.query(
+        "EXPLAIN QUERY PLAN SELECT key FROM thresher_trigger_defs WHERE tenant = ?", ("acme",)
+    )
+    assert "thresher_trigger_defs_tenant" in str(plan)

@@ -204,6 +204,15 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE thresher_schedules ADD COLUMN quarantined TEXT",
         "ALTER TABLE thresher_trigger_defs ADD COLUMN quarantined TEXT",
     ],
+    # 17: a tenant's schedules, triggers and files are read by tenant (its listings, and
+    # the counts and sums its limits are checked against), never by reading every row.
+    [
+        "CREATE INDEX IF NOT EXISTS thresher_schedules_tenant"
+        " ON thresher_schedules (tenant, name)",
+        "CREATE INDEX IF NOT EXISTS thresher_trigger_defs_tenant"
+        " ON thresher_trigger_defs (tenant, name)",
+        "CREATE INDEX IF NOT EXISTS thresher_files_tenant ON thresher_files (tenant, created_at)",
+    ],
 ]
 
 
