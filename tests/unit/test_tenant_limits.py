@@ -17,6 +17,8 @@ from test_service_http import Api, make_api
 from thresher.service.schedules import every_schedule
 from thresher.service.triggers import every_trigger
 from thresher.store.leases import SlotRequest, Slots
+from thresher.store.trigger_defs import TriggerDefTable
+from thresher.triggers.settings import TriggerSettings
 
 pytestmark = pytest.mark.unit
 
@@ -175,3 +177,13 @@ def test_a_tenants_listing_reads_its_own_rows_alone(api: Api) -> None:
         "EXPLAIN QUERY PLAN SELECT key FROM thresher_trigger_defs WHERE tenant = ?", ("acme",)
     )
     assert "thresher_trigger_defs_tenant" in str(plan)
+
+
+def test_a_trigger_stored_under_a_lower_limit_polls_at_the_limit(api: Api) -> None:
+    """One made before the limit (or under a lower one) is slowed to it, not left at
+    20 looks a second."""
+    body = {"watch": str(api.shared), "job": {"model": "double"}, "poll_seconds": 0.05}
+    settings = TriggerSettings.model_validate({**body, "tenant": "acme"})
+    TriggerDefTable(api.state.store.db).create("acme", "old", settings.model_dump_json(), False)
+    (found,) = every_trigger(api.state.config, api.state.store.db, tenant="acme")
+    assert found.settings.poll_seconds == 1.0

@@ -79,7 +79,7 @@ def every_trigger(
     found = [Watched(name, name, t, "config") for name, t in declared]
     for row in TriggerDefTable(db).every(tenant):
         try:
-            found.append(_tenants(row))
+            found.append(_tenants(row, config.limits(row.tenant).trigger_min_poll_seconds))
         except (ValidationError, ValueError) as exc:
             if unreadable is None:
                 log.warning("trigger %s cannot be read: %s", row.key, exc)
@@ -88,9 +88,13 @@ def every_trigger(
     return found
 
 
-def _tenants(row: TriggerDefRow) -> Watched:
+def _tenants(row: TriggerDefRow, min_poll: float) -> Watched:
+    """A tenant's trigger as stored, polling no more often than its tenant's limit allows
+    now (a trigger made under an older, lower limit is slowed, not refused)."""
     settings = TriggerSettings.model_validate_json(row.settings)
-    settings = settings.model_copy(update={"paused": row.paused, "tenant": row.tenant})
+    poll = max(settings.poll_seconds, min_poll)
+    update = {"paused": row.paused, "tenant": row.tenant, "poll_seconds": poll}
+    settings = settings.model_copy(update=update)
     return Watched(row.key, row.name, settings, "tenant", row.created_at, row.updated_at,
                    row.quarantined)  # fmt: skip
 
