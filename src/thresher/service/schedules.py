@@ -13,15 +13,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import ValidationError
 
-from thresher.errors import describe_errors
+from thresher.schedules import CronError
+from thresher.schedules.clock import Clock
 from thresher.schedules.settings import ScheduleFields, ScheduleSettings
-from thresher.schedules.templates import fill_in
 from thresher.service.config import ConfigError, ServerConfig
-from thresher.service.errors import ServiceError
+from thresher.service.job_templates import check_job_template
 from thresher.store import Store
 from thresher.store.schedules import ScheduleRow, ScheduleTable
 from thresher.store.ticks import MANUAL, TickLedger
@@ -32,7 +32,6 @@ __all__ = [
     "Scheduled",
     "TickNotice",
     "UnknownSchedule",
-    "check_job_template",
     "check_schedule",
     "check_schedules",
     "every_schedule",
@@ -142,43 +141,22 @@ class TickNotice:
 
 
 def check_schedule(config: ServerConfig, schedule: ScheduleFields) -> list[str]:
-    """Why a schedule would not run, each problem naming its field (`job.model`,
-    `notify.on_missed`, …); empty when it would."""
+    """Why a schedule would not run, each problem naming its field (`cron`, `job.model`,
+    `notify.on_missed`, …); empty when it would. A cron must fire within five years of
+    the server's clock (`0 0 31 2 *` is valid cron, and never fires)."""
     from thresher.service.policies.webhook_urls import check_webhook_url
 
     problems = [f"job.{p}" for p in check_job_template(config, schedule.job)]
+    try:
+        schedule.schedule.check_fires(Clock.from_environment().now())
+    except CronError as exc:
+        problems.insert(0, str(exc))
     if schedule.notify is not None:
         try:
             check_webhook_url(schedule.notify.on_missed, config.webhook_allow_private)
         except ValueError as exc:
             problems.append(f"notify.on_missed: {exc}")
     return problems
-
-
-def check_job_template(config: ServerConfig, job: dict[str, Any]) -> list[str]:
-    """Why a schedule's `job` would not make a job, field by field (empty: it would): it
-    must validate as a `POST /v1/jobs` body with a registered model, a webhook the server
-    will call and a `source.uri` under `allowed_roots` (which need not exist yet)."""
-    from thresher.service.policies.roots import check_under_roots
-    from thresher.service.policies.webhook_urls import check_webhook_url
-    from thresher.service.submission import JobRequest
-
-    sample = fill_in(job, datetime.now(UTC), UTC)
-    try:
-        request = JobRequest.model_validate(sample)
-    except ValidationError as exc:
-        return describe_errors(exc)
-    if request.model not in config.models:
-        return [f"model: no model named {request.model!r}"]
-    try:
-        if request.notify is not None:
-            check_webhook_url(request.notify.webhook, config.webhook_allow_private)
-        if request.source is not None:
-            for uri in request.source.files or [request.source.uri or ""]:
-                check_under_roots(uri, config.allowed_roots)
-    except (ServiceError, ValueError) as exc:
-        return [str(exc)]
-    return []
 
 
 def check_schedules(config: ServerConfig) -> None:

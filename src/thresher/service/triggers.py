@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import ValidationError
 
-from thresher.errors import SourceError, describe_errors
+from thresher.errors import SourceError
 from thresher.sources.files import confine
 from thresher.store.db import Database
 from thresher.store.trigger_defs import TriggerDefRow, TriggerDefTable
@@ -106,12 +106,13 @@ def trigger_problems(config: ServerConfig, name: str, trigger: TriggerFields) ->
 
 def check_trigger(config: ServerConfig, trigger: TriggerFields) -> list[str]:
     """What keeps the trigger from running, each naming its field (`watch`, `job.model`,
-    …); empty when it would run."""
+    `job.notify.webhook`, …); empty when it would run. Its job is checked as a schedule's
+    is, but for its files, which come from the watch (judged here)."""
     return _watch_problems(config, trigger.watch) + _job_problems(config, trigger)
 
 
 def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
-    from thresher.service.submission import JobRequest
+    from thresher.service.job_templates import check_job_template
 
     source = trigger.job.get("source", {})
     if not isinstance(source, dict):
@@ -122,13 +123,8 @@ def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
         return [f"job.{key}: the trigger gives its job the files it takes; remove it"
                 for key in given]  # fmt: skip
     example = {**source, "files": [f"{trigger.watch.rstrip('/')}/example"]}
-    try:
-        request = JobRequest.model_validate({**trigger.job, "source": example})
-    except ValidationError as exc:
-        return [f"job.{p}" for p in describe_errors(exc)]
-    if request.model not in config.models:
-        return [f"job.model: no model named {request.model!r}"]
-    return []
+    job = {**trigger.job, "source": example}  # the job a set will make
+    return [f"job.{p}" for p in check_job_template(config, job, check_roots=False)]
 
 
 def _watch_problems(config: ServerConfig, watch: str) -> list[str]:
