@@ -18,7 +18,6 @@ import pyarrow as pa
 import pytest
 import xgboost
 
-from thresher import moments
 from thresher.errors import ModelLoadError
 from thresher.models.features import to_matrix
 from thresher.trees import compiled as compiled_trees
@@ -106,29 +105,6 @@ def test_compiled_lightgbm_predicts_what_lightgbm_predicts(
     assert len(_libraries()) == 1
     x = _rows(5_000, seed=3)
     np.testing.assert_allclose(predict(_table(x)), native(_table(x)), rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_profiling_worker_gets_the_moments_of_the_rows_it_scored(
-    tmp_path: Path, cache: Path, threads: int
-) -> None:
-    """Read in place, the columns' moments are taken block by block as the rows are
-    scored (by each thread, its rows); the predictions do not change."""
-    path, booster = _lightgbm(tmp_path)
-    predict = _fastest(path, _native(booster), threads=threads, mode=True)
-    x = _rows(6_000, seed=4)
-    x[:, 1] = np.nan_to_num(x[:, 1])  # a column without missing values: its sums are finite
-    table = _table(x)
-    with moments.recording() as seen:
-        scored = predict(table)
-    np.testing.assert_array_equal(scored, predict(table))
-    assert seen is not None
-    total, squares, low, high = seen.sums_of(table.column("f1").chunk(0)) or (0, 0, 0, 0)
-    assert total == pytest.approx(x[:, 1].sum(), rel=1e-12)
-    assert squares == pytest.approx((x[:, 1] ** 2).sum(), rel=1e-12)
-    assert (low, high) == (x[:, 1].min(), x[:, 1].max())
-    nan_sums = seen.sums_of(table.column("f0").chunk(0))  # nan: the profiler reads it again
-    assert nan_sums is not None and np.isnan(nan_sums[0])
 
 
 def test_compiled_xgboost_predicts_what_xgboost_predicts(tmp_path: Path, cache: Path) -> None:

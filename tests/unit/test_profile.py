@@ -1,5 +1,6 @@
-"""Column profiles: exact counts and moments, sketch quantiles within their stated error,
-categories, segments, a JSON round trip, and a size that does not grow with rows."""
+"""Column profiles: exact counts (and, where the sample is every row, exact moments), the
+sample's figures within their stated error, categories, segments, a JSON round trip, and a
+size that does not grow with rows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from thresher import moments, native
+from thresher import native
 from thresher.monitor.profile import Profile, merge_profiles
 from thresher.monitor.profiler import MAX_CATEGORIES, ShardProfiler
 from thresher.monitor.sampling import sample_rate_for
@@ -84,26 +85,6 @@ def test_a_chunk_in_several_arrow_chunks_profiles_as_one() -> None:
     for q, found in zip([0.1, 0.5, 0.9], b.quantiles.get_quantiles([0.1, 0.5, 0.9]), strict=True):
         rank = np.searchsorted(valid, found) / len(valid)
         assert abs(rank - q) < 0.05  # the sketch's error and the 30% sample's
-
-
-@pytest.mark.parametrize("one_pass", ["native", "numpy"])
-def test_the_native_pass_and_numpy_agree(one_pass: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Σx, Σx², min and max come from one native pass where a C compiler is, from numpy's
-    four elsewhere; the moments are the same either way, nan and inf counted apart."""
-    if one_pass == "numpy":
-        monkeypatch.setattr(moments, "_kernels", lambda: None)
-    elif moments._kernels() is None:
-        pytest.skip("no C compiler here")
-    rng = np.random.default_rng(5)
-    x = rng.normal(-3.0, 7.0, 70_001)
-    x[::1001] = np.nan
-    x[7] = np.inf
-    got = profile_of(pa.table({"x": x}), shards=1).columns["x"]
-    finite = x[np.isfinite(x)]
-    assert (got.nan, got.inf, got.moments.count) == (70, 1, len(finite))
-    assert (got.moments.min, got.moments.max) == (finite.min(), finite.max())
-    assert got.moments.mean == pytest.approx(finite.mean(), rel=1e-12)
-    assert got.moments.variance == pytest.approx(finite.var(), rel=1e-9)
 
 
 def test_without_a_compiler_there_is_no_kernel_and_no_error(
@@ -231,39 +212,10 @@ def test_a_profile_survives_json_and_its_size_does_not_grow_with_rows() -> None:
     assert large < 1.3 * small, (small, large)
 
 
-def test_plain_columns_profile_together_as_any_column_alone() -> None:
-    """Plain doubles (one part, no nulls) take the together way (`monitor/running.py`);
-    the same values in two parts each take the per-column way. Counts, nan and inf, and
-    the sampled rows agree; the moments to rounding. A column that turns nan in a later
-    chunk leaves the together way for that chunk only."""
-    rng = np.random.default_rng(8)
-    chunks = [{n: rng.normal(3.0, 2.0, 5_000) for n in ("a", "b")} for _ in range(3)]
-    chunks[1]["b"][17] = np.nan
-    together, alone = ShardProfiler(0.2, 5), ShardProfiler(0.2, 5)
-    for chunk in chunks:
-        together.update(pa.table(chunk), pa.table({}))
-        split = {n: pa.chunked_array([x[:1_234], x[1_234:]]) for n, x in chunk.items()}
-        alone.update(pa.table(split), pa.table({}))
-    for name in ("a", "b"):
-        got, want = together.profile().columns[name], alone.profile().columns[name]
-        counts = [(c.rows, c.nulls, c.nan, c.inf) for c in (got, want)]
-        assert counts[0] == counts[1]
-        assert (got.moments.count, got.moments.min, got.moments.max) == (
-            want.moments.count,
-            want.moments.min,
-            want.moments.max,
-        )
-        assert got.moments.mean == pytest.approx(want.moments.mean, rel=1e-12)
-        assert got.moments.variance == pytest.approx(want.moments.variance, rel=1e-9)
-        assert got.quantiles is not None and want.quantiles is not None
-        assert got.quantiles.n == want.quantiles.n  # the same sampled rows
-    assert together.profile().columns["b"].nan == 1
-
-
 def test_a_chunk_read_across_a_row_groups_end_profiles_as_the_same_rows_in_one_part() -> None:
-    """Profiled side by side as plain columns, the two parts give what one part gives:
-    the same counts, moments, and sampled rows (KLL's compactions flip coins, so two
-    sketches of the same values agree within its error, not to the byte)."""
+    """The two parts give what one part gives: the same counts, moments, and sampled rows
+    (KLL's compactions flip coins, so two sketches of the same values agree within its
+    error, not to the byte)."""
     rng = np.random.default_rng(12)
     x, y = rng.normal(2.0, 1.0, 20_000), rng.exponential(1.0, 20_000)
     whole = pa.table({"x": x, "y": y})

@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.arrays import to_numpy
-from thresher.moments import into_matrix, is_plain_double
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,20 +31,12 @@ def to_matrix(table: pa.Table, dtype: np.dtype[Any] | type = np.float64) -> np.n
     """
     # One allocation, then each column (chunk by chunk) copied straight into place:
     # no per-column temporaries are stacked, and no chunks are concatenated first.
-    # Doubles without nulls, the common case, go natively, their moments taken on the
-    # way for a worker that profiles (see thresher.moments).
     matrix = np.empty((table.num_rows, table.num_columns), dtype=dtype)
-    others: list[tuple[int, int, pa.Array]] = []
-    doubles: list[tuple[int, int, pa.Array]] = []
     for j, column in enumerate(table.columns):
         start = 0
         for chunk in column.chunks:
-            (doubles if is_plain_double(chunk) else others).append((j, start, chunk))
+            matrix[start : start + len(chunk), j] = to_numpy(chunk)  # no pandas (see arrays)
             start += len(chunk)
-    if not into_matrix(matrix, doubles):
-        others += doubles
-    for j, start, chunk in others:
-        matrix[start : start + len(chunk), j] = to_numpy(chunk)  # no pandas (see arrays)
     return matrix
 
 

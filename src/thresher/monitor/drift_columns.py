@@ -119,14 +119,16 @@ def bin_labels(edges: list[float]) -> list[str]:
 
 
 def category_counts(column: ColumnProfile) -> dict[str, float]:
-    """Each value's count (exact while the sketch holds every value: up to 768), and the
-    values it no longer tells apart as OTHER."""
+    """Each value's count among the values counted (every value of an output; the sample's
+    of an input, so a test's counts are the sample's, not scaled up): exact while the
+    sketch holds every value (up to 768), and the values it no longer tells apart as
+    OTHER."""
     sketch = column.frequent
     counts: dict[str, float] = {}
     if sketch is not None and not sketch.is_empty():
         items = sketch.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_NEGATIVES)
         counts = {str(item): float(estimate) for item, estimate, *_ in items}
-    rest = column.rows - column.nulls - sum(counts.values())
+    rest = column.counted - sum(counts.values())
     if rest > 0:
         counts[OTHER] = counts.get(OTHER, 0.0) + rest
     return counts

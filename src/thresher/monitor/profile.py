@@ -1,23 +1,27 @@
 """Column profiles: what a job's inputs and outputs looked like, in a size that does not grow
-with its rows, and that merges exactly shard by shard.
+with its rows, and that merges shard by shard.
 
 A `ColumnProfile` holds, for one column:
 
-- `rows`, `nulls`, and for numbers `nan` and `inf`;
-- `moments` of the finite values (count, min, max, mean, variance; merged by Chan's rule);
-- `quantiles`: an Apache DataSketches KLL sketch (k = 200) of a uniform sample of the
-  values (`[monitor] sample_rows` per job), which merges without loss of its bound;
+- `rows`, `nulls`, and for numbers `nan` and `inf`: exact, counted by Arrow on every chunk;
+- `moments` (count, min, max, mean, variance; merged by Chan's rule) and `quantiles` (an
+  Apache DataSketches KLL sketch, k = 200) of the finite values of a uniform sample of the
+  rows (`[monitor] sample_rows` per job; every row for a small job, where they are exact);
 - for categorical columns (text of few values, booleans, integer or text outputs): a
-  frequent-items sketch of the values and an HLL distinct-count sketch;
+  frequent-items sketch of the values and an HLL distinct-count sketch, of the sample for
+  inputs, of every value for outputs (class labels, counted exactly); `counted` says how
+  many values the counts are out of;
 - for text of many values (`kind = "text"`): the moments and quantiles of its lengths;
-- for numeric outputs within [0, 1]: a 20-bin histogram over [0, 1], ready for
-  calibration once actuals arrive.
+- for numeric outputs within [0, 1]: a 20-bin histogram over [0, 1] of the sample, ready
+  for calibration once actuals arrive.
 
+Each figure says whether it is exact or an estimate, and its error (`monitor.accuracy`).
 A `Profile` is the columns of one shard or job (`role` input or output), and optionally
-the same per value of `[monitor] segment_by`. Sketches travel in JSON as hex (each
-column says `"sketches": "hex"`; earlier profiles held base64, and are read still): half
-as large again as base64, but Python decodes it several times as fast, and the
-coordinator decodes every sketch of every shard as the shards commit.
+the same per value of `[monitor] segment_by`. Sketches travel in JSON as hex (each column
+says `"sketches": "hex"`; earlier profiles held base64, and are read still).
+
+Versions: 1 held moments of every row (exact; read as such); 2 holds the sample's and
+`counted`. A profile of a later version is refused with a message, not misread.
 """
 
 from __future__ import annotations
@@ -30,8 +34,12 @@ from typing import Any, Literal
 import datasketches as ds
 import orjson
 
+from thresher.errors import MonitorError
+from thresher.monitor.accuracy import column_errors
+
 __all__ = [
     "PROBABILITY_BINS",
+    "VERSION",
     "ColumnProfile",
     "Moments",
     "Profile",
@@ -43,6 +51,7 @@ FREQUENT_LG_MAP = 10  # up to 768 values counted exactly before the sketch start
 HLL_LG_K = 12  # about 1.6% relative error on the distinct count
 PROBABILITY_BINS = 20
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+VERSION = 2  # what `Profile.to_json` writes; see the module docstring
 
 Kind = Literal["numeric", "categorical", "text", "other"]
 Role = Literal["input", "output"]
@@ -50,7 +59,8 @@ Role = Literal["input", "output"]
 
 @dataclass
 class Moments:
-    """Count, min, max, mean and the sum of squared deviations of finite values."""
+    """Count, min, max, mean and the sum of squared deviations of finite values (a
+    sample's, or every row's where the sample is every row)."""
 
     count: int = 0
     min: float = math.inf
@@ -121,6 +131,7 @@ class ColumnProfile:
     frequent: ds.frequent_strings_sketch | None = None
     distinct: ds.hll_sketch | None = None
     probability: list[int] | None = None  # PROBABILITY_BINS counts over [0, 1]
+    counted: int = 0  # the values `frequent`'s counts are out of (all, or the sample's)
 
     @classmethod
     def empty(cls, name: str, role: Role, kind: Kind) -> ColumnProfile:
@@ -138,13 +149,21 @@ class ColumnProfile:
         """Too many values to count as categories: keep the lengths (always tracked)."""
         self.kind, self.frequent, self.distinct = "text", None, None
 
+    @property
+    def population(self) -> int:
+        """The values the column's figures describe: its finite (or, for text, non-null)
+        values, every row's, exactly."""
+        return self.rows - self.nulls - self.nan - self.inf
+
     def top(self, limit: int = 10) -> list[tuple[str, int]]:
-        """The most frequent values with their counts (exact while the sketch holds every
-        value seen: up to 768 of them)."""
-        if self.frequent is None or self.frequent.is_empty():
+        """The most frequent values with their counts among the column's non-null values:
+        exact for a column counted whole (outputs, or a sample of every row) while the
+        sketch holds every value (up to 768); else the sample's counts scaled up."""
+        if self.frequent is None or self.frequent.is_empty() or not self.counted:
             return []
+        scale = (self.rows - self.nulls) / self.counted
         items = self.frequent.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_NEGATIVES)
-        return [(str(value), int(estimate)) for value, estimate, *_ in items[:limit]]
+        return [(str(value), round(estimate * scale)) for value, estimate, *_ in items[:limit]]
 
     def merge(self, other: ColumnProfile) -> None:
         if self.kind != other.kind and "text" in (self.kind, other.kind):
@@ -153,6 +172,7 @@ class ColumnProfile:
         self.nulls += other.nulls
         self.nan += other.nan
         self.inf += other.inf
+        self.counted += other.counted
         self.moments.merge(other.moments)
         if self.quantiles is not None and other.quantiles is not None:
             self.quantiles.merge(other.quantiles)
@@ -180,6 +200,7 @@ class ColumnProfile:
             "nan": self.nan,
             "inf": self.inf,
             "moments": self.moments.to_json(),
+            "counted": self.counted,
             "sketches": "hex",
         }
         if self.quantiles is not None:
@@ -197,6 +218,8 @@ class ColumnProfile:
         column = cls(name, data["role"], data["kind"], int(data["rows"]), int(data["nulls"]))
         column.nan, column.inf = int(data["nan"]), int(data["inf"])
         column.moments = Moments.from_json(data["moments"])
+        # version 1 counted every value: its counts are out of every non-null row
+        column.counted = int(data.get("counted", column.rows - column.nulls))
         _unpack = bytes.fromhex if data.get("sketches") == "hex" else _from_base64
         if "quantiles" in data:
             column.quantiles = ds.kll_doubles_sketch.deserialize(_unpack(data["quantiles"]))
@@ -209,12 +232,14 @@ class ColumnProfile:
 
     def describe(self) -> dict[str, Any]:
         """The column's statistics as plain JSON (no sketches): what `thresher profile`
-        and `GET /v1/jobs/{id}/profile` show."""
+        and `GET /v1/jobs/{id}/profile` show, each figure's error under `"error"`
+        (`monitor.accuracy`): `count` is every row's, `sampled` the sample's."""
         m = self.moments
         out: dict[str, Any] = {"role": self.role, "kind": self.kind, "rows": self.rows}
-        out |= {"nulls": self.nulls, "nan": self.nan, "inf": self.inf, "count": m.count}
+        out |= {"nulls": self.nulls, "nan": self.nan, "inf": self.inf, "count": self.population}
+        out["sampled"] = m.count
+        of = "length_" if self.kind in ("text", "categorical") else ""
         if m.count:
-            of = "length_" if self.kind in ("text", "categorical") else ""
             out |= {f"{of}min": m.min, f"{of}max": m.max, f"{of}mean": m.mean}
             out[f"{of}std"] = m.std
         if self.quantiles is not None and not self.quantiles.is_empty():
@@ -228,6 +253,7 @@ class ColumnProfile:
             out["distinct"] = self.distinct_count
         if self.probability is not None:
             out["probability_histogram"] = self.probability
+        out["error"] = column_errors(self, of)
         return out
 
     @property
@@ -273,7 +299,7 @@ class Profile:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "version": 1,
+            "version": VERSION,
             "rows": self.rows,
             "sample_rate": self.sample_rate,
             "cpu_seconds": self.cpu_seconds,
@@ -286,6 +312,14 @@ class Profile:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Profile:
+        """A profile as stored; MonitorError for one of a later version than this
+        thresher reads (a store shared with a newer release)."""
+        version = int(data.get("version", 1))
+        if version > VERSION:
+            raise MonitorError(
+                f"this profile is of version {version}, written by a newer thresher; this"
+                f" one reads versions up to {VERSION}: upgrade thresher to read it"
+            )
         return cls(
             rows=int(data["rows"]),
             columns={n: ColumnProfile.from_json(n, c) for n, c in data["columns"].items()},

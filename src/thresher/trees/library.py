@@ -37,7 +37,6 @@ import pyarrow as pa
 
 from thresher.arrays import to_numpy
 from thresher.models.features import to_matrix
-from thresher.moments import Reducer, fresh_sums, reducing
 from thresher.native import declared
 from thresher.trees import quickscorer
 
@@ -234,9 +233,7 @@ class TreeLibrary:
                 f"the model takes {self.width} features, the batch has {table.num_columns}"
             )
         keep, pointers, stride = _column_pointers(table)
-        # Read in place, for a worker that profiles: the columns' moments on the way.
-        reducer = reducing() if stride == 1 else None
-        out = self._score(pointers, stride, table.num_rows, reducer)
+        out = self._score(pointers, stride, table.num_rows)
         del keep  # the buffers the pointers point into lived until here
         return out
 
@@ -253,19 +250,17 @@ class TreeLibrary:
             return self._score(starts, 1, len(matrix))
         return self._score(_row_pointers(matrix), by_row, len(matrix))
 
-    def _score(
-        self, pointers: list[int], stride: int, rows: int, reducer: Reducer | None = None
-    ) -> np.ndarray:
+    def _score(self, pointers: list[int], stride: int, rows: int) -> np.ndarray:
         out = np.empty((rows, self.outputs), dtype=np.float64)
         parts = min(self._threads, rows // MIN_ROWS_PER_THREAD) or 1
         if parts == 1:
-            self._run(pointers, stride, (0, rows), out, reducer, alone=True)
+            self._run(pointers, stride, (0, rows), out)
         else:
             bounds = np.linspace(0, rows, parts + 1).astype(np.int64)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="trees")
             runs = [
-                self._pool.submit(self._run, pointers, stride, (int(a), int(b)), out, reducer)
+                self._pool.submit(self._run, pointers, stride, (int(a), int(b)), out)
                 for a, b in itertools.pairwise(bounds)
             ]
             for run in runs:
@@ -273,18 +268,9 @@ class TreeLibrary:
         return out[:, 0] if self.outputs == 1 else out
 
     def _run(
-        self,
-        pointers: list[int],
-        stride: int,
-        span: tuple[int, int],
-        out: np.ndarray,
-        reducer: Reducer | None = None,
-        *,
-        alone: bool = False,
+        self, pointers: list[int], stride: int, span: tuple[int, int], out: np.ndarray
     ) -> None:
-        """Score rows `span` (start, stop) into `out`, reducing them if asked: `alone`,
-        the batch's only span (its moments may continue the last batch's, `Seen.extend`),
-        else one of several on threads, whose calls come in any order."""
+        """Score rows `span` (start, stop) into `out`."""
         start, stop = span
         offset = start * stride * 8  # bytes: the columns hold doubles
         starts = [p + offset for p in pointers]
@@ -293,14 +279,7 @@ class TreeLibrary:
         if stride != 1:  # a row-major matrix: each row is one stream already
             self._predict(shifted, ctypes.c_int64(stride), ctypes.c_int64(stop - start), target)
             return
-        if reducer is None:
-            self._blocked(shifted, stop - start, target, None, None)
-            return
-        rows = stop - start
-        sums = reducer.seen.extend(starts, rows) if alone else fresh_sums(len(pointers))
-        self._blocked(shifted, rows, target, reducer.function, sums.ctypes.data)
-        if not alone:
-            reducer.seen.add(starts, rows, sums)
+        self._blocked(shifted, stop - start, target, None, None)
 
 
 def _column_pointers(table: pa.Table) -> tuple[list[Any], list[int], int]:

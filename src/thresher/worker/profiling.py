@@ -11,7 +11,6 @@ import pyarrow as pa
 from thresher.arrays import from_numpy
 from thresher.executors.tasks import WorkerSetup
 from thresher.monitor.profiler import ShardProfiler
-from thresher.seen import Seen
 from thresher.sources.base import Chunk
 
 __all__ = ["ChunkProfiler"]
@@ -31,10 +30,10 @@ class ChunkProfiler:
         """The shard's profiler, or None when the job does not profile."""
         return cls(setup, shard) if setup.profile is not None else None
 
-    def add(self, chunk: Chunk, output: pa.Table, positions: np.ndarray, seen: Seen | None) -> None:
+    def add(self, chunk: Chunk, output: pa.Table, positions: np.ndarray) -> None:
         """One chunk and its `output`, the predicted rows, at `positions` (the chunk's
         own, which rise through the chunk, so each output row's input row is found by
-        bisection); `seen`, the moments its conversion for the model recorded."""
+        bisection)."""
         started = time.thread_time()  # this thread's CPU in here: what profiling costs
         predictions = output.drop_columns([c for c in output.column_names if c in self._kept])
         segments = None
@@ -43,11 +42,11 @@ class ChunkProfiler:
             rows = np.searchsorted(chunk.positions, positions)
             segments = (column, column.take(from_numpy(rows)))
         inputs = chunk.table.select(self._features)
-        self._profiler.update(inputs, predictions, segments, seen)
+        self._profiler.update(inputs, predictions, segments)
         self._cpu += time.thread_time() - started
 
     def result(self) -> str:
-        started = time.thread_time()  # the folding counts: samples waiting go to sketches
+        started = time.thread_time()  # the sketching counts: the sample goes to sketches
         profile = self._profiler.profile()
         profile.cpu_seconds = self._cpu + time.thread_time() - started
         return profile.to_text()

@@ -18,7 +18,6 @@ import pyarrow.compute as pc
 from thresher.errors import BadInputError, ModelOutputError
 from thresher.executors.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.models.base import Model, SortsByLength
-from thresher.moments import recording
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import StagedPart, open_for_write
 from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
@@ -181,14 +180,13 @@ def run_shard(
         for chunk in chunks:
             rows_in += chunk.table.num_rows + len(chunk.bad)
             errors.add_all(chunk.bad)
-            with recording(enabled=profiler is not None) as seen:
-                output, positions = work.predict_rows(chunk)
+            output, positions = work.predict_rows(chunk)
             writer.put(output)
             if profiler:
                 # Not on a thread of its own, as it was: the chunk lived on until that
                 # thread let it go while the reader took fresh pages, 2-3% more of a
-                # job's CPU. (The inputs' moments are taken as the model reads them.)
-                profiler.add(chunk, output, positions, seen)
+                # job's CPU. (Arrow's counts and the sampled rows: see monitor.profiler.)
+                profiler.add(chunk, output, positions)
             rows_out += output.num_rows
             report(chunk.table.num_rows + len(chunk.bad))
     return ShardResult(
