@@ -146,15 +146,16 @@ def main() -> None:
         "",
         "`thresher run` end to end (process start to exit) with `[monitor] profile` on "
         "and off, taking turns after an untimed run of each; the target is on ÷ off ≤ "
-        "1.03. Paired: the median of each attempt's on ÷ off, its two runs one after the "
+        "1.02. Paired: the median of each attempt's on ÷ off, its two runs one after the "
         "other (the runs below, in order), which a host's slow minutes touch alike. The "
         "profiling CPU share is the CPU time the workers spent in the profiler "
         "(`thread_time`, in the manifest's `profile.cpu_seconds`) over the whole process "
         "tree's CPU time, median of the runs; the tree's CPU on ÷ off counts what its "
         "memory traffic costs the rest too, and the user CPU on ÷ off the same without "
-        "the system's time. The input columns' moments are taken as the model reads them "
-        "(`thresher/moments.py`), as part of the model's work: the user CPU ratio counts "
-        "them, the profiling share does not.",
+        "the system's time. All of profiling runs in the profiler (Arrow's counts per "
+        "chunk, the sample sketched per shard: `thresher/monitor/profiler.py`), so the "
+        "profiling share counts all of its own work; the tree's CPU what it costs the "
+        "rest.",
         "",
         "| workload | rows | on, best (s) | off, best (s) | on ÷ off, best | on ÷ off, median |"
         " on ÷ off, paired | profiling CPU share | tree CPU on ÷ off | user CPU on ÷ off |"
