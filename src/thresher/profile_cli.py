@@ -19,11 +19,12 @@ __all__ = ["profile"]
 def profile(store_url: str | None, job_id: str, as_json: bool) -> None:
     """Show a succeeded job's profile: per column its kind, nulls, range, centre,
     quantiles and most frequent values (and per segment with --json)."""
+    from thresher.errors import MonitorError
     from thresher.store import StoreError, open_store
 
-    try:
+    try:  # MonitorError: a profile of a later version than this thresher reads
         found = open_store(store_url).profiles.of_job(job_id)
-    except StoreError as exc:
+    except (StoreError, MonitorError) as exc:
         click.echo(f"thresher: {exc}", err=True)
         sys.exit(1)
     described = found.describe()

@@ -4,6 +4,7 @@ lies within the error its profile states (`monitor.accuracy`), on known distribu
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,3 +139,24 @@ def test_the_stated_quantile_error_adds_the_samples_dkw_bound() -> None:
     n, kll = column.quantiles.n, column.quantiles.normalized_rank_error(False)
     want = kll + math.sqrt(math.log(200) / (2 * n))
     assert errors(column)["quantiles"]["rank_error"] == pytest.approx(want)
+
+
+def test_thresher_profile_refuses_a_later_version_with_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store shared with a newer release: `thresher profile` says what to do, exit 1,
+    no traceback."""
+    from click.testing import CliRunner
+
+    from thresher.cli import cli
+    from thresher.monitor import profile as profile_module
+    from thresher.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with monkeypatch.context() as later:
+        later.setattr(profile_module, "VERSION", 3)
+        open_store(url).profiles.save("j", Profile(rows=1))
+    result = CliRunner().invoke(cli, ["--store", url, "profile", "j"])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "newer thresher" in result.output and "upgrade" in result.output
