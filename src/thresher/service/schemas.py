@@ -126,6 +126,11 @@ class ScheduleInfo(BaseModel):
     overlap: str
     job: dict[str, Any] = Field(description="The POST /v1/jobs body it submits.")
     next_fire_times: list[FireTime]
+    error: str | None = Field(
+        default=None,
+        description="Why it will not run (a cron with no fire time within five years, kept"
+        " from before such were refused); None when it will.",
+    )
     last_tick: TickInfo | None
     created_at: str | None
     updated_at: str | None

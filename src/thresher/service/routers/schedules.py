@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body, Query, Response
 from pydantic import ValidationError
 
 from thresher.errors import describe_errors
+from thresher.schedules import Cron, CronError
 from thresher.schedules.settings import ScheduleRequest
 from thresher.service.errors import Conflict, NotFound, Unprocessable
 from thresher.service.policies.auth import Tenant
@@ -66,6 +67,7 @@ def describe(state: ServiceState, schedule: Scheduled) -> ScheduleInfo:
     recent = TickLedger(state.store.db).recent(schedule.key, limit=1)
     return ScheduleInfo(
         name=schedule.name,
+        error=_fire_problem(cron),
         declared=schedule.declared,
         cron=settings.cron,
         timezone=settings.timezone,
@@ -80,6 +82,16 @@ def describe(state: ServiceState, schedule: Scheduled) -> ScheduleInfo:
         created_at=schedule.created_at,
         updated_at=schedule.updated_at,
     )
+
+
+def _fire_problem(cron: Cron) -> str | None:
+    """Why the schedule will not fire (a cron stored before such were refused at
+    creation), or None: the listing shows it rather than failing on it."""
+    try:
+        cron.check_fires(datetime.now(UTC))
+    except CronError as exc:
+        return str(exc)
+    return None
 
 
 def _tick(tick: Tick) -> TickInfo:
