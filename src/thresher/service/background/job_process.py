@@ -52,6 +52,7 @@ PRELOAD = [
     "thresher.sinks.files",
     "thresher.sources.text",
     "thresher.store",
+    "thresher.monitor.actuals",  # a part of actuals is read in a child (`isolated.py`)
     warm.__name__,
 ]
 
