@@ -227,6 +227,7 @@ PUBLIC: dict[str, list[str]] = {
         "TriggerSettings",
         "candidates",
         "complete_sets",
+        "file_digest",
         "list_watch",
     ],
     "thresher.store": [

@@ -18,7 +18,8 @@ from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
 from thresher.store import open_store
 from thresher.store.triggers import TriggerLedger
-from thresher.triggers import HASH_BYTES, TriggerSettings, file_digest, list_watch
+from thresher.triggers import TriggerSettings, file_digest, list_watch
+from thresher.triggers.listing import HASH_BYTES
 
 MODEL = "class M:\n    def predict(self, batch):\n        return {'prediction': batch['x']}\n"
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)

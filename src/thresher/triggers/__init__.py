@@ -7,12 +7,11 @@ store's (`store/triggers.py`); the thread that looks is the service's
 
 from __future__ import annotations
 
-from thresher.triggers.listing import HASH_BYTES, FileSeen, file_digest, list_watch
+from thresher.triggers.listing import FileSeen, file_digest, list_watch
 from thresher.triggers.sets import FileSet, Settling, candidates, complete_sets
 from thresher.triggers.settings import TriggerSettings
 
 __all__ = [
-    "HASH_BYTES",
     "FileSeen",
     "FileSet",
     "Settling",
