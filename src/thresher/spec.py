@@ -36,6 +36,7 @@ from pydantic import (
 from thresher.errors import SpecError, describe_errors
 from thresher.monitor.settings import MonitorSection
 from thresher.openai.settings import complete_batch_spec, infer_batch_sink
+from thresher.places import check_output_place
 from thresher.plugins import Kind, check_plugin, option_problems
 from thresher.sizes import MAX_INT64, parse_bytes
 
@@ -215,6 +216,11 @@ class SinkSection(Section):
     staging: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # a third-party sink's own
 
+    @field_validator("uri", "staging")
+    @classmethod
+    def _names_a_folder(cls, uri: str | None) -> str | None:
+        return None if uri is None else check_output_place(uri)
+
     @model_validator(mode="after")
     def _known_sink(self) -> SinkSection:
         self._infer_format()
@@ -376,8 +382,9 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
 
 
 def resolve_uri(uri: str, base: Path) -> str:
-    """`data/x.parquet` -> `<base>/data/x.parquet`; URLs, absolute paths and modules stay."""
-    if "://" in uri:
+    """`data/x.parquet` -> `<base>/data/x.parquet`; URLs, absolute paths and modules stay
+    (and so does an empty uri: it names nothing, not the spec's folder)."""
+    if "://" in uri or not uri.strip():
         if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
             return "sqlite:///" + os.path.abspath(base / uri[len("sqlite:///") :])
         return uri

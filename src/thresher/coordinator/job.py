@@ -31,6 +31,7 @@ from thresher.plan import (
 )
 from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
+from thresher.sinks.guard import check_sink_place
 from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
 from thresher.store import JobState, ShardState, Store, open_store
@@ -102,6 +103,7 @@ def _run_job(
         store.create_job(job.id, spec.job.name, spec, plan.to_json())
     try:
         sink = open_sink(spec.sink)
+        check_sink_place(sink, store.url, (shard.path for shard in plan.shards))
         errors = sink.start(job.id, len(plan.shards), resume=False)
     except Exception as exc:  # the job is recorded: it must not stay `running` forever
         store.finish(job.id, JobState.FAILED, None, str(exc) or type(exc).__name__)
@@ -134,6 +136,7 @@ def _resume_job(
     job = Job(job_id, spec, plan, check_features(spec, plan), store)
     done = {s.index for s in store.shards(job_id) if s.state == ShardState.DONE}
     sink = open_sink(spec.sink)
+    check_sink_place(sink, store.url, (shard.path for shard in plan.shards))
     # With nothing recorded as committed, the first run may have died before the sink
     # was even prepared: start it afresh (anything it did commit is redone anyway).
     errors = sink.start(job_id, len(plan.shards), resume=bool(done))

@@ -19,7 +19,7 @@ bookkeeping) still leaves it there once.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -83,4 +83,15 @@ class Sink(Protocol):
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (once started for the job), or all."""
+        ...
+
+
+@runtime_checkable
+class WritesPaths(Protocol):
+    """A sink that says where it writes, so the guard (`guard.py`) keeps the job store and
+    the job's input out of its reach. Optional: a sink without it is not checked."""
+
+    def written_paths(self) -> list[str]:
+        """The folders and files (local paths or URLs) the sink writes, and in overwrite
+        mode replaces."""
         ...

@@ -33,6 +33,7 @@ from thresher.sinks.publish import (
     recover,
     remove_staging,
     write_json,
+    written_by_thresher,
 )
 from thresher.sources.files import as_url, filesystem
 from thresher.spec import SinkSection
@@ -70,6 +71,9 @@ class FileSink:
     @property
     def root(self) -> str:
         return self.uri.rstrip("/")
+
+    def written_paths(self) -> list[str]:
+        return [self.root]
 
     def start(
         self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
@@ -196,23 +200,23 @@ class FileSink:
         return final.removeprefix(self.root + "/")
 
 
-def check_directory(fs: Any, root: str, force: bool, uri: str) -> None:
-    """A non-empty directory thresher did not write is refused unless forced; so is a
-    path that is a file."""
+def check_directory(fs: Any, root: str, force: bool, uri: str, field: str = "sink.uri") -> None:
+    """A directory holding anything overwrite would remove is refused unless thresher's
+    own marker says it is thresher's (`written_by_thresher`) or the sink is forced; so is
+    a path that is a file. `field` is the spec field that names the folder."""
     if fs.exists(root) and not fs.isdir(root):
         raise SinkError(
-            f"sink.uri: {uri} is a file; a file sink writes a folder of parts: name a new"
+            f"{field}: {uri} is a file; a file sink writes a folder of parts: name a new"
             " or empty folder"
         )
     try:
         fs.makedirs(root, exist_ok=True)
     except OSError as exc:
-        raise SinkError(f"sink.uri: cannot make the folder {uri}: {exc.strerror or exc}") from None
+        raise SinkError(f"{field}: cannot make the folder {uri}: {exc.strerror or exc}") from None
     names = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)}
-    ours = bool(names & RESERVED)
-    if names and not ours and not force:
+    if names - RESERVED and not force and not written_by_thresher(fs, root):
         raise SinkError(
-            f"sink.uri: {uri} is not empty and thresher did not write it; "
+            f"{field}: {uri} is not empty and thresher did not write it; "
             "choose an empty directory or set sink.force = true to overwrite it"
         )
 

@@ -83,6 +83,9 @@ class BatchAnswersSink:
         self.files.start(job_id, shard_count, resume, retry_round)
         return f"{self.files.root}/{ERRORS_FILE}"
 
+    def written_paths(self) -> list[str]:
+        return self.files.written_paths()
+
     def part_target(self) -> FilePartTarget:
         return self.files.part_target()
 

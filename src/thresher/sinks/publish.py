@@ -37,6 +37,10 @@ PENDING = "_pending"
 PUBLISH = "_PUBLISH"
 # thresher's own entries in an output folder: never output, never removed as output
 RESERVED = frozenset({SUCCESS, MARKER, PENDING, STAGING})
+# Fields only a thresher manifest has: a `_SUCCESS` holding them was published by
+# thresher (an output folder from before `_thresher.json`, or one whose marker was lost).
+MANIFEST_FIELDS = frozenset({"job_id", "spec_sha256"})
+MANIFEST_MAX_BYTES = 64 * 1024 * 1024  # a manifest with a profile is a few MB at most
 # What runs for a job's publish before its files move: (job id, its `_PUBLISH` record)
 BeforeFiles = Callable[[str, dict[str, Any]], None]
 
@@ -148,6 +152,22 @@ def published_by(root_url: str) -> str | None:
     except (FileNotFoundError, ValueError):
         return None
     return str(owner) if owner else None
+
+
+def written_by_thresher(fs: Any, root: str) -> bool:
+    """Whether thresher's own marker says the folder is thresher's: `_thresher.json`, or
+    a `_SUCCESS` holding a thresher manifest. A bare `_SUCCESS` says nothing: every Spark
+    and Hadoop output folder has one."""
+    if fs.exists(f"{root}/{MARKER}"):
+        return True
+    try:
+        if int(fs.size(f"{root}/{SUCCESS}")) > MANIFEST_MAX_BYTES:
+            return False
+        with fs.open(f"{root}/{SUCCESS}", "r") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.keys() >= MANIFEST_FIELDS
 
 
 def _output_names(fs: Any, root: str) -> Iterator[str]:

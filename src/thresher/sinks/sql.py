@@ -24,10 +24,11 @@ import pyarrow.parquet as pq
 
 from thresher.errors import SinkError
 from thresher.faults import crash_point
-from thresher.sinks.files import FilePartTarget
+from thresher.sinks.files import FilePartTarget, check_directory
 from thresher.sinks.parts import PartLayout, StagedPart, commit_file
 from thresher.sinks.publish import (
     ERRORS,
+    MARKER,
     SUCCESS,
     PendingOutput,
     read_published_errors,
@@ -82,6 +83,7 @@ class SqlSink:
     side_dir: str
     mode: str = "overwrite"
     force: bool = False
+    database_files: tuple[str, ...] = ()  # where the database itself lives (SQLite's file)
     job_id: str = field(default="", init=False)
     ledger_key: str = field(default="", init=False)
     target: str = field(default="", init=False)  # the table parts are ingested into
@@ -106,10 +108,17 @@ class SqlSink:
         if resume or retry_round is not None:
             remove_staging(fs, side)  # the ledger knows what was committed
         else:
+            # Its publish replaces what the side folder holds, as a file sink's does.
+            check_directory(fs, side, self.force, self.side_dir, "sink.staging")
+            if not fs.exists(f"{side}/{MARKER}"):
+                write_json(fs, f"{side}/{MARKER}", {"format": "sql"})
             self._check_table()
             PendingOutput(self.side_dir, job_id).create()
         recover(self.side_dir, skip=job_id, first=self._swap)  # publishes cut short
         return self._errors().root
+
+    def written_paths(self) -> list[str]:
+        return [self.side_dir, *self.database_files]
 
     def _check_table(self) -> None:
         """Create the ledger; refuse a table thresher did not write."""

@@ -55,4 +55,5 @@ def sqlite_sink(section: SinkSection) -> SqlSink:
         side_dir=section.staging or f"{parsed.path}.{table}",
         mode=section.mode,
         force=section.force,
+        database_files=(parsed.path,),
     )
