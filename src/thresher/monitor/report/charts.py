@@ -23,7 +23,10 @@ def _pyplot() -> Any:
             "thresher report needs matplotlib: pip install 'thresher[monitor]'"
         ) from None
     matplotlib.use("Agg")
+    # Labels are the data's own text (a column's values, its name): drawn as text, never
+    # parsed as mathtext (`$x^$` would raise) or handed to TeX.
     matplotlib.rcParams.update({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "thresher"})
+    matplotlib.rcParams.update({"text.parse_math": False, "text.usetex": False})
     import matplotlib.pyplot as plt
 
     return plt
