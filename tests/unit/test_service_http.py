@@ -329,3 +329,15 @@ def test_a_revoked_token_is_401(api: Api) -> None:
     assert revoke_token(api.state.store, globex.fingerprint) == globex
     assert api.client.get("/v1/jobs", headers=api.auth("globex")).status_code == 401
     assert api.client.get("/v1/jobs", headers=api.auth("acme")).status_code == 200
+
+
+def test_a_profile_a_newer_thresher_wrote_is_a_409_not_a_500(api: Api) -> None:
+    job = api.job_on_upload()
+    with api.state.store.db.transaction() as cur:
+        cur.execute(
+            "INSERT INTO thresher_profiles (subject, profile, created_at) VALUES (?, ?, ?)",
+            (job["id"], '{"version": 99, "rows": 1, "columns": {}}', "2026-12-03T00:00:00Z"),
+        )
+    response = api.client.get(f"/v1/jobs/{job['id']}/profile", headers=api.auth())
+    assert response.status_code == 409, response.text
+    assert "written by a newer thresher" in response.json()["detail"]

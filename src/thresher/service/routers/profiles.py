@@ -6,7 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from thresher.service.errors import NotFound
+from thresher.errors import MonitorError
+from thresher.service.errors import Conflict, NotFound
 from thresher.service.policies.auth import Tenant
 from thresher.service.routers.jobs import tenant_job
 from thresher.service.state import StateDep
@@ -20,9 +21,13 @@ def get_profile(job_id: str, state: StateDep, tenant: Tenant) -> dict[str, Any]:
     mean, std, quantiles (with the sketch's rank error), the most frequent values and
     distinct count of categoricals, and a probability histogram of outputs in [0, 1];
     the same per segment with `[monitor] segment_by`. 404 until the job has succeeded
-    (or when it ran with `[monitor] profile = false`)."""
+    (or when it ran with `[monitor] profile = false`); 409 for a profile a newer thresher
+    wrote, which this one cannot read."""
     record = tenant_job(state, tenant, job_id)
-    profile = state.store.profiles.get(record.id)
+    try:
+        profile = state.store.profiles.get(record.id)
+    except MonitorError as exc:
+        raise Conflict(str(exc)) from None
     if profile is None:
         raise NotFound(f"job {job_id} has no profile (yet): it has not succeeded, or ran"
                        " with [monitor] profile = false")  # fmt: skip
