@@ -7,7 +7,7 @@ and when it returns None the delivery is over. Nobody who submits ever waits.
 The pool's threads are shared fairly: a tenant's deliveries hold at most `per_tenant` of
 them at once (`TenantShares`); a due delivery of a tenant at its share waits, in order,
 until one of that tenant's attempts ends, so one tenant's slow receiver delays only its
-own deliveries. (Each attempt's own length is bounded by its deadline: `deadline.py`.)
+own deliveries. (Each attempt's own length is bounded by its deadline: `attempts.py`.)
 """
 
 from __future__ import annotations

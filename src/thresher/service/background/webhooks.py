@@ -32,7 +32,7 @@ Deliveries run on background threads, so the scheduler never waits on a receiver
 are retried with exponential backoff (1, 2, 4, 8 s: five tries) on connection errors,
 429 and 5xx; any other answer ends them. Each attempt has a wall-clock deadline, all of
 it (`webhook_timeout`, 10 s: connect, send and the answer's headers, however slowly the
-receiver drips them; `deadline.py`), and an attempt cut at it is retried like a
+receiver drips them; `attempts.py`), and an attempt cut at it is retried like a
 connection error. A tenant's deliveries hold at most its share of the delivery threads
 (`webhook_workers_per_tenant` of `webhook_workers`), so its slow receiver delays only
 its own webhooks. Each is a row of `thresher_webhook_deliveries`
@@ -59,10 +59,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2 as httpx
 
-from thresher.service.background.deadline import AttemptDeadline
+from thresher.service.background.attempts import post_webhook, webhook_client
 from thresher.service.background.delivery import Delivery, RetryingDispatcher
 from thresher.service.openai.webhooks import batch_event, endpoint_of, signed_headers, subject
-from thresher.service.policies.webhook_urls import check_webhook_url, resolve_webhook_url
+from thresher.service.policies.webhook_urls import check_webhook_url
 from thresher.store import JobRecord, JobState, Store, StoreError
 from thresher.store.batches import BatchRow
 from thresher.store.db import Database
@@ -309,54 +309,6 @@ class WebhookSender:
         key = (delivery.job_id, delivery.event, delivery.url)
         self._deliveries.record(key, tries, (status, error), state)
         delivery.attempts = tries
-
-
-def webhook_client() -> httpx.Client:
-    """The HTTP client webhooks are sent with: no proxy from the environment, no redirect
-    followed (a redirect's target was never checked), and a new connection for every
-    attempt, so each goes to the address checked for it and its deadline sees it made."""
-    return httpx.Client(
-        trust_env=False, follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0)
-    )
-
-
-def post_webhook(
-    client: httpx.Client,
-    url: str,
-    body: bytes,
-    signature: dict[str, str],
-    allow_private: bool,
-    *,
-    deadline: float = 10.0,
-) -> int:
-    """POST one signed JSON message to `url` as the URL policy allows it now, connecting to
-    the very address it checked (whatever DNS says next), all within `deadline` seconds
-    of wall-clock time; the receiver's HTTP status. ValueError when the policy refuses
-    the URL, httpx.TransportError when it cannot be reached (httpx.TimeoutException when
-    it has not answered by the deadline). `client` is a `webhook_client()`."""
-    with AttemptDeadline(deadline) as limit:
-        addresses = resolve_webhook_url(url, allow_private)
-        headers = {"Content-Type": "application/json", "User-Agent": "thresher-webhooks"}
-        headers.update(signature)
-        target = httpx.URL(url)
-        extensions: dict[str, Any] = {"trace": limit.trace}
-        if addresses:
-            headers["Host"] = target.netloc.decode("ascii")
-            extensions["sni_hostname"] = target.host
-            target = target.copy_with(host=str(addresses[0]))
-        request = client.build_request(
-            "POST", target, content=body, headers=headers, timeout=limit.timeout(),
-            extensions=extensions,
-        )  # fmt: skip
-        try:
-            response = client.send(request, stream=True)  # the status is the answer
-            response.close()  # no body read
-        except httpx.TransportError as exc:
-            if not limit.expired:
-                raise
-            message = f"no answer within the {deadline:g} s deadline"
-            raise httpx.TimeoutException(message, request=request) from exc
-    return response.status_code
 
 
 def deliveries(db: Database, job_id: str) -> list[dict[str, Any]]:
