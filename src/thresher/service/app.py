@@ -150,7 +150,7 @@ def start_heartbeat(state: ServiceState) -> Callable[[], None]:
     take its jobs over only once the row is `owner_timeout` old."""
     timeout = state.config.owner_timeout
     state.store.owners.timeout = timeout
-    return keep_beating(state.store.url, this_owner(), beat_seconds(timeout))
+    return keep_beating(state.store.url, this_owner(), beat_seconds(timeout), state.loops)
 
 
 async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:

@@ -120,6 +120,9 @@ class ScheduleInfo(BaseModel):
     cron: str
     timezone: str
     paused: bool
+    paused_reason: str | None = Field(
+        default=None, description="Why the ticker paused it (failing too often); resume clears it."
+    )
     catchup: str
     max_catchup: int
     starting_deadline: float | None

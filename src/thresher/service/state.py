@@ -26,12 +26,14 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
+from thresher.loops import LoopRegistry, Strikes
 from thresher.service.config import ServerConfig
 from thresher.store import JobRecord, Store
 from thresher.store.batches import BatchRow, BatchTable
@@ -64,6 +66,13 @@ class ServiceState:
     batches_waiting: threading.Event = field(default_factory=threading.Event)
     # Called with each OpenAI-style batch that has just ended (its webhook events).
     on_batch_ended: list[BatchHook] = field(default_factory=list)
+    # The background loops this server runs and how each is doing (`/healthz`).
+    loops: LoopRegistry = field(default_factory=LoopRegistry)
+    # Counts the ended jobs and batches `announce_untold` failed on (`thresher.loops`).
+    announcer: Strikes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.announcer = Strikes("announcer", self.config.quarantine_after)
 
     def job_finished(self, record: JobRecord) -> None:
         """Call every `on_job_finished` hook with a job's final record, then record the
@@ -90,16 +99,31 @@ class ServiceState:
 
     def announce_untold(self, grace: float) -> int:
         """Run the end hooks of the jobs and batches that ended at least `grace` seconds
-        ago and were never announced (their server died first); returns how many."""
-        jobs = self.store.announced.untold_jobs(grace)
+        ago and were never announced (their server died first); returns how many. One
+        that cannot be announced (its record does not read) is counted and, after
+        `quarantine_after` looks in a row, recorded announced unannounced (logged), so
+        it stops no other."""
+        told = self.store.announced
+        jobs = told.untold_jobs(grace)
         for job_id in jobs:
             log.info("job %s ended unannounced; announcing it now", job_id)
-            self.job_finished(self.store.job(job_id))
-        batches = self.store.announced.untold_batches(grace)
+            self.announcer.attempt(
+                f"job {job_id}",
+                partial(self._announce_job, job_id),
+                partial(_given_up, told.job_told, job_id),
+            )
+        batches = told.untold_batches(grace)
         for batch_id in batches:
             log.info("batch %s ended unannounced; announcing it now", batch_id)
-            self.batch_ended(batch_id)
+            self.announcer.attempt(
+                f"batch {batch_id}",
+                partial(self.batch_ended, batch_id),
+                partial(_given_up, told.batch_told, batch_id),
+            )
         return len(jobs) + len(batches)
+
+    def _announce_job(self, job_id: str) -> None:
+        self.job_finished(self.store.job(job_id))
 
     def tick_missed(self, notice: TickNotice) -> None:
         """Call every `on_tick_missed` hook with a tick that did not start its job."""
@@ -122,6 +146,12 @@ class ServiceState:
     def output_dir(self, job_id: str) -> Path:
         """Where a job's results (`part-*`), `_errors/` and `_SUCCESS` go."""
         return self.data_dir / "outputs" / job_id
+
+
+def _given_up(tell: Callable[[str], None], subject: str, reason: str) -> None:
+    """Record a job or batch announced though its hooks never ran (`reason`, logged by
+    the announcer's strikes): trying it at every look would only fail again."""
+    tell(subject)
 
 
 def get_state(connection: HTTPConnection) -> ServiceState:

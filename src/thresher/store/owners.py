@@ -22,12 +22,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from thresher.loops import start_loop
+from thresher.loops import LoopRegistry, start_loop
 from thresher.store.db import Cursor, Database, now
 
 __all__ = [
@@ -135,25 +134,29 @@ class OwnerTable:
         return self.judge().alive(owner)
 
 
-def keep_beating(url: str, owner: str, every: float = BEAT_SECONDS) -> Callable[[], None]:
+def keep_beating(
+    url: str, owner: str, every: float = BEAT_SECONDS, registry: LoopRegistry | None = None
+) -> Callable[[], None]:
     """Beat `owner`'s row now, then every `every` seconds from a daemon thread with a
     connection of its own (a long transaction of this process cannot hold a beat up), and
     remove rows silent for a day; returns the stop. A beat that fails is logged and tried
-    again at the next one."""
+    again by the loop's supervisor (`thresher.loops`, which reports it in `registry`)."""
     db = Database(url)
     table = OwnerTable(db)
     table.beat(owner)  # before anything is owned
 
-    def loop(stopping: threading.Event) -> None:
-        while not stopping.wait(every):
-            try:
-                table.beat(owner)
-                table.prune()
-            except Exception:
-                log.exception("owner %s: its heartbeat could not be recorded now", owner)
+    def step() -> float:
+        table.beat(owner)
+        table.prune()
+        return every
+
+    stop_loop = start_loop("thresher-heartbeat", step, registry=registry)
+
+    def stop() -> None:
+        stop_loop()
         db.close()
 
-    return start_loop("thresher-heartbeat", loop)
+    return stop
 
 
 @contextmanager

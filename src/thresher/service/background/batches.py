@@ -20,20 +20,20 @@ A batch that ends calls the state's `on_batch_ended` hooks (its webhook events).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from thresher.errors import ThresherError
 from thresher.faults import crash_point
-from thresher.loops import start_loop
+from thresher.loops import Strikes, start_loop
 from thresher.openai.lines import prepare_lines
 from thresher.openai.results import Written, write_results
 from thresher.plan import worker_slots
 from thresher.service import submission
 from thresher.service.background.encoders import counting_tokens
 from thresher.service.downloads import output_of
+from thresher.service.errors import TooManyRequests
 from thresher.service.state import ServiceState
 from thresher.service.uploads import find_file
 from thresher.sinks import open_sink
@@ -54,14 +54,28 @@ class BatchWorker:
     def __init__(self, state: ServiceState) -> None:
         self.state = state
         self.table = BatchTable(state.store.db)
+        self.strikes = Strikes("batch worker", state.config.quarantine_after)
 
     def step(self, clock: float | None = None) -> None:
-        """Move every unfinished batch on as far as it can go now."""
+        """Move every unfinished batch on as far as it can go now. A batch that raises (a
+        line its results cannot be written for, a job that cannot be submitted) is counted
+        and, after `quarantine_after` steps in a row, failed with the reason in
+        `errors.data`; the other batches go on."""
+        at = time.time() if clock is None else clock
         for batch in self.table.unfinished():
-            try:
-                self._advance(batch, time.time() if clock is None else clock)
-            except (ThresherError, OSError):
-                log.exception("batch %s could not be moved on now", batch.id)
+            self.strikes.attempt(
+                batch.id, partial(self._advance, batch, at), partial(self._quarantine, batch)
+            )
+
+    def _quarantine(self, batch: BatchRow, reason: str) -> None:
+        """Fail a batch the worker failed on too often (its job cancelled, if running)."""
+        current = self.table.find(batch.id) or batch
+        if current.job_id is not None and not self.state.store.job(current.job_id).state.finished:
+            self.state.store.request_cancel(current.job_id)
+        failure = {"code": "batch_failed", "message": reason, "param": None, "line": None}
+        errors = {"object": "list", "data": [failure]}
+        if self.table.move(batch.id, current.status, BatchStatus.FAILED, errors=errors):
+            self.state.batch_ended(batch.id)
 
     def _advance(self, batch: BatchRow, clock: float) -> None:
         if batch.status == BatchStatus.VALIDATING:
@@ -97,7 +111,13 @@ class BatchWorker:
                 self.state.batch_ended(batch.id)
             return
         assert found.model is not None
-        job_id = self._submit(batch, found.model, dest)
+        try:
+            job_id = self._submit(batch, found.model, dest)
+        except TooManyRequests as exc:
+            if exc.retry_after is None:
+                raise
+            log.info("batch %s waits: %s", batch.id, exc)  # over a limit that waiting lifts
+            return
         counts = {"total": found.requests, "completed": 0, "failed": 0}
         moved = self.table.move(
             batch.id,
@@ -247,13 +267,13 @@ def start_batches(state: ServiceState) -> Callable[[], None]:
     def job_finished(record: JobRecord) -> None:
         state.batches_waiting.set()
 
-    def loop(stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            state.batches_waiting.clear()
-            worker.step()
-            state.batches_waiting.wait(POLL_SECONDS)
+    def step() -> float:
+        worker.step()
+        return POLL_SECONDS
 
-    stop_loop = start_loop("thresher-batches", loop, wake=state.batches_waiting)
+    stop_loop = start_loop(
+        "thresher-batches", step, wake=state.batches_waiting, registry=state.loops
+    )
     state.on_job_finished.append(job_finished)
 
     def stop() -> None:

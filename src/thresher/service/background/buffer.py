@@ -37,7 +37,6 @@ import json
 import logging
 import os
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -45,7 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from thresher.loops import start_loop
+from thresher.loops import Strikes, start_loop
 from thresher.service.config import BufferSettings
 from thresher.service.errors import ServiceError, TooManyRequests
 from thresher.service.routers.requests import router
@@ -77,6 +76,7 @@ class Flusher:
         self.submit = submit or partial(submit_job, state)
         self.table = RequestTable(state.store.db)
         self.buffer_dir = state.buffer_dir
+        self.strikes = Strikes("request buffer", state.config.quarantine_after)
 
     def flush_due(self) -> int:
         """Make a batch job of every group that is due; returns how many were made."""
@@ -87,9 +87,24 @@ class Flusher:
                 batch_id = new_batch_id()
                 if not self.table.claim_batch(group.tenant, group.model, batch_id, size):
                     break
-                self.submit_batch(batch_id, group.tenant, group.model)
+                self._try_submit(batch_id, group.tenant, group.model)
                 made += 1
         return made
+
+    def _try_submit(self, batch_id: str, tenant: str, model: str) -> None:
+        """`submit_batch`, its failures counted: one that fails `quarantine_after` times
+        in a row (a record that cannot be written) has its records answered failed, and
+        the other batches go on (`reconcile` tries a failed one again)."""
+        self.strikes.attempt(
+            batch_id,
+            partial(self.submit_batch, batch_id, tenant, model),
+            partial(self._quarantine, batch_id),
+        )
+
+    def _quarantine(self, batch_id: str, reason: str) -> None:
+        """Answer every record of a batch the flusher failed on too often, failed."""
+        self.table.settle(batch_id, None, {}, {"stage": "buffer", "error": "quarantined",
+                                               "message": reason})  # fmt: skip
 
     def _batches_due(self, group: WaitingGroup) -> int:
         limits = self._limits(group.model)
@@ -132,7 +147,7 @@ class Flusher:
         settle batches whose job ended without the hook having run."""
         for batch_id, tenant, model in self.table.unlinked_batches():
             log.info("buffered batch %s has no job recorded; submitting it", batch_id)
-            self.submit_batch(batch_id, tenant, model)
+            self._try_submit(batch_id, tenant, model)
         for batch_id, job_id in self.table.linked_batches():
             try:
                 job = self.state.store.job(job_id)
@@ -140,7 +155,9 @@ class Flusher:
                 log.exception("buffered batch %s: its job %s is not in the store", batch_id, job_id)
                 continue
             if job.state.finished:
-                self.job_finished(job)
+                self.strikes.attempt(
+                    batch_id, partial(self.job_finished, job), partial(self._quarantine, batch_id)
+                )
 
     def batch_of(self, job: JobRecord) -> str | None:
         """The buffered batch a job runs, from its input file's name; None for other jobs."""
@@ -227,20 +244,17 @@ def start_flusher(
     own `submission.submit_job`)."""
     flusher = Flusher(state, submit)
 
-    def loop(stopping: threading.Event) -> None:
-        last_reconcile = float("-inf")
-        while not stopping.is_set():
-            try:
-                if time.monotonic() - last_reconcile >= reconcile_every:
-                    last_reconcile = time.monotonic()
-                    flusher.reconcile()
-                flusher.flush_due()
-            except Exception:
-                log.exception("the request buffer's flusher failed; trying again")
-            stopping.wait(poll)
+    last_reconcile = [float("-inf")]
+
+    def step() -> float:
+        if time.monotonic() - last_reconcile[0] >= reconcile_every:
+            last_reconcile[0] = time.monotonic()
+            flusher.reconcile()
+        flusher.flush_due()
+        return poll
 
     state.on_job_finished.append(flusher.job_finished)
-    stop_loop = start_loop("thresher-buffer", loop)
+    stop_loop = start_loop("thresher-buffer", step, registry=state.loops)
 
     def stop() -> None:
         stop_loop()

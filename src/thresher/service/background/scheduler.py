@@ -27,8 +27,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from thresher.faults import crash_point
+from thresher.loops import start_loop
 from thresher.service.background.job_process import (
     MAX_CRASHES,
     crash_message,
@@ -64,7 +66,7 @@ class Scheduler:
         self._running: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="thresher-scheduler", daemon=True)
+        self._stop_loop: Callable[[], None] | None = None
 
     def start(self) -> None:
         """Reclaim dead servers' leases, resume orphaned jobs, announce the jobs and batches
@@ -73,29 +75,29 @@ class Scheduler:
         self.state.store.leases.reclaim_dead()
         self._resume_orphans()
         self._announce_untold(0.0)  # what ended while no server was there to say so
-        self._thread.start()
+        self._stop_loop = start_loop(
+            "thresher-scheduler", self._step, wake=self.state.jobs_waiting,
+            registry=self.state.loops,
+        )  # fmt: skip
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self) -> None:
         """Stop starting jobs; running jobs' threads are daemons and end with the process
         (a later server resumes them)."""
         self._stopping.set()
-        self.state.jobs_waiting.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        if self._stop_loop is not None:
+            self._stop_loop()
 
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            self.state.jobs_waiting.clear()
-            try:
-                if time.monotonic() >= self._next_orphan_look:
-                    self._resume_orphans()
-                    self._announce_untold(ANNOUNCE_GRACE_SECONDS)
-                self.state.store.leases.reclaim_dead()
-                while not self._stopping.is_set() and self._start_next():
-                    pass
-            except Exception:
-                log.exception("cannot read the job queue")
-            self.state.jobs_waiting.wait(min(POLL_SECONDS, self.orphan_seconds))
+    def _step(self) -> float:
+        """One look: resume orphans and announce what ended untold (now and then),
+        reclaim dead servers' leases, start what can start. A look that raises (the queue
+        unreadable) is run again by its supervisor (`thresher.loops`)."""
+        if time.monotonic() >= self._next_orphan_look:
+            self._resume_orphans()
+            self._announce_untold(ANNOUNCE_GRACE_SECONDS)
+        self.state.store.leases.reclaim_dead()
+        while not self._stopping.is_set() and self._start_next():
+            pass
+        return min(POLL_SECONDS, self.orphan_seconds)
 
     def _start_next(self) -> bool:
         """Start the first waiting job that may start now; True if one did. A job held

@@ -25,21 +25,27 @@ nominal time, which its manifest records.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 
 from thresher.errors import ThresherError
 from thresher.faults import crash_point
-from thresher.loops import start_loop
+from thresher.loops import Strikes, start_loop
 from thresher.schedules import Cron, TickFate, due_ticks
 from thresher.schedules.catchup import MAX_LISTED
 from thresher.schedules.clock import Clock
 from thresher.schedules.templates import fill_in
-from thresher.service.schedules import Scheduled, TickNotice, every_schedule
+from thresher.service.schedules import (
+    Scheduled,
+    TickNotice,
+    every_schedule,
+    quarantine_schedule,
+)
 from thresher.service.state import ServiceState
 from thresher.store import StoreError
 from thresher.store.owners import this_owner
+from thresher.store.schedules import ScheduleRow
 from thresher.store.ticks import MANUAL, TickLedger, TickOutcome, tick_key
 
 log = logging.getLogger("thresher.service.background.ticker")
@@ -59,22 +65,38 @@ class Ticker:
         self.state, self.submit = state, submit
         self.ledger = TickLedger(state.store.db)
         self.owner = this_owner()
+        self.strikes = Strikes("ticker", state.config.quarantine_after)
 
     def look(self, now: datetime) -> datetime | None:
         """Decide every schedule's ticks up to `now`; returns the next fire time of any
-        schedule not paused (None: none), so the thread can wake for it."""
-        try:
-            schedules = every_schedule(self.state.config, self.state.store)
-        except (ThresherError, ValueError):
-            log.exception("the schedules could not be read now")
+        schedule not paused (None: none), so the thread can wake for it. A schedule that
+        raises (a cron that never fires, a row that does not read) is counted by its key
+        and, after `quarantine_after` looks in a row, paused with the reason; the others
+        go on."""
+        store = self.state.store
+
+        def unreadable(row: ScheduleRow, exc: Exception) -> None:
+            self.strikes.failed(row.key, exc, partial(quarantine_schedule, store, row))
+
+        upcoming: list[datetime] = []
+        for schedule in every_schedule(self.state.config, store, unreadable):
+            if schedule.paused_reason is not None:
+                continue  # quarantined: not looked at until it is resumed
+            fire = self.strikes.attempt(
+                schedule.key,
+                partial(self._look_and_next, schedule, now),
+                partial(quarantine_schedule, store, schedule),
+            )
+            upcoming += [fire] if fire is not None else []
+        return min(upcoming, default=None)
+
+    def _look_and_next(self, schedule: Scheduled, now: datetime) -> datetime | None:
+        """Decide the schedule's ticks; its next fire time (None: paused, or none)."""
+        self._look_at(schedule, now)
+        if schedule.paused:
             return None
-        for schedule in schedules:
-            try:
-                self._look_at(schedule, now)
-            except (ThresherError, OSError):
-                log.exception("schedule %s: its ticks could not be decided now", schedule.key)
-        upcoming = [s.settings.schedule.after(now, 1) for s in schedules if not s.paused]
-        return min((times[0] for times in upcoming if times), default=None)
+        times = schedule.settings.schedule.after(now, 1)
+        return times[0] if times else None
 
     def _look_at(self, schedule: Scheduled, now: datetime) -> None:
         for nominal, claimant in self.ledger.unsettled(schedule.key):
@@ -171,14 +193,12 @@ def start_ticker(
     clock = clock or Clock.from_environment()
     ticker = Ticker(state, submit)
 
-    def loop(stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            state.ticks_waiting.clear()
-            now = clock.now()
-            upcoming = ticker.look(now)
-            wait = POLL_SECONDS
-            if upcoming is not None:
-                wait = min(wait, (upcoming - now).total_seconds() + 0.001)
-            state.ticks_waiting.wait(clock.real_seconds(max(wait, 0.0)))
+    def step() -> float:
+        now = clock.now()
+        upcoming = ticker.look(now)
+        wait = POLL_SECONDS
+        if upcoming is not None:
+            wait = min(wait, (upcoming - now).total_seconds() + 0.001)
+        return clock.real_seconds(max(wait, 0.0))
 
-    return start_loop("thresher-ticker", loop, wake=state.ticks_waiting)
+    return start_loop("thresher-ticker", step, wake=state.ticks_waiting, registry=state.loops)

@@ -26,16 +26,17 @@ like any other: queued, run, and announced by their `notify.webhook`.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
-from thresher.loops import start_loop
+from thresher.loops import Strikes, start_loop
 from thresher.service.errors import ServiceError, TooManyRequests
 from thresher.service.state import ServiceState
 from thresher.service.triggers import Watched, every_trigger
 from thresher.store.owners import this_owner
+from thresher.store.trigger_defs import TriggerDefRow, TriggerDefTable
 from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
 from thresher.triggers import (
     FileSeen,
@@ -72,29 +73,46 @@ class Watcher:
         self.memory: dict[str, Settling] = {}
         self.taken: dict[str, TakenFiles] = {}
         self.next_look: dict[str, datetime] = {}
+        self.strikes = Strikes("watcher", state.config.quarantine_after)
+        # Config triggers quarantined (they have no row to pause): until the next start.
+        self.quarantined: dict[str, str] = {}
 
     def look(self, now: datetime) -> float:
         """Look at every trigger that is due at `now`; returns the seconds to the next
-        look (the shortest `poll_seconds`, at most IDLE_SECONDS)."""
-        try:
-            triggers = every_trigger(self.state.config, self.state.store.db)
-        except Exception:  # the store busy: the next look tries again
-            log.exception("the triggers could not be read now")
-            return IDLE_SECONDS
+        look (the shortest `poll_seconds`, at most IDLE_SECONDS). A trigger that raises (a
+        listing that fails, a row that does not read) is counted by its key and, after
+        `quarantine_after` looks in a row, paused with the reason; the others go on."""
+        table = TriggerDefTable(self.state.store.db)
+
+        def unreadable(row: TriggerDefRow, exc: Exception) -> None:
+            self.strikes.failed(row.key, exc, partial(table.quarantine, row.key))
+
+        triggers = every_trigger(self.state.config, self.state.store.db, unreadable)
         keys = {t.key for t in triggers}
         for gone in (set(self.memory) | set(self.next_look)) - keys:  # deleted: forget it
             self.memory.pop(gone, None)
             self.next_look.pop(gone, None)
             self.taken.pop(gone, None)
         for watched in triggers:
-            if watched.paused or now < self.next_look.get(watched.key, now):
+            if watched.paused or watched.key in self.quarantined:
+                continue
+            if now < self.next_look.get(watched.key, now):
                 continue
             self.next_look[watched.key] = now + timedelta(seconds=watched.settings.poll_seconds)
-            try:
-                self._look_at(watched, now)
-            except Exception:  # a store or listing hiccup, or a bug: the next look tries again
-                log.exception("trigger %s: its files could not be looked at now", watched.key)
+            self.strikes.attempt(
+                watched.key,
+                partial(self._look_at, watched, now),
+                partial(self._quarantine, watched),
+            )
         return min([t.settings.poll_seconds for t in triggers] + [IDLE_SECONDS])
+
+    def _quarantine(self, watched: Watched, reason: str) -> None:
+        """Pause a trigger the watcher failed on too often: a tenant's in the store, with
+        the reason (its GET shows it); a config one until the server starts again."""
+        if watched.declared == "tenant":
+            TriggerDefTable(self.state.store.db).quarantine(watched.key, reason)
+        else:
+            self.quarantined[watched.key] = reason
 
     def _look_at(self, watched: Watched, now: datetime) -> None:
         key_of, trigger = watched.key, watched.settings
@@ -158,8 +176,7 @@ def start_watcher(state: ServiceState, submit: Submit) -> Callable[[], None]:
     returns its stop."""
     watcher = Watcher(state, submit)
 
-    def loop(stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            stopping.wait(watcher.look(datetime.now(UTC)))
+    def step() -> float:
+        return watcher.look(datetime.now(UTC))
 
-    return start_loop("thresher-watcher", loop)
+    return start_loop("thresher-watcher", step, registry=state.loops)

@@ -52,6 +52,7 @@ import hashlib
 import hmac
 import json
 import logging
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2 as httpx
 
+from thresher.loops import QUARANTINE_AFTER, Strikes, retrying
 from thresher.service.background.attempts import post_webhook, webhook_client
 from thresher.service.background.delivery import Delivery, RetryingDispatcher
 from thresher.service.openai.webhooks import batch_event, endpoint_of, signed_headers, subject
@@ -108,6 +110,7 @@ class WebhookSettings:
     timeout: float = 10.0
     workers: int = 8
     per_tenant: int = 2
+    quarantine_after: int = QUARANTINE_AFTER
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -161,7 +164,9 @@ class WebhookSender:
         self._store, self._settings = store, settings
         self._deliveries = DeliveryTable(store.db)
         self._client = webhook_client()
-        self._dispatcher = RetryingDispatcher(self._attempt, settings.workers, settings.per_tenant)
+        strikes, key = Strikes("webhooks", settings.quarantine_after), _delivery_key
+        tried = retrying(strikes, key, self._attempt, self._give_up, settings.backoff)
+        self._dispatcher = RetryingDispatcher(tried, settings.workers, settings.per_tenant)
 
     def job_finished(self, job: JobRecord) -> None:
         """Record the job's webhook and its drift alert (`[monitor] alert_webhook`, see
@@ -251,6 +256,9 @@ class WebhookSender:
         self._dispatcher.close()
         self._client.close()
 
+    def _give_up(self, delivery: Delivery, reason: str) -> None:
+        self._record(delivery, delivery.attempts + 1, None, reason, DeliveryState.FAILED)
+
     def _attempt(self, delivery: Delivery) -> float | None:
         """One try; returns the wait before the next one, or None when it is over."""
         tries = delivery.attempts + 1
@@ -311,6 +319,9 @@ class WebhookSender:
         delivery.attempts = tries
 
 
+_delivery_key = operator.attrgetter("event", "job_id", "url")
+
+
 def deliveries(db: Database, job_id: str) -> list[dict[str, Any]]:
     """The recorded webhook deliveries of a job (for the API and tests)."""
     return DeliveryTable(db).of_job(job_id)
@@ -328,6 +339,7 @@ def start_webhooks(
         settings = WebhookSettings(
             config.webhook_secret,
             config.webhook_allow_private,
+            quarantine_after=config.quarantine_after,
             timeout=config.webhook_timeout,
             workers=config.webhook_workers,
             per_tenant=config.webhook_workers_per_tenant,

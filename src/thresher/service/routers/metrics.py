@@ -14,10 +14,12 @@ job is shown to anyone, with no token.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from thresher.service.policies.auth import Credentials, current_tenant
 from thresher.service.schedules import every_schedule
@@ -32,16 +34,35 @@ from thresher.store.views import (
     waiting_by_priority,
 )
 
+log = logging.getLogger("thresher.service.routers.metrics")
+
 router = APIRouter(tags=["operations"])
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-@router.get("/healthz", summary="Liveness: the server answers and its store is readable")
-def healthz(state: StateDep) -> dict[str, str]:
-    """`{"status": "ok"}` while the store answers a query."""
-    state.store.db.query("SELECT 1")  # the one query a store of any kind answers
-    return {"status": "ok"}
+@router.get(
+    "/healthz",
+    summary="Liveness: the server answers, its store is readable, its loops are running",
+    response_model=None,
+)
+def healthz(state: StateDep, loops: bool = False) -> dict[str, Any] | JSONResponse:
+    """`{"status": "ok"}` (200) while the store answers a query and every background loop
+    (`thresher.loops`: the ticker, watcher, batch worker, request buffer, scheduler,
+    heartbeat) ended its last pass well. `{"status": "degraded", "loops": {...}}` (still
+    200: the server serves, and its supervisor is restarting the loop; a restart of the
+    process would not mend what a loop keeps failing on) when a loop's last pass failed
+    or one has hung, each loop with its `last_success`, `failures` in a row, `restarts`
+    and `last_error`; a monitor alerts on the status. `?loops=true` adds the loops to an
+    ok answer too. 503 `{"status": "unavailable"}` when the store does not answer."""
+    try:
+        state.store.db.query("SELECT 1")  # the one query a store of any kind answers
+    except Exception:
+        log.exception("/healthz: the store does not answer")
+        return JSONResponse({"status": "unavailable"}, status_code=503)
+    if state.loops.degraded():
+        return {"status": "degraded", "loops": state.loops.report()}
+    return {"status": "ok", "loops": state.loops.report()} if loops else {"status": "ok"}
 
 
 @router.get(

@@ -72,6 +72,7 @@ def describe(state: ServiceState, schedule: Scheduled) -> ScheduleInfo:
         cron=settings.cron,
         timezone=settings.timezone,
         paused=schedule.paused,
+        paused_reason=schedule.paused_reason,
         catchup=settings.catchup.value,
         max_catchup=settings.max_catchup,
         starting_deadline=settings.starting_deadline,

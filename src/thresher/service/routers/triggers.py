@@ -46,6 +46,8 @@ class TriggerInfo(BaseModel):
     poll_seconds: float
     reprocess_changed: bool
     paused: bool
+    # Why the watcher paused it (failing too often in a row); resuming it clears it.
+    paused_reason: str | None = None
     job: dict[str, Any]
     files_seen: int
     last_set: TriggerSetInfo | None
@@ -187,7 +189,8 @@ def _describe(
     return TriggerInfo(
         name=watched.name, declared=watched.declared, watch=t.watch, pattern=t.pattern,
         marker=t.marker, settle_seconds=t.settle, poll_seconds=t.poll_seconds,
-        reprocess_changed=t.reprocess_changed, paused=t.paused, job=t.job,
+        reprocess_changed=t.reprocess_changed, paused=t.paused,
+        paused_reason=watched.paused_reason, job=t.job,
         files_seen=ledger.files_seen().get(watched.key, 0), last_set=last,
         created_at=watched.created_at, updated_at=watched.updated_at, warnings=warnings or [],
     )  # fmt: skip
