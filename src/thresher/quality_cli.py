@@ -29,6 +29,11 @@ def actuals(ctx: click.Context, own_store: str | None) -> None:
 @click.argument("file", required=False)
 @click.option("--id-column", help="The column of record ids [default: the job's id column].")
 @click.option("--label-column", required=True, help="The column of the true outcomes.")
+@click.option(
+    "--prediction-column",
+    help="The output column holding the prediction [default: the job's [monitor]"
+    " prediction_column, `prediction`].",
+)
 @click.option("--query", help="A SQL query that returns the ids and labels (with --from).")
 @click.option("--from", "from_url", metavar="URL", help="sqlite:///path.db or postgresql://…")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -40,6 +45,7 @@ def add(
     file: str | None,
     id_column: str | None,
     label_column: str,
+    prediction_column: str | None,
     query: str | None,
     from_url: str | None,
     as_json: bool,
@@ -63,7 +69,7 @@ def add(
         part = read_part(
             store, job_id, data, label_column=label_column, id_column=id_column, query=query
         )
-        added = add_actuals(store, job_id, part)
+        added = add_actuals(store, job_id, part, prediction_column)
     except ThresherError as exc:
         _fail(str(exc))
     if as_json:

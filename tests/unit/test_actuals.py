@@ -192,3 +192,28 @@ def _parquet(folder: Path, ids: pa.Array, labels: pa.Array) -> str:
     path = folder / "big.parquet"
     pq.write_table(pa.table({"id": ids, "y": labels}), path)
     return str(path)
+
+
+def test_the_prediction_column_can_be_named_and_probabilities_alone_predict_a_class(
+    store: Store, tmp_path: Path, finished_job: FinishedJob
+) -> None:
+    from thresher.monitor.metrics import ClassificationMetrics, RegressionMetrics
+    from thresher.monitor.quality import job_quality
+
+    table = scores(10)
+    labels = write(tmp_path / "a.csv", "id,label\n1,0.5\n2,0.25\n3,1\n")
+    scored = finished_job(table.select(["id"]).append_column("score", table.column("proba_1")))
+    with pytest.raises(MonitorError, match=r"no 'prediction' column .*--prediction-column"):
+        add_actuals(store, scored, read_file(labels, "id", "label"))
+    added = add_actuals(store, scored, read_file(labels, "id", "label"), "score")
+    assert added.matched == 3
+    quality = job_quality(store, scored, None)
+    assert quality.task == "regression" and isinstance(quality.metrics, RegressionMetrics)
+    assert quality.metrics.mae == pytest.approx((0.45 + 0.10 + 0.75) / 3)  # ids 1-3: .05 .15 .25
+
+    probas = finished_job(table.select(["id", "proba_0", "proba_1"]))
+    classes = write(tmp_path / "b.csv", "id,label\n1,0\n6,1\n7,0\n")  # p1 .05 .55 .65
+    add_actuals(store, probas, read_file(classes, "id", "label"))
+    quality = job_quality(store, probas, None)
+    assert isinstance(quality.metrics, ClassificationMetrics)
+    assert quality.metrics.accuracy == pytest.approx(2 / 3)

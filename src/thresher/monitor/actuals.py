@@ -56,6 +56,7 @@ __all__ = [
 
 FILE_SINKS = ("parquet", "csv", "jsonl")
 UNKNOWN_SHOWN = 10  # unknown ids a result lists
+DEFAULT_PREDICTION = "prediction"  # the output column a job's prediction is, unless named
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,13 @@ class ActualsPart:
         return asdict(self)
 
 
-def add_actuals(store: Store, job_id: str, part: LabelledIds) -> ActualsPart:
-    """Join `part`'s labels to job `job_id`'s predictions by id and keep them.
+def add_actuals(
+    store: Store, job_id: str, part: LabelledIds, prediction_column: str | None = None
+) -> ActualsPart:
+    """Join `part`'s labels to job `job_id`'s predictions by id and keep them. The
+    prediction is the output's `prediction_column` (default: the job's `[monitor]
+    prediction_column`, itself `prediction` by default); an output of class
+    probabilities alone (`proba_<class>`) predicts the likeliest class.
 
     >>> from thresher.monitor.labels import read_file
     >>> part = read_file("labels.csv", "customer_id", "churned")      # doctest: +SKIP
@@ -97,7 +103,7 @@ def add_actuals(store: Store, job_id: str, part: LabelledIds) -> ActualsPart:
     known = store.actuals.part(job_id, digest)
     if known is not None:
         return _result(store, known, new=False, unknown_ids=())
-    outputs = _outputs(job, id_column)
+    outputs = _outputs(job, id_column, prediction_column or job.spec.monitor.prediction_column)
     first = next(outputs, None)
     if first is None:
         raise MonitorError(f"job {job_id} has no published output at {job.spec.sink.uri}")
@@ -139,6 +145,7 @@ class PartFile:
     label_column: str
     shown: str
     limits: PartLimits
+    prediction_column: str | None = None  # None: the job's [monitor] prediction_column
 
 
 def add_file_part(store_url: str, job_id: str, file: PartFile) -> ActualsPart:
@@ -153,7 +160,7 @@ def add_file_part(store_url: str, job_id: str, file: PartFile) -> ActualsPart:
     try:
         id_column = file.id_column or joinable(store.job(job_id))
         part = read_file(file.uri, id_column, file.label_column, file.shown, file.limits)
-        return add_actuals(store, job_id, part)
+        return add_actuals(store, job_id, part, file.prediction_column)
     finally:
         store.db.close()
 
@@ -237,22 +244,38 @@ def _result(
     )
 
 
-def _outputs(job: JobRecord, id_column: str) -> Iterator[pa.Table]:
-    """The job's published output, part by part, cut to the id, the prediction and the
-    class probabilities."""
+def _outputs(job: JobRecord, id_column: str, column: str) -> Iterator[pa.Table]:
+    """The job's published output, part by part, cut to the id, the prediction (its
+    `column`, named `prediction` here) and the class probabilities."""
     for table in _published(job):
-        if "prediction" not in table.column_names:
-            raise MonitorError(
-                f"job {job.id}'s output has no `prediction` column (it has "
-                f"{', '.join(table.column_names)}); quality needs one"
-            )
         if id_column not in table.column_names:
             raise MonitorError(f"job {job.id}'s output has no id column {id_column!r}")
-        kind = table.schema.field("prediction").type
-        if pa.types.is_nested(kind):
-            raise MonitorError(f"job {job.id}'s prediction is {kind}; quality needs one value")
-        wanted = [id_column, "prediction", *proba_columns(table.schema)]
-        yield table.select(wanted)
+        probas = proba_columns(table.schema)
+        if column in table.column_names:
+            prediction = table.column(column)
+        elif probas and column == DEFAULT_PREDICTION:
+            prediction = _likeliest(table, probas)
+        else:
+            raise MonitorError(
+                f"job {job.id}'s output has no {column!r} column (it has "
+                f"{', '.join(table.column_names)}); name the column that holds the"
+                " prediction with [monitor] prediction_column or --prediction-column"
+            )
+        if pa.types.is_nested(prediction.type):
+            raise MonitorError(
+                f"job {job.id}'s prediction {column!r} is {prediction.type}; quality needs"
+                " one value"
+            )
+        columns = {id_column: table.column(id_column), "prediction": prediction}
+        yield pa.table(columns | {name: table.column(name) for name in probas})
+
+
+def _likeliest(table: pa.Table, probas: list[str]) -> pa.Array:
+    """The class of each row's highest `proba_<class>` column (its name's suffix), for
+    an output of class probabilities alone."""
+    classes = np.array([name.removeprefix("proba_") for name in probas])
+    matrix = np.column_stack([table.column(n).to_numpy(zero_copy_only=False) for n in probas])
+    return pa.array(classes[np.argmax(matrix, axis=1)], pa.string())
 
 
 def _published(job: JobRecord) -> Iterator[pa.Table]:

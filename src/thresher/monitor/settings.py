@@ -8,6 +8,7 @@ psi_drift = 0.25          # PSI >= psi_drift is "drift" (the credit-risk convent
 bins = 10                 # baseline quantile bins, frozen (deciles)
 alert_webhook = "https://hooks.example.com/thresher"
 alert_on = "drift"        # or "warn": which job verdicts send an alert
+prediction_column = "score"  # what quality compares with actuals (default: prediction)
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ class MonitorSection(BaseModel):
 
     profile: StrictBool = True
     segment_by: str | None = None
-    # Rows per job a numeric column's quantile sketch sees: a uniform random sample, so a
-    # sketch's cost does not grow with the data (0: every row). Counts, nulls, min, max,
-    # mean and variance always see every row. At 16,384 the sample's own error (DKW, 1.3%
+    # Rows per job the profile's sketches see: a uniform random sample, so its cost does
+    # not grow with the data (0: every row). Rows, nulls, NaN/inf counts and an output's
+    # class counts always see every row; the rest are the sample's (README: each
+    # figure's error). At 16,384 the sample's own error (DKW, 1.3%
     # at 99%) is the KLL sketch's own; twice the rows took the profiler twice the time a
     # shard to sort and sketch, for a KS bound between two jobs of 0.051 instead of 0.058.
     sample_rows: int = Field(default=16_384, ge=0)
@@ -39,6 +41,9 @@ class MonitorSection(BaseModel):
     baseline: str | None = None  # a job id, job name or reference file to compare with
     alert_webhook: str | None = None
     alert_on: Literal["drift", "warn"] = "drift"
+    # The output column quality compares with the actuals (`thresher actuals add
+    # --prediction-column` names another for one part).
+    prediction_column: str = Field(default="prediction", min_length=1)
 
     @model_validator(mode="after")
     def _ordered(self) -> MonitorSection:

@@ -53,6 +53,9 @@ class ActualsRequest(_Strict):
     file_id: Text | None = Field(None, description="An id from POST /v1/files.")
     id_column: Text | None = Field(None, description="The file's id column (default: the job's).")
     label_column: Text = Field("label", description="The file's column of true outcomes.")
+    prediction_column: Text | None = Field(
+        None, description="The output column holding the prediction (default: the job's)."
+    )
 
     @model_validator(mode="after")
     def _one_input(self) -> ActualsRequest:
@@ -96,7 +99,7 @@ def _add(state: ServiceState, tenant: str, job_id: str, body: ActualsRequest) ->
         if body.records is None:
             return _add_file(state, tenant, job, body)
         records: list[dict[str, Any]] = [r.model_dump() for r in body.records]
-        return add_actuals(state.store, job.id, from_records(records))
+        return add_actuals(state.store, job.id, from_records(records), body.prediction_column)
     except MonitorError as exc:
         raise Unprocessable([str(exc)]) from None
 
@@ -115,7 +118,14 @@ def _add_file(
         "upload_max_rows",
         "upload_max_decompressed_bytes",
     )
-    file = PartFile(upload.path, body.id_column, body.label_column, upload.filename, limits)
+    file = PartFile(
+        upload.path,
+        body.id_column,
+        body.label_column,
+        upload.filename,
+        limits,
+        body.prediction_column,
+    )
     try:
         return in_child(add_file_part, state.store.url, job.id, file, timeout=PART_SECONDS)
     except PartTooLarge as exc:
