@@ -12,6 +12,11 @@ first touch of each page, which no careful hand would pay. Each stage is timed o
 own, summed over the row groups (model loading and the batch-size sweep are left out),
 and printed as one JSON line.
 
+An input that is a folder of Parquet files (the `python-files` workload) gets the loop a
+person writes by hand instead, in one process: each file read whole, predicted whole, its
+predictions written to a file of their own; no batch-size sweep (its figure is the whole
+process, start to exit).
+
 `naive` predicts one row at a time in a Python loop over the first `naive_rows` rows and
 writes them, so they can be checked; the caller extrapolates its time to the full input.
 """
@@ -57,6 +62,8 @@ def optimum(workload: Workload, out: Path, batch_size: int, threads: int) -> dic
     """Seconds per stage (read, model, write) and the batch size the sweep chose. A tree
     model runs compiled to native code (its fastest form, as thresher runs it);
     `model_library` is the same stage with the library's own predict, for the record."""
+    if Path(workload.data).is_dir():
+        return file_loop(workload, out)
     trees = workload.kind == "lightgbm"
     predict = load_predictor(workload, threads, compiled=trees)
     library = load_predictor(workload, threads) if trees else None
@@ -93,6 +100,26 @@ def optimum(workload: Workload, out: Path, batch_size: int, threads: int) -> dic
     }
 
 
+def file_loop(workload: Workload, out: Path) -> dict[str, Any]:
+    """The hand loop over a folder's files: read, predict, write one file at a time."""
+    predict = load_predictor(workload, threads=0)
+    columns = ["id", *workload.features]
+    clock = {"read": 0.0, "model": 0.0, "write": 0.0}
+    for i, path in enumerate(sorted(Path(workload.data).glob("*.parquet"))):
+        started = time.perf_counter()
+        table = pq.read_table(path, columns=columns)
+        inputs = read_inputs(workload, table)
+        clock["read"] += time.perf_counter() - started
+        started = time.perf_counter()
+        predictions = predict(inputs, len(inputs))
+        clock["model"] += time.perf_counter() - started
+        started = time.perf_counter()
+        result = output_table(table.column("id"), predictions, workload.output)
+        pq.write_table(result, out / f"part-{i:05d}.parquet")
+        clock["write"] += time.perf_counter() - started
+    return {**clock, "batch_size": "a file"}
+
+
 def _pieces(
     workload: Workload,
     source: pq.ParquetFile,
@@ -111,6 +138,14 @@ def _pieces(
         inputs = read_inputs(workload, table)
         clock["read"] += time.perf_counter() - started
         yield table, inputs
+        return
+    if workload.kind == "python":  # a dict of the row group's columns, as thresher hands it
+        for group in range(source.num_row_groups):
+            started = time.perf_counter()
+            table = source.read_row_group(group, columns=columns)
+            inputs = read_inputs(workload, table)
+            clock["read"] += time.perf_counter() - started
+            yield table, inputs
         return
     most = max(source.metadata.row_group(g).num_rows for g in range(source.num_row_groups))
     buffer = np.empty((most, len(workload.features)), order="F" if trees else "C")

@@ -65,9 +65,29 @@ def run_workload(workload: Workload, root: Path, repeat: int) -> report.Workload
         runs[report.TUNED].append(systems.thresher(workload, root, env, size))
         print(f"[{workload.name}] hand-written optimum{of}", flush=True)
         runs[report.OPTIMUM].append(systems.optimum(workload, root, env, tuning.fastest))
-        print(f"[{workload.name}] Daft{of}", flush=True)
-        runs[report.DAFT].append(systems.daft(workload, root, env, tuning))
-    results = {system: _fastest(attempts) for system, attempts in runs.items()}
+        if workload.peers:
+            print(f"[{workload.name}] Daft{of}", flush=True)
+            runs[report.DAFT].append(systems.daft(workload, root, env, tuning))
+    results = {system: _fastest(attempts) for system, attempts in runs.items() if attempts}
+    if workload.peers:
+        _peers(workload, root, env, tuning, results)
+    reference = results[report.OPTIMUM].out
+    for result in results.values():
+        if result.system != report.OPTIMUM:
+            ordered = result.system not in report.PEERS  # the peers keep no input order
+            check_same(result.system, reference, result.out, workload.output, ordered)
+    print(f"[{workload.name}] outputs equal across systems", flush=True)
+    return report.WorkloadRun(workload, tuning, results, compile_seconds)
+
+
+def _peers(
+    workload: Workload,
+    root: Path,
+    env: dict[str, str],
+    tuning: systems.Tuning,
+    results: dict[str, systems.Result],
+) -> None:
+    """thresher on Ray, Ray Data, Spark and the per-row loop, run once each."""
     print(f"[{workload.name}] thresher on Ray (batch.size = {tuning.recommended})", flush=True)
     results[report.ON_RAY] = systems.thresher(workload, root, env, tuning.recommended, on_ray=True)
     print(f"[{workload.name}] Ray Data", flush=True)
@@ -76,13 +96,6 @@ def run_workload(workload: Workload, root: Path, repeat: int) -> report.Workload
     results[report.SPARK] = systems.spark(workload, root, env, tuning)
     print(f"[{workload.name}] per-row loop", flush=True)
     results[report.NAIVE] = systems.naive(workload, root, env)
-    reference = results[report.OPTIMUM].out
-    for result in results.values():
-        if result.system != report.OPTIMUM:
-            ordered = result.system not in report.PEERS  # the peers keep no input order
-            check_same(result.system, reference, result.out, workload.output, ordered)
-    print(f"[{workload.name}] outputs equal across systems", flush=True)
-    return report.WorkloadRun(workload, tuning, results, compile_seconds)
 
 
 def _fastest(attempts: list[systems.Result]) -> systems.Result:
@@ -95,10 +108,12 @@ def _fastest(attempts: list[systems.Result]) -> systems.Result:
 
 
 def _warm_page_cache(path: Path) -> None:
-    """Read the input once, so the first system measured does not pay for the disk alone."""
-    with path.open("rb") as file:
-        while file.read(WARM_CHUNK):
-            pass
+    """Read the input (a file, or a folder's files) once, so the first system measured
+    does not pay for the disk alone."""
+    for each in sorted(path.glob("*")) if path.is_dir() else [path]:
+        with each.open("rb") as file:
+            while file.read(WARM_CHUNK):
+                pass
 
 
 def main() -> None:

