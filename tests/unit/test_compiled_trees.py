@@ -1,5 +1,6 @@
-"""Tree ensembles compiled with tl2cgen: the same outputs as the library, a cache that a
-pool of workers shares, and a clear fallback (or error) when compiling is not possible."""
+"""Tree ensembles compiled in process by LLVM (llvmlite): the same outputs as the library,
+no C compiler run, a private cache that a pool of workers shares, and a clear fallback
+(or error) when compiling is not possible."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -82,10 +84,8 @@ def _fastest(
 
 
 def _libraries() -> list[Path]:
-    """The compiled models in the cache (not thresher's own kernels, such as the one
-    `to_matrix` copies doubles with, built there too)."""
-    found = cache_dir().glob("*.so") if cache_dir().exists() else []
-    return sorted(p for p in found if not p.name.startswith("moments-"))
+    """The compiled models (object code) in the cache."""
+    return sorted(cache_dir().glob("*.o")) if cache_dir().exists() else []
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def test_a_second_load_reuses_the_compiled_library(
     def no_compiling(*_: object, **__: object) -> None:
         raise AssertionError("compiled again")
 
-    monkeypatch.setattr(compiled_trees, "build", no_compiling)
+    monkeypatch.setattr(compiled_trees, "_object_code", no_compiling)
     _fastest(path, _native(booster), threads=1, mode=True)
     assert _libraries() == [library]
     assert library.stat().st_mtime_ns == built
@@ -226,8 +226,7 @@ def test_workers_that_load_at_once_compile_once(tmp_path: Path, cache: Path) -> 
         worker.join(timeout=120)
     assert [worker.exitcode for worker in workers] == [0, 0, 0]
     assert len(_libraries()) == 1
-    assert not list(cache_dir().glob("*.partial.so"))
-    assert not list(cache_dir().glob("build-*"))  # the generated sources went too
+    assert not list(cache_dir().glob("*.partial"))
 
 
 def test_compile_false_keeps_the_library_predict(tmp_path: Path, cache: Path) -> None:
@@ -237,29 +236,43 @@ def test_compile_false_keeps_the_library_predict(tmp_path: Path, cache: Path) ->
     assert _libraries() == []
 
 
-def test_without_a_compiler_auto_falls_back_and_true_fails(
+def test_no_c_compiler_is_run_and_the_trees_still_compile(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LLVM comes in llvmlite's wheel: with no compiler on PATH, and no process started
+    at all, the model still runs compiled (and the manifest will say `native`)."""
+    path, booster = _lightgbm(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    started: list[object] = []
+
+    def no_processes(*args: object, **_: object) -> None:
+        started.append(args)
+        raise AssertionError(f"started a process: {args}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", no_processes)
+    monkeypatch.setattr(os, "posix_spawn", no_processes)
+    trees = fastest(path, "lightgbm", _loader(native := _native(booster)), threads=1, mode=True)
+    assert trees.native
+    assert started == []
+    x = _rows(2_000, seed=11)
+    np.testing.assert_allclose(trees.predict(_table(x)), native(_table(x)), rtol=1e-12)
+
+
+def test_without_llvmlite_auto_falls_back_and_true_fails(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path, booster = _lightgbm(tmp_path)
-    monkeypatch.setattr(compiled_trees, "which_compiler", lambda: None)
+    monkeypatch.setitem(sys.modules, "llvmlite", None)  # import llvmlite raises ImportError
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = _fastest(path, native := _native(booster), threads=1, mode="auto")
-    assert predict is native
-    assert "no C compiler" in caplog.text
-    with pytest.raises(ModelLoadError, match=r"compile = true.*no C compiler"):
+        trees = fastest(
+            path, "lightgbm", _loader(native := _native(booster)), threads=1, mode="auto"
+        )
+    assert trees.predict is native
+    assert not trees.native
+    assert "llvmlite is not installed" in caplog.text
+    assert "WARNING" in caplog.text
+    with pytest.raises(ModelLoadError, match=r"compile = true.*llvmlite is not installed"):
         _fastest(path, _native(booster), threads=1, mode=True)
-
-
-def test_a_compiler_that_cannot_run_falls_back_with_the_reason(
-    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    path, booster = _lightgbm(tmp_path)
-    monkeypatch.setattr(compiled_trees, "which_compiler", lambda: str(tmp_path / "no-such-cc"))
-    with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = _fastest(path, native := _native(booster), threads=1, mode="auto")
-    assert predict is native
-    assert "no-such-cc cannot run" in caplog.text
-    assert _libraries() == []
 
 
 def test_a_compiled_model_that_disagrees_is_not_used(
@@ -289,8 +302,7 @@ def test_a_file_treelite_cannot_read_falls_back_with_the_reason(
         predict = _fastest(broken, native := _native(booster), threads=1, mode="auto")
     assert predict is native
     assert "broken.txt" in caplog.text
-    assert not list(cache_dir().glob("*.partial.so"))
-    assert not list(cache_dir().glob("build-*"))  # the generated sources went too
+    assert not list(cache_dir().glob("*.partial"))
 
 
 @pytest.mark.parametrize("value", [True, False, "auto"])
@@ -329,14 +341,58 @@ def test_columns_arrow_cannot_lend_are_converted_first(tmp_path: Path, cache: Pa
         predict(table.set_column(3, "f3", pa.array(["x"] * 300)))
 
 
-def test_an_unwritable_cache_falls_back_with_the_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_a_cache_folder_others_can_write_is_neither_read_nor_written(
+    tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Running kept object code is running its code: from a folder another user could
+    have written into, nothing is loaded; the trees are compiled in memory instead, and
+    a warning says each load compiles again."""
+    path, booster = _lightgbm(tmp_path)
+    _fastest(path, _native(booster))
+    (kept,) = _libraries()
+    cache_dir().chmod(0o777)
+    loads: list[int] = []
+
+    def load() -> Trees:
+        loads.append(1)
+        return Trees(_native(booster), WIDTH, {})
+
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        trees = fastest(path, "lightgbm", load, threads=1, mode="auto")
+    assert loads == [1]  # the kept forest was not run: compiled again, checked again
+    assert trees.native
+    assert "not private" in caplog.text
+    assert _libraries() == [kept]
+
+
+def test_a_kept_file_others_can_write_is_not_run(tmp_path: Path, cache: Path) -> None:
+    path, booster = _lightgbm(tmp_path)
+    _fastest(path, _native(booster))
+    (kept,) = _libraries()
+    kept.chmod(0o666)
+    loads: list[int] = []
+
+    def load() -> Trees:
+        loads.append(1)
+        return Trees(_native(booster), WIDTH, {})
+
+    assert fastest(path, "lightgbm", load, threads=1, mode=True).native
+    assert loads == [1]
+
+
+def test_the_cache_folder_is_made_private(tmp_path: Path, cache: Path) -> None:
+    path, booster = _lightgbm(tmp_path)
+    _fastest(path, _native(booster))
+    assert cache_dir().stat().st_mode & 0o777 == 0o700
+    assert all(kept.stat().st_mode & 0o077 == 0 for kept in cache_dir().glob("lightgbm-*"))
+
+
+def test_a_slow_first_load_says_what_it_is_doing(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path, booster = _lightgbm(tmp_path)
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("a file where the cache folder should be")
-    monkeypatch.setenv("THRESHER_CACHE", str(blocker))
+    monkeypatch.setattr(compiled_trees, "PATIENCE_S", 0.0)
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
-        predict = _fastest(path, native := _native(booster), threads=1, mode="auto")
-    assert predict is native
-    assert "cache folder" in caplog.text
+        _fastest(path, _native(booster))
+        time.sleep(0.1)
+    assert "compiling its trees" in caplog.text

@@ -6,8 +6,9 @@
   `LGBMClassifier.booster_.save_model`).
 
 Both formats hold trees and numbers only, so they load safely without `model.trust`.
-Both are compiled to native code when a C compiler is installed (`model.options.compile`,
-see `compiled_trees`): the same predictions, several times faster.
+Both are compiled to machine code in process by LLVM, which llvmlite's wheel carries: no C
+compiler (`model.options.compile`, see `trees/compiled.py`): the same predictions,
+several times faster.
 
 The objective saved in the file says what the output is. A regressor (or any objective
 that is not a class probability) gives `prediction`. A probabilistic classifier
@@ -38,7 +39,7 @@ from thresher.models.features import to_matrix
 from thresher.models.outputs import as_column, proba_columns, proba_names
 from thresher.spec import ModelSection
 from thresher.trees.compiled import Trees, compile_option, fastest
-from thresher.trees.library import Frontend
+from thresher.trees.forest import Frontend
 
 XGBOOST_SUFFIXES = (".json", ".ubj")
 LIGHTGBM_SUFFIXES = (".txt",)

@@ -1,5 +1,6 @@
-"""Tree ensembles (XGBoost, LightGBM) compiled to native code: QuickScorer kernels beside
-tl2cgen's if/else code, one cached library per model (`compiled.py` picks the fastest)."""
+"""Tree ensembles (XGBoost, LightGBM) compiled to machine code in process: each tree as
+if/else code (`codegen.py`), compiled by LLVM through llvmlite (`engine.py`), one cached
+object per model (`compiled.py` checks it against the library and falls back to it)."""
 
 from __future__ import annotations
 

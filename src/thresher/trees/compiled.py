@@ -1,31 +1,31 @@
-"""Tree ensembles compiled to native code: the same predictions, several times the throughput.
+"""Tree ensembles compiled to machine code in process: the same predictions, several times
+the throughput, and no C compiler anywhere.
 
-XGBoost and LightGBM walk their trees through generic node tables. Treelite reads the
-same model file; thresher writes it out as QuickScorer tables scored several rows at a
-time in vector registers (`quickscorer.py`), beside tl2cgen's nested if/else C code for
-the models and CPUs those do not fit (`tree_library.py`), and compiles both with the C
-compiler. A LightGBM classifier of 100 trees of 31 leaves predicts ~8x faster on one
-core than LightGBM's own predict this way (~3x tl2cgen's code alone), with bit-identical
-probabilities (`benchmarks/` measures it).
+XGBoost and LightGBM walk their trees through generic node tables. treelite reads the
+same model file; thresher writes each tree out as if/else code (`codegen.py`) and LLVM,
+which llvmlite's wheel carries, compiles it for this CPU (`engine.py`). On the
+benchmark's model (100 trees of 31 leaves) that is ~5x LightGBM's own predict on one
+core, level with the QuickScorer kernels thresher compiled with gcc before
+(benchmarks/results/tree-engine.md), with the same probabilities to float rounding.
 
 `model.options.compile` says when:
 
-- `"auto"` (the default): compile when tl2cgen and a C compiler (gcc or clang) are
-  installed. When they are not, when compiling fails, or when the compiled model does not
-  agree with the library on a probe batch, a warning says why and the library's own
-  predict runs instead: a job never fails for want of a faster path.
+- `"auto"` (the default): compile when llvmlite and treelite are installed
+  (`thresher[boosters]`). When they are not, when the model has a form the code
+  generator does not write (categorical splits, vector leaves), or when the compiled
+  model does not agree with the library on a probe batch, a warning says why and the
+  library's own predict runs instead: a job never fails for want of a faster path.
 - `true`: compile, or fail the model load with the reason.
 - `false`: always the library's own predict.
 
-Libraries are cached by the model file's content (and the versions of tl2cgen and the
-frontend, and the machine) under `$THRESHER_CACHE/compiled` (default
-`~/.cache/thresher/compiled`). A file lock lets one worker compile while the others wait
-for its library, so a pool compiles once and a second run of the same model compiles
-nothing. Once a library has agreed with its frontend, what the adapter needs to know of
-the model (width, objective, classes, column names) is kept beside it, and later loads
-run the library without importing XGBoost or LightGBM at all: their imports cost a worker
-1.5-2.5 s and ~150 MiB (they pull in scikit-learn and pandas), which on a short job was
-a fifth of its time.
+Object code is cached by the model file's content (and the versions of llvmlite,
+treelite and the frontend, this thresher's code generator, and the CPU) under
+`$THRESHER_CACHE/compiled`, a folder private to its user (see `engine.py` on what is
+trusted). A file lock lets one worker compile while the others wait, so a pool compiles
+once and a second run of the same model compiles nothing. Once compiled code has agreed
+with its frontend, what the adapter needs to know of the model (width, objective,
+classes, column names) is kept beside it, and later loads run it without importing
+XGBoost, LightGBM or treelite at all: their imports cost a worker 1.5-2.5 s and ~150 MiB.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import platform
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
@@ -46,27 +47,26 @@ import pyarrow as pa
 
 from thresher.arrays import from_numpy
 from thresher.errors import ModelLoadError
-from thresher.native import CompileError, cache_dir, locked, which_compiler
-from thresher.trees.library import (
-    WRITERS,
-    BuildError,
-    Frontend,
-    TreeLibrary,
-    build,
-    first_line,
-)
+from thresher.trees import codegen, engine, forest
+from thresher.trees.engine import CompiledForest, EngineError, cache_dir
+from thresher.trees.forest import Finish, Frontend, ReadError, first_line
 
 log = logging.getLogger("thresher.models")
 
 # A batch's features (in the model's order) -> one value per row, or a column per class.
 Predict = Callable[[pa.Table], np.ndarray]
 PROBE_ROWS = 512
-# Compiled code may sum the trees in another order than the library does; probabilities
+# Compiled code may sum or finish in another order than the library does; probabilities
 # then differ in the last bits of a float32, never by more.
 RTOL, ATOL = 1e-5, 1e-6
+# A load that takes longer than this says what it is doing, so it never looks hung.
+PATIENCE_S = 1.0
+# The code that writes the compiled forest, for the cache key: a thresher that writes it
+# differently compiles anew.
+WRITERS = b"".join(Path(m.__file__ or "").read_bytes() for m in (codegen, engine, forest))
 
 
-class CannotCompile(CompileError):
+class CannotCompile(Exception):
     """Why this model runs on the library's own predict instead."""
 
 
@@ -77,20 +77,20 @@ def compile_option(options: dict[str, Any]) -> bool | Literal["auto"]:
         return value  # type: ignore[no-any-return]
     raise ModelLoadError(
         f"model.options.compile: {value!r}; use true (compile the trees or fail), false"
-        ' (the library\'s own predict) or "auto" (compile when a C compiler is installed)'
+        ' (the library\'s own predict) or "auto" (compile when thresher[boosters] is installed)'
     )
 
 
 @dataclass(frozen=True)
 class Trees:
-    """A tree ensemble ready to run: its predict, its input width, and what the adapter
-    needs to know of it (`facts`, JSON). Kept beside a compiled library once the library
-    has been checked, so a later load runs it without importing XGBoost or LightGBM
-    (seconds and ~150 MiB per worker)."""
+    """A tree ensemble ready to run: its predict, its input width, what the adapter needs
+    to know of it (`facts`, JSON), and whether it runs compiled (`native`, recorded in
+    the job's manifest) or on the library's own predict."""
 
     predict: Predict
     width: int
     facts: Mapping[str, Any]
+    native: bool = field(default=False)
 
 
 def fastest(
@@ -107,21 +107,14 @@ def fastest(
         return load()
     native: Trees | None = None
     try:
-        toolchain = which_compiler()
-        if toolchain is None:
-            raise CannotCompile("no C compiler (gcc or clang) on PATH")
-        library = _library_file(path, frontend, toolchain)
-        kept = _read_checked(library)
+        key = _cache_key(path, frontend)
+        folder = engine.private_cache()
+        kept = _read_kept(folder, key, threads)
         if kept is not None:
-            width, facts = kept
-            return Trees(TreeLibrary(library, threads).predict, width, facts)
+            return kept
         native = load()
-        _build(library, path, frontend, toolchain)
-        compiled = TreeLibrary(library, threads)
-        _check_agrees(compiled.predict, native.predict, native.width)
-        _write_checked(library, native)
-        return replace(native, predict=compiled.predict)
-    except (CompileError, BuildError) as reason:
+        return _compile(path, frontend, native, folder=folder, key=key, threads=threads)
+    except (CannotCompile, EngineError, ReadError) as reason:
         if mode is True:
             raise ModelLoadError(
                 f"model.options.compile = true, but {path.name} cannot be compiled: {reason}"
@@ -132,13 +125,18 @@ def fastest(
         return native if native is not None else load()
 
 
-def _library_file(path: Path, frontend: Frontend, toolchain: str) -> Path:
-    """Where the library built from this model file by these tools lives in the cache.
-    The frontend's version is in the name because the check against it is kept too."""
+def _cache_key(path: Path, frontend: Frontend) -> str:
+    """The name this model file compiled by these tools for this CPU is kept under."""
+    try:
+        import llvmlite  # noqa: F401 - only whether it is there
+    except ImportError:
+        raise CannotCompile(
+            "llvmlite is not installed (pip install 'thresher[boosters]')"
+        ) from None
     digest = hashlib.sha256(path.read_bytes())
-    versions = " ".join(_version(package) for package in ("tl2cgen", "treelite", frontend))
-    digest.update(f"{versions} {platform.machine()} {toolchain}\n".encode() + WRITERS)
-    return cache_dir() / f"{frontend}-{digest.hexdigest()[:32]}.so"
+    versions = " ".join(_version(package) for package in ("llvmlite", "treelite", frontend))
+    digest.update(f"{versions} {platform.machine()} {engine.host()}\n".encode() + WRITERS)
+    return f"{frontend}-{digest.hexdigest()[:32]}"
 
 
 def _version(package: str) -> str:
@@ -148,38 +146,72 @@ def _version(package: str) -> str:
         return "absent"
 
 
-def _read_checked(library: Path) -> tuple[int, dict[str, Any]] | None:
-    """The width and facts kept when this library was checked against its frontend; None
-    if it was not (yet), or if what was kept is unreadable (then it is checked again)."""
+def _read_kept(folder: Path | None, key: str, threads: int) -> Trees | None:
+    """The compiled forest kept under `key` once it agreed with its frontend; None if
+    there is none (yet), or what was kept is unreadable or untrusted (then it is made
+    again)."""
+    if folder is None:
+        return None
+    code = engine.read_kept(folder / f"{key}.o")
     try:
-        kept = json.loads(library.with_suffix(".json").read_text())
-        return int(kept["width"]), dict(kept["facts"])
+        kept = json.loads((folder / f"{key}.json").read_text())
+        width, facts, finish = int(kept["width"]), dict(kept["facts"]), Finish(**kept["finish"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if code is None:
+        return None
+    compiled = CompiledForest(code, width, finish, threads)
+    return Trees(compiled.predict, width, facts, native=True)
 
 
-def _write_checked(library: Path, trees: Trees) -> None:
-    kept = library.with_suffix(".json")
-    partial = kept.with_suffix(f".{os.getpid()}.partial")
+def _compile(
+    path: Path, frontend: Frontend, native: Trees, *, folder: Path | None, key: str, threads: int
+) -> Trees:
+    """Compile the model at `path`, check it against `native`, keep it in `folder`."""
+    if folder is None:
+        log.warning(
+            "%s is not private to this user: compiled trees are not cached, each load"
+            " compiles them again",
+            cache_dir(),
+        )
+        code, finish = _object_code(path, frontend)
+    else:
+        with engine.locked(folder / f"{key}.lock"):
+            kept = _read_kept(folder, key, threads)  # another worker compiled it meanwhile
+            if kept is not None:
+                return replace(kept, facts=native.facts)
+            code, finish = _object_code(path, frontend)
+            compiled = CompiledForest(code, native.width, finish, threads)
+            _check_agrees(compiled.predict, native.predict, native.width)
+            engine.keep(folder / f"{key}.o", code)
+            facts = {"width": native.width, "facts": dict(native.facts), "finish": finish.to_json()}
+            engine.keep(folder / f"{key}.json", json.dumps(facts).encode())
+            return replace(native, predict=compiled.predict, native=True)
+    compiled = CompiledForest(code, native.width, finish, threads)
+    _check_agrees(compiled.predict, native.predict, native.width)
+    return replace(native, predict=compiled.predict, native=True)
+
+
+def _object_code(path: Path, frontend: Frontend) -> tuple[bytes, Finish]:
+    with _patience(f"{path.name}: compiling its trees (once; later loads use the cache)"):
+        trees = forest.read(path, frontend)
+        why = forest.unfit(trees)
+        if why is not None:
+            raise CannotCompile(why)
+        return engine.compile_ir(codegen.module(trees)), trees.finish
+
+
+@contextmanager
+def _patience(doing: str) -> Iterator[None]:
+    """Say what is being done if it takes more than `PATIENCE_S`, so a long compile of a
+    large model never looks hung."""
+    timer = threading.Timer(PATIENCE_S, log.warning, (f"{doing}...",))
+    timer.daemon = True
+    timer.start()
     try:
-        partial.write_text(json.dumps({"width": trees.width, "facts": dict(trees.facts)}))
-        os.replace(partial, kept)  # whole or absent, as the library
-    except OSError as exc:  # the next load checks again; this one is fine
-        log.warning("cannot keep %s (the next load checks the library again): %s", kept, exc)
-
-
-def _build(library: Path, path: Path, frontend: Frontend, toolchain: str) -> None:
-    """Compile the model at `path` into `library`, unless another worker has."""
-    with locked(library.with_suffix(".lock")):
-        if library.exists():
-            return
-        partial = library.with_suffix(f".{os.getpid()}.partial.so")
-        try:
-            build(path, frontend, partial, toolchain)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        os.replace(partial, library)  # whole or absent: a reader never sees half a library
+        yield
+    finally:
+        timer.cancel()
 
 
 def _check_agrees(compiled: Predict, native: Predict, width: int) -> None:
