@@ -235,9 +235,8 @@ def _python_model(workload: Workload) -> Predictor:
 
 def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> Predictor:
     """The workload's model, loaded directly with `threads` threads; `compiled`: a tree
-    model in its fastest form known here, thresher's compiled tree library (QuickScorer
-    kernels, see thresher.trees.quickscorer), called on the in-memory matrix. 3x faster
-    than tl2cgen's own runtime on this model: an optimum that ran anything slower would
+    model in its fastest form known here, thresher's compiled trees (thresher.trees: LLVM
+    through llvmlite), on the in-memory matrix: an optimum that ran anything slower would
     hide the pipeline's overhead in a slower model stage."""
     if workload.kind == "python":  # numpy's threads are its BLAS's, set by the process
         return _python_model(workload)
@@ -269,16 +268,24 @@ def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> 
 
 
 def _compiled_lightgbm(workload: Workload, threads: int) -> Predictor:
-    from thresher.native import which_compiler
-    from thresher.trees.library import TreeLibrary, build
+    import lightgbm
 
-    library = Path(workload.model).with_suffix(".trees.so")
-    if not library.exists():  # compiling is set-up, like loading: not timed
-        build(Path(workload.model), "lightgbm", library, which_compiler() or "gcc")
-    compiled = TreeLibrary(library, threads)
+    from thresher.models.features import to_matrix
+    from thresher.trees.compiled import Trees, fastest
+
+    path = Path(workload.model)
+    booster = lightgbm.Booster(model_file=str(path))
+
+    def load() -> Trees:  # the library's own predict, which the compiled trees are checked against
+        return Trees(lambda t: booster.predict(to_matrix(t)), booster.num_feature(), {})
+
+    # Compiling is set-up, like loading (and cached): not timed.
+    compiled = fastest(path, "lightgbm", load, threads=threads, mode=True)
 
     def trees(x: np.ndarray) -> np.ndarray:
-        p = compiled.predict_matrix(x)
+        columns = np.asfortranarray(x)
+        batch = pa.table([columns[:, j] for j in range(columns.shape[1])], names=workload.features)
+        p = compiled.predict(batch)
         return np.argmax(np.column_stack([1.0 - p, p]), axis=1).astype(np.int64)
 
     return _in_slices(trees)
