@@ -25,6 +25,19 @@ def to_numpy(array: pa.Array) -> np.ndarray:
     return converted
 
 
+def column_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column's values as `to_numpy` gives each chunk's (a view when it is one chunk of
+    numbers without nulls), joined: pyarrow's own `ChunkedArray.to_numpy` imports pandas."""
+    if isinstance(column, pa.Array):
+        return to_numpy(column)
+    chunks = column.chunks
+    if len(chunks) == 1:
+        return to_numpy(chunks[0])
+    if not chunks:
+        return to_numpy(pa.array([], column.type))
+    return np.concatenate([to_numpy(chunk) for chunk in chunks])
+
+
 def vector_rows(column: pa.FixedSizeListArray | pa.ChunkedArray) -> np.ndarray:
     """A column of fixed-size lists of numbers (an `embedding` column) as a (rows, width)
     matrix, through `to_numpy` (a view when there are no nulls)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from thresher.arrays import to_numpy
+from thresher.arrays import column_to_numpy, to_numpy
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,9 +64,11 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 
 
 def to_numpy_dict(table: pa.Table) -> dict[str, np.ndarray]:
-    """The table as `{column name: 1-D numpy array}`; nulls follow Arrow's `to_numpy`."""
+    """The table as `{column name: 1-D numpy array}`; values and nulls as Arrow's
+    `to_numpy` gives them, numbers without nulls as views of Arrow's buffers where a
+    column is one chunk, and no pandas imported (see `column_to_numpy`)."""
     return {
-        name: column.to_numpy()
+        name: column_to_numpy(column)
         for name, column in zip(table.column_names, table.columns, strict=True)
     }
 

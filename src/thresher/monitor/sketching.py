@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from thresher.arrays import column_to_numpy, to_numpy
 from thresher.monitor.profile import PROBABILITY_BINS, ColumnProfile, Moments
 
 __all__ = ["MAX_CATEGORIES", "add_categories", "sketch_sample"]
@@ -54,7 +55,8 @@ def _value_counts(values: pa.ChunkedArray) -> list[tuple[Any, int]]:
     (class labels, chunk after chunk) by `np.bincount` over each part where it lies: a
     fifth of the time of Arrow's hash-based `value_counts`, which counts the rest."""
     parts = [p.drop_null() if p.null_count else p for p in values.chunks]
-    numbers = [p.to_numpy() for p in parts if len(p)] if pa.types.is_integer(values.type) else []
+    integers = pa.types.is_integer(values.type)
+    numbers = [to_numpy(p) for p in parts if len(p)] if integers else []
     if numbers:
         low, high = min(int(n.min()) for n in numbers), max(int(n.max()) for n in numbers)
         if high - low < BINCOUNT_SPAN and low > -(1 << 62) and high < 1 << 62:
@@ -73,7 +75,7 @@ def add_numbers(column: ColumnProfile, values: pa.ChunkedArray | pa.Array) -> No
     (no digits lost far from zero), into the column's; sorted into its quantile sketch
     (KLL's compactions, which sort, then take a third less of the time); and counted
     into its probability histogram while every value lies in [0, 1]."""
-    numbers = np.asarray(values.drop_null().to_numpy(), dtype=np.float64)
+    numbers = np.asarray(column_to_numpy(values.drop_null()), dtype=np.float64)
     finite = np.sort(numbers[np.isfinite(numbers)])  # a copy of its own: the sketch writes
     if not len(finite):
         return
