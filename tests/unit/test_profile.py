@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from thresher import native
 from thresher.monitor.profile import Profile, merge_profiles
 from thresher.monitor.profiler import MAX_CATEGORIES, ShardProfiler
 from thresher.monitor.sampling import sample_rate_for
@@ -85,17 +84,6 @@ def test_a_chunk_in_several_arrow_chunks_profiles_as_one() -> None:
     for q, found in zip([0.1, 0.5, 0.9], b.quantiles.get_quantiles([0.1, 0.5, 0.9]), strict=True):
         rank = np.searchsorted(valid, found) / len(valid)
         assert abs(rank - q) < 0.05  # the sketch's error and the 30% sample's
-
-
-def test_without_a_compiler_there_is_no_kernel_and_no_error(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(native, "which_compiler", lambda: None)
-    native.kernel.cache_clear()
-    try:
-        assert native.kernel("nothing", "int thresher_nothing(void) { return 0; }") is None
-    finally:
-        native.kernel.cache_clear()
 
 
 def test_moments_keep_their_digits_far_from_zero() -> None:
