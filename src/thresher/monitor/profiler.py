@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from thresher.arrays import from_numpy
 from thresher.monitor.profile import ColumnProfile, Kind, Profile, Role
 from thresher.monitor.sampling import RowSample
 from thresher.monitor.sketching import MAX_CATEGORIES, add_categories, sketch_sample
@@ -94,7 +95,8 @@ class ShardProfiler:
             count_exactly(column, values)
         if sample is not None and not len(sample):
             return
-        kept = table if sample is None else table.take(pa.array(sample))
+        # from_numpy, not pa.array: pyarrow's imports pandas, in every worker
+        kept = table if sample is None else table.take(from_numpy(sample))
         self._waiting.append((columns, kept))
         self._waiting_rows += kept.num_rows
         if self._waiting_rows >= FLUSH:
