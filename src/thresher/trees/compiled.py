@@ -5,7 +5,7 @@ XGBoost and LightGBM walk their trees through generic node tables. treelite read
 same model file; thresher writes each tree out as if/else code (`codegen.py`) and LLVM,
 which llvmlite's wheel carries, compiles it for this CPU (`engine.py`). On the
 benchmark's model (100 trees of 31 leaves) that is ~5x LightGBM's own predict on one
-core, level with the QuickScorer kernels thresher compiled with gcc before
+core, within 1.2x of the QuickScorer kernels thresher compiled with gcc before
 (benchmarks/results/tree-engine.md), with the same probabilities to float rounding.
 
 `model.options.compile` says when:
