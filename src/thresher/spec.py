@@ -149,9 +149,6 @@ class ModelSection(Section):
         return self
 
 
-READ_WINDOW = 8192
-
-
 class BatchSection(Section):
     size: int | Literal["auto"] = "auto"
     max_size: int = Field(default=65536, ge=1)
@@ -170,18 +167,6 @@ class BatchSection(Section):
     @classmethod
     def _bytes(cls, value: object) -> object:
         return parse_bytes(value) if isinstance(value, str) else value
-
-    def read_rows(self, sorts_by_length: bool = False) -> int:
-        """Rows per chunk read from a shard: a whole number of fixed batches at least
-        `READ_WINDOW` rows long — a window wide enough for text models to sort rows by
-        length, so that small batches pad little — or, for "auto", the tuner's ceiling.
-
-        A text model (`sorts_by_length`) under "auto" reads `READ_WINDOW` rows, which caps
-        its batches there: wider windows pad no less, and measured slower (MiniLM on
-        20k sentences: 231 rows/s sorting 8,192 rows at a time, 202 sorting all 20k)."""
-        if isinstance(self.size, int):
-            return self.size * max(1, -(-READ_WINDOW // self.size))
-        return min(self.max_size, READ_WINDOW) if sorts_by_length else self.max_size
 
 
 class RunSection(Section):

@@ -435,3 +435,18 @@ def test_a_workers_progress_is_sent_at_most_every_quarter_second_and_all_of_it(
     report.flush()  # the shard's end: the rest
     report.flush()  # nothing more to say
     assert sent == [Progress(3, 1100), Progress(3, 50)]
+
+
+def test_batch_size_auto_reads_chunks_of_max_size() -> None:
+    """How many rows a worker reads at once is the engine's policy, not the spec's."""
+    from thresher.spec import BatchSection
+    from thresher.worker.shard import read_rows
+
+    auto = BatchSection(size="auto", max_size=100_000)
+    assert read_rows(auto) == 100_000
+    assert read_rows(auto, by_length=True) == 8192  # a text model's sorting window
+    small = BatchSection(size="auto", max_size=1000)
+    assert read_rows(small, by_length=True) == 1000
+    for sorts in (False, True):
+        assert read_rows(BatchSection(size=300), sorts) == 300 * 28
+        assert read_rows(BatchSection(size=10_000), sorts) == 10_000

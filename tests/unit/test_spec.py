@@ -540,17 +540,6 @@ def test_batch_max_memory_takes_sizes_with_units(text: str, expected: int) -> No
     assert spec.batch.max_memory == expected
 
 
-def test_batch_size_auto_reads_chunks_of_max_size() -> None:
-    auto = parse_spec(raw_spec(batch={"size": "auto", "max_size": 100_000})).batch
-    assert auto.read_rows() == 100_000
-    assert auto.read_rows(sorts_by_length=True) == 8192  # a text model's sorting window
-    small = parse_spec(raw_spec(batch={"size": "auto", "max_size": 1000})).batch
-    assert small.read_rows(sorts_by_length=True) == 1000
-    for sorts in (False, True):
-        assert parse_spec(raw_spec(batch={"size": 300})).batch.read_rows(sorts) == 300 * 28
-        assert parse_spec(raw_spec(batch={"size": 10_000})).batch.read_rows(sorts) == 10_000
-
-
 @pytest.mark.parametrize(
     "text", ["1e400GB", "inf", "nan", "-5MB", "99999999999999999999GB", "1.5.2MB", "1 2MB"]
 )

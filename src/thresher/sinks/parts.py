@@ -1,4 +1,5 @@
-"""Part files in a directory: their names, their staging names, and the atomic commit.
+"""Part files in a directory: their names, their staging names, the atomic commit, and
+a shard's bad records (`ErrorPart`, the error part staged beside its output part).
 
 `part-00042.parquet` is shard 42's output; while a worker writes it, it lives under
 `_staging/part-00042.<attempt>.parquet`. Committing renames it into place (atomic on local
@@ -10,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,6 +21,8 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from thresher.errors import BadInputError
+from thresher.records import BadRecord
 from thresher.sources.files import filesystem, is_local
 
 STAGING = "_staging"
@@ -129,6 +132,42 @@ def read_error_records(path: str) -> list[dict[str, Any]]:
         return []
     with fs.open(where, "r", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+class ErrorPart:
+    """A shard's bad records, staged as JSONL beside its output part."""
+
+    def __init__(self, path: str, fail_fast: bool) -> None:
+        self._path = path
+        self._fail_fast = fail_fast
+        self._file: Any = None
+        self.count = 0
+
+    def add(self, record: BadRecord) -> None:
+        if self._fail_fast:
+            raise BadInputError(
+                f"bad record at {record.where()}: {record.message} "
+                '(errors.on_bad_input = "fail"; set it to "skip" to route such records '
+                "to _errors/ and go on)"
+            )
+        self.add_line(record.to_json())
+
+    def add_all(self, records: Iterable[BadRecord]) -> None:
+        for record in records:
+            self.add(record)
+
+    def add_line(self, line: str) -> None:
+        """Write one error record that is already JSON (kept from an earlier error file)."""
+        if self._file is None:
+            self._file = open_for_write(self._path)
+        self._file.write((line + "\n").encode("utf-8"))
+        self.count += 1
+
+    def close(self, shard: int, attempt: str) -> StagedPart:
+        if self._file is None:
+            return StagedPart(shard, attempt, None, 0)
+        self._file.close()
+        return StagedPart(shard, attempt, self._path, self.count)
 
 
 def open_for_write(url: str) -> Any:

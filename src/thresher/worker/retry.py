@@ -16,9 +16,10 @@ import pyarrow as pa
 
 from thresher.executors.tasks import RetryTask, ShardResult, WorkerSetup
 from thresher.models.base import Model
+from thresher.sinks.parts import ErrorPart
 from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
 from thresher.worker.autobatch import BatchTuner
-from thresher.worker.shard import ErrorPart, ShardWork, sorts_by_length, tuner_for
+from thresher.worker.shard import ShardWork, read_rows, sorts_by_length, tuner_for
 
 
 def run_retry(
@@ -37,7 +38,7 @@ def run_retry(
     writer = setup.parts.open(shard.index, task.attempt)
     work = ShardWork(setup, model, shard, errors, tuner)
     fixed = 0
-    for chunk in setup.reader.read(shard, setup.batch.read_rows(sorts_by_length(model))):
+    for chunk in setup.reader.read(shard, read_rows(setup.batch, sorts_by_length(model))):
         picked = pick_rows(chunk, task.rows, setup, shard)
         if picked.table.num_rows:
             output = work.predict_in_batches(picked)

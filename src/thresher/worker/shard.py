@@ -7,19 +7,18 @@ local executor and the Ray actor both call `run_shard` with a model loaded once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher.errors import BadInputError, ModelOutputError
+from thresher.errors import ModelOutputError
 from thresher.executors.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.models.base import Model, SortsByLength
 from thresher.records import BadRecord, Stage
-from thresher.sinks.parts import StagedPart, open_for_write
+from thresher.sinks.parts import ErrorPart
 from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
 from thresher.spec import BatchSection
 from thresher.worker.autobatch import BatchTuner
@@ -27,41 +26,7 @@ from thresher.worker.pipeline import Prefetch, WriteBehind
 from thresher.worker.predict import predict_isolating, row_as_text
 from thresher.worker.profiling import ChunkProfiler
 
-
-class ErrorPart:
-    """A shard's bad records, staged as JSONL beside its output part."""
-
-    def __init__(self, path: str, fail_fast: bool) -> None:
-        self._path = path
-        self._fail_fast = fail_fast
-        self._file: Any = None
-        self.count = 0
-
-    def add(self, record: BadRecord) -> None:
-        if self._fail_fast:
-            raise BadInputError(
-                f"bad record at {record.where()}: {record.message} "
-                '(errors.on_bad_input = "fail"; set it to "skip" to route such records '
-                "to _errors/ and go on)"
-            )
-        self.add_line(record.to_json())
-
-    def add_all(self, records: Iterable[BadRecord]) -> None:
-        for record in records:
-            self.add(record)
-
-    def add_line(self, line: str) -> None:
-        """Write one error record that is already JSON (kept from an earlier error file)."""
-        if self._file is None:
-            self._file = open_for_write(self._path)
-        self._file.write((line + "\n").encode("utf-8"))
-        self.count += 1
-
-    def close(self, shard: int, attempt: str) -> StagedPart:
-        if self._file is None:
-            return StagedPart(shard, attempt, None, 0)
-        self._file.close()
-        return StagedPart(shard, attempt, self._path, self.count)
+READ_WINDOW = 8192  # rows a text model sorts by length at once (see read_rows)
 
 
 @dataclass
@@ -164,8 +129,7 @@ def run_shard(
     Reading runs a chunk ahead and writing a result behind, on their own threads, while
     the model works through the chunk in batches of the tuner's current size."""
     started = time.perf_counter()
-    shard = task.shard
-    tuner = tuner or tuner_for(setup.batch, model)
+    shard, tuner = task.shard, tuner or tuner_for(setup.batch, model)
     part = setup.parts.open(shard.index, task.attempt)
     errors = ErrorPart(
         setup.parts.error_staging(shard.index, task.attempt), setup.on_bad_input == "fail"
@@ -173,8 +137,9 @@ def run_shard(
     work = ShardWork(setup, model, shard, errors, tuner)
     profiler = ChunkProfiler.of(setup, shard.index)
     rows_in = rows_out = 0
+    window = read_rows(setup.batch, sorts_by_length(model))
     with (
-        Prefetch(setup.reader.read(shard, setup.batch.read_rows(sorts_by_length(model)))) as chunks,
+        Prefetch(setup.reader.read(shard, window)) as chunks,
         WriteBehind(part.write) as writer,
     ):
         for chunk in chunks:
@@ -205,12 +170,25 @@ def run_shard(
 
 def tuner_for(batch: BatchSection, model: Model) -> BatchTuner:
     """A worker's tuner: it lives as long as the worker, so later shards start settled.
-    It never grows past the rows read at once (see `BatchSection.read_rows`)."""
+    It never grows past the rows read at once (see `read_rows`)."""
     fixed = batch.size if isinstance(batch.size, int) else None
-    ceiling = min(batch.max_size, batch.read_rows(sorts_by_length(model)))
+    ceiling = min(batch.max_size, read_rows(batch, sorts_by_length(model)))
     # Under "auto", a text model's batches are a budget of padded tokens (see autobatch).
     tokens = sorts_by_length(model) and not getattr(model, "batches_itself", False)
     return BatchTuner(fixed=fixed, max_size=ceiling, max_memory=batch.max_memory, tokens=tokens)
+
+
+def read_rows(batch: BatchSection, by_length: bool = False) -> int:
+    """Rows per chunk read from a shard: a whole number of fixed batches at least
+    `READ_WINDOW` rows long (a window wide enough for a text model to sort its rows by
+    length, so that small batches pad little), or, under "auto", the tuner's ceiling.
+
+    A text model (`by_length`) under "auto" reads `READ_WINDOW` rows, which caps its
+    batches there: a wider window pads no less, and measured slower
+    (benchmarks/results/read-window.md)."""
+    if isinstance(batch.size, int):
+        return batch.size * max(1, -(-READ_WINDOW // batch.size))
+    return min(batch.max_size, READ_WINDOW) if by_length else batch.max_size
 
 
 def sorts_by_length(model: Model) -> bool:
