@@ -1,12 +1,15 @@
 """SECURITY.md's defences that no other test backed (issue 34): only a token's hash is
 stored, a new store file is its user's alone whatever the umask, `/healthz` says 503 when
 the store does not answer, an ended job the announcer cannot announce is given up after
-`quarantine_after` looks while the others are announced, and `thresher serve` refuses a
-model whose loader module is not there. Each fails with its defence taken away."""
+`quarantine_after` looks while the others are announced, `thresher serve` refuses a
+model whose loader module is not there, and an OpenAI batch line nested 200,000 deep
+(checked in the server process, by Python's json, not by a native reader) is a bad line
+of its own. Each fails with its defence taken away."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import stat
@@ -18,6 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 from test_operator_cli import never_serve, run
 
+from thresher.openai.lines import prepare_lines
 from thresher.service.app import create_app
 from thresher.service.config import ServerConfig, prepare
 from thresher.service.policies.auth import create_token, tenant_of
@@ -95,3 +99,12 @@ def test_serve_refuses_a_model_whose_loader_module_is_not_there(
     code, said = run("serve", "--config", str(config), "--store", f"sqlite:///{tmp_path / 's.db'}")
     assert code == 2, said
     assert "models.churn.kind" in said and "no_such_package_xyz.loaders" in said
+
+
+def test_a_batch_line_nested_200000_deep_is_a_bad_line_not_a_crash(tmp_path: Path) -> None:
+    good = {"custom_id": "a", "method": "POST", "url": "/v1/embeddings",
+            "body": {"model": "m", "input": "x"}}  # fmt: skip
+    source = tmp_path / "batch.jsonl"
+    source.write_text(json.dumps(good) + "\n" + "[" * 200_000 + "]" * 200_000 + "\n")
+    found = prepare_lines(source, tmp_path / "rows.jsonl", "/v1/embeddings", {"m": "x"}, (9, 10**7))
+    assert [(p.code, p.line) for p in found.problems] == [("invalid_json_line", 2)]
