@@ -1,6 +1,6 @@
 """Which Arrow memory pool thresher's processes should use: the tabular (LightGBM) and
 MLP (ONNX) workloads' `thresher run`, 2 workers, with ARROW_DEFAULT_MEMORY_POOL set to
-jemalloc (what the `thresher` command picks: thresher/allocator.py), mimalloc (pyarrow's
+jemalloc (what the `thresher` command picks: thresher/cli/allocator.py), mimalloc (pyarrow's
 own default) and system (glibc's malloc), taking turns; best and median of N end to end,
 the process tree's user and system CPU time, the largest process's peak RSS.
 

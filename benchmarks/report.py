@@ -34,7 +34,7 @@ PEER_SETUP = [
     " the matrix models (the size the model runs fastest at here); for MiniLM, 1,024 rows"
     " per UDF call, which SentenceTransformer.encode sorts by length and encodes 64 at a"
     " time. Memory: the `thresher` command gives its processes Arrow's jemalloc pool"
-    " (thresher/allocator.py), and so does the hand-written optimum; the peers and the"
+    " (thresher/cli/allocator.py), and so does the hand-written optimum; the peers and the"
     " per-row loop keep pyarrow's default pool (mimalloc), as their users would"
     " (benchmarks/results/allocator.md).",
     "",

@@ -28,11 +28,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from thresher.coordinator.job import JobResult
+    from thresher.coordinator.progress import Reporter
     from thresher.monitor.actuals import ActualsPart
     from thresher.monitor.drift_report import DriftReport
     from thresher.monitor.profile import Profile
     from thresher.monitor.quality import Quality, QualityTrend, Task
-    from thresher.progress import Reporter
 
 __all__ = [
     "BadInputError",

@@ -1,5 +1,5 @@
 """The `thresher` command gives its own process and every worker Arrow's jemalloc pool
-(thresher/allocator.py), unless the user named a pool in ARROW_DEFAULT_MEMORY_POOL."""
+(thresher/cli/allocator.py), unless the user named a pool in ARROW_DEFAULT_MEMORY_POOL."""
 
 from __future__ import annotations
 

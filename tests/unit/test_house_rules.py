@@ -136,6 +136,8 @@ PUBLIC: dict[str, list[str]] = {
         "resume",
         "run",
     ],
+    "thresher.cli": ["cli", "main"],
+    "thresher.cli.views": [],
     "thresher.coordinator": [
         "JobResult",
         "commit_retry_shard",

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from thresher.cli import cli
+from thresher.cli.views.status import show_job, show_jobs
 from thresher.service.policies.auth import tenant_of
 from thresher.spec import parse_spec
-from thresher.status import show_job, show_jobs
 from thresher.store import JobState, open_store
 
 
@@ -42,6 +42,25 @@ def test_tokens_are_listed_by_fingerprint_and_a_revoked_one_is_refused(tmp_path:
     code, said = run("--store", store, "token", "revoke", fingerprint)
     assert code == 2 and "no token has the fingerprint" in said
     assert run("--store", store, "token", "revoke", "abc")[0] == 2  # too short to be sure
+
+
+def test_every_command_takes_store_and_the_nearest_one_counts(tmp_path: Path) -> None:
+    """As the README says: `--store URL` after `thresher`, after a group or after the
+    command; the one nearest the command wins, and only `thresher --store` reads the
+    environment."""
+    url = {name: f"sqlite:///{tmp_path / name}.db" for name in ("root", "group", "own")}
+    code, said = run("--store", url["root"], "status", "--store", url["own"])
+    assert code == 0, said
+    code, said = run("--store", url["root"], "actuals", "--store", url["group"], "list", "j")
+    assert code == 2 and "j" in said  # the job is unknown in the group's store
+    code, said = run("--store", url["root"], "cancel", "nope")
+    assert code == 1 and "nope" in said
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == ["group.db", "own.db", "root.db"]
+    env = {"THRESHER_STORE": f"sqlite:///{tmp_path / 'env.db'}"}
+    result = CliRunner().invoke(cli, ["profile", "--store", url["own"], "j"], env=env)
+    assert result.exit_code == 1 and not (tmp_path / "env.db").exists()
+    assert CliRunner().invoke(cli, ["profile", "j"], env=env).exit_code == 1
+    assert (tmp_path / "env.db").exists()
 
 
 def never_serve(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from thresher.progress import BarReporter, LogReporter, reporter_for
+from thresher.coordinator.progress import BarReporter, LogReporter, reporter_for
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +45,7 @@ def test_a_bar_on_a_terminal_counts_rows() -> None:
 def test_a_run_without_a_terminal_does_not_import_rich() -> None:
     """rich costs a CLI run ~17 ms of start-up; only the bar needs it."""
     code = (
-        "import sys, thresher.progress as p;"
+        "import sys, thresher.coordinator.progress as p;"
         " p.reporter_for(sys.stderr); print('rich' in sys.modules)"
     )
     done = subprocess.run(

@@ -16,6 +16,7 @@ from typing import Any
 from thresher.coordinator.loop import JobLedger, LoopOutcome, ShardLoop
 from thresher.coordinator.manifest import RunFacts, build_manifest, error_rate_problem
 from thresher.coordinator.profile_fold import ProfileFold
+from thresher.coordinator.progress import QuietReporter, Reporter
 from thresher.errors import SpecError, ThresherError
 from thresher.executors.base import make_executor
 from thresher.executors.tasks import WorkerSetup
@@ -29,7 +30,6 @@ from thresher.plan import (
     place,
     plan_input,
 )
-from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
 from thresher.sinks.guard import check_sink_place
 from thresher.sources import Plan, open_source

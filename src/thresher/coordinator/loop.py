@@ -15,6 +15,7 @@ from typing import Protocol
 
 from thresher.coordinator.commit import commit_shard
 from thresher.coordinator.profile_fold import ProfileFold
+from thresher.coordinator.progress import Reporter
 from thresher.errors import JobFailed
 from thresher.executors.base import Executor
 from thresher.executors.tasks import (
@@ -28,7 +29,6 @@ from thresher.executors.tasks import (
     WorkerBroken,
     WorkerSetup,
 )
-from thresher.progress import Reporter
 from thresher.sinks import Sink
 from thresher.sources import Shard
 from thresher.store import JobState, Store

@@ -31,12 +31,12 @@ from typing import Any
 from thresher.coordinator.commit import commit_retry_shard
 from thresher.coordinator.job import Job, JobResult, worker_setup
 from thresher.coordinator.loop import ShardLoop
+from thresher.coordinator.progress import QuietReporter, Reporter
 from thresher.errors import JobFailed, SpecError
 from thresher.executors import make_executor
 from thresher.executors.tasks import RetryTask, ShardResult, Task
 from thresher.models import model_fingerprint
 from thresher.plan import check_features, plan_placement
-from thresher.progress import QuietReporter, Reporter
 from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, Shard
 from thresher.spec import JobSpec, apply_override, parse_spec

@@ -4,10 +4,11 @@ its workers made in the same pass as the predictions."""
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
+
+from thresher.cli.options import EXIT_FAILED, fail, with_store
 
 __all__ = ["profile"]
 
@@ -15,7 +16,7 @@ __all__ = ["profile"]
 @click.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
-@click.pass_obj
+@with_store
 def profile(store_url: str | None, job_id: str, as_json: bool) -> None:
     """Show a succeeded job's profile: per column its kind, nulls, range, centre,
     quantiles and most frequent values (and per segment with --json)."""
@@ -25,8 +26,7 @@ def profile(store_url: str | None, job_id: str, as_json: bool) -> None:
     try:  # MonitorError: a profile of a later version than this thresher reads
         found = open_store(store_url).profiles.of_job(job_id)
     except (StoreError, MonitorError) as exc:
-        click.echo(f"thresher: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc), EXIT_FAILED)
     described = found.describe()
     if as_json:
         click.echo(json.dumps(described, indent=2))

@@ -5,23 +5,20 @@ the jobs of a name or schedule). Exit codes: 0 done, 2 bad usage or input."""
 from __future__ import annotations
 
 import json
-import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
+from thresher.cli.options import EXIT_USAGE, fail, store_option, with_store
 from thresher.errors import ThresherError
 
-EXIT_USAGE = 2
-STORE_HELP = "The job store (as `thresher --store`)."
+__all__ = ["actuals", "quality"]
 
 
 @click.group()
-@click.option("--store", "own_store", metavar="URL", help=STORE_HELP)
-@click.pass_context
-def actuals(ctx: click.Context, own_store: str | None) -> None:
+@store_option()
+def actuals(store: str | None) -> None:
     """Labels for a job's predictions, as they arrive (`thresher actuals add`)."""
-    ctx.obj = own_store or ctx.obj
 
 
 @actuals.command("add")
@@ -37,7 +34,7 @@ def actuals(ctx: click.Context, own_store: str | None) -> None:
 @click.option("--query", help="A SQL query that returns the ids and labels (with --from).")
 @click.option("--from", "from_url", metavar="URL", help="sqlite:///path.db or postgresql://…")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.pass_obj
+@with_store
 def add(
     store_url: str | None,
     *,
@@ -63,7 +60,7 @@ def add(
         or (file is not None and query is not None)
         or (query is None) != (from_url is None)
     ):
-        _fail("give FILE, or --query with --from (not both)")
+        fail("give FILE, or --query with --from (not both)", EXIT_USAGE)
     try:
         store = open_store(store_url)
         part = read_part(
@@ -71,7 +68,7 @@ def add(
         )
         added = add_actuals(store, job_id, part, prediction_column)
     except ThresherError as exc:
-        _fail(str(exc))
+        fail(str(exc), EXIT_USAGE)
     if as_json:
         click.echo(json.dumps(added.to_json(), indent=2))
         return
@@ -91,7 +88,7 @@ def add(
 @actuals.command("list")
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the parts as JSON.")
-@click.pass_obj
+@with_store
 def list_parts(store_url: str | None, job_id: str, as_json: bool) -> None:
     """The parts of actuals added to job JOB_ID, in the order they came."""
     from dataclasses import asdict
@@ -103,7 +100,7 @@ def list_parts(store_url: str | None, job_id: str, as_json: bool) -> None:
         store.job(job_id)
         parts = store.actuals.parts(job_id)
     except ThresherError as exc:
-        _fail(str(exc))
+        fail(str(exc), EXIT_USAGE)
     if as_json:
         click.echo(json.dumps([asdict(p) for p in parts], indent=2))
         return
@@ -122,22 +119,19 @@ def list_parts(store_url: str | None, job_id: str, as_json: bool) -> None:
     help="Force the task [default: inferred from the labels and predictions].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--store", "own_store", metavar="URL", help=STORE_HELP)
-@click.pass_obj
-def quality(
-    store_url: str | None, job_or_name: str, task: Any, as_json: bool, own_store: str | None
-) -> None:
+@with_store
+def quality(store_url: str | None, job_or_name: str, task: Any, as_json: bool) -> None:
     """Quality of job JOB_OR_NAME once actuals arrived — metrics, counts, coverage and
     label lag — or, for a job name or schedule, the trend across its succeeded jobs,
     oldest first."""
+    from thresher.cli.views.quality import show_quality
     from thresher.monitor.quality import quality as measure
-    from thresher.quality_view import show_quality
     from thresher.store import open_store
 
     try:
-        result = measure(open_store(own_store or store_url), job_or_name, task)
+        result = measure(open_store(store_url), job_or_name, task)
     except ThresherError as exc:
-        _fail(str(exc))
+        fail(str(exc), EXIT_USAGE)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -147,8 +141,3 @@ def quality(
 def _coverage(labelled: int, predicted: int) -> str:
     share = f" ({labelled / predicted:.1%})" if predicted else ""
     return f"{labelled:,} of {predicted:,} predicted ids labelled{share}"
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"thresher: {message}", err=True)
-    sys.exit(EXIT_USAGE)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from thresher.cli.views.status import shown
 from thresher.monitor.metrics import ClassificationMetrics, RegressionMetrics
 from thresher.monitor.quality import Lag, Quality, QualityTrend
-from thresher.status import shown
 
 CLASSIFICATION = ("accuracy", "precision", "recall", "f1", "roc_auc", "log_loss")
 REGRESSION = ("mae", "rmse", "r2")

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from thresher.cli.options import EXIT_FAILED, EXIT_USAGE, fail, with_store
+
 if TYPE_CHECKING:
     from thresher.monitor.drift_report import ColumnDrift, DriftReport
 
 __all__ = ["drift"]
 
-EXIT_DRIFT = 1
-EXIT_USAGE = 2
 STYLES = {"ok": "green", "warn": "yellow", "drift": "bold red"}
 
 
@@ -34,7 +34,7 @@ STYLES = {"ok": "green", "warn": "yellow", "drift": "bold red"}
     metavar="NAME[,NAME…]",
     help="Compare only these columns (repeatable, or comma-separated).",
 )
-@click.pass_obj
+@with_store
 def drift(
     store_url: str | None,
     *,
@@ -55,14 +55,13 @@ def drift(
     try:
         report = drift_of(open_store(store_url), baseline, current, wanted)
     except ThresherError as exc:
-        click.echo(f"thresher: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        fail(str(exc), EXIT_USAGE)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         show(report)
     if fail_on_drift and report.verdict == "drift":
-        sys.exit(EXIT_DRIFT)
+        sys.exit(EXIT_FAILED)  # the check failed: a pipeline stops here
 
 
 def show(report: DriftReport) -> None:

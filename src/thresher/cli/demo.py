@@ -6,16 +6,22 @@ safe skops format, writes a job spec beside them, runs it, and shows a few resul
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from thresher.errors import ModelLoadError
-from thresher.store import Store
+from thresher.cli.options import EXIT_FAILED, fail, with_store
+from thresher.errors import ModelLoadError, ThresherError
+
+if TYPE_CHECKING:  # numpy and pyarrow are imported when the demo runs, not with the CLI
+    import pyarrow as pa
+
+    from thresher.store import Store
+
+__all__ = ["demo", "make_customers", "run_demo", "train_model"]
 
 FEATURES = [
     "age",
@@ -61,8 +67,34 @@ keep_columns = ["segment"]
 """
 
 
+@click.command()
+@click.option("--rows", default=1_000_000, show_default=True, help="Customers to generate.")
+@click.option(
+    "--dir",
+    "directory",
+    default="thresher-demo",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the data, model, spec and results go.",
+)
+@with_store
+def demo(store_url: str | None, rows: int, directory: Path) -> None:
+    """Score a synthetic credit table end to end, offline: data, model, spec, results."""
+    from thresher.store import open_store
+
+    try:
+        ok = run_demo(directory, rows, open_store(store_url))
+    except ThresherError as exc:
+        fail(f"demo failed: {exc}", EXIT_FAILED)
+    if not ok:
+        sys.exit(EXIT_FAILED)
+
+
 def make_customers(rows: int, seed: int = 7) -> pa.Table:
     """A credit table with a default probability that depends on the features."""
+    import numpy as np
+    import pyarrow as pa
+
     rng = np.random.default_rng(seed)
     age = rng.integers(18, 80, rows)
     income = np.round(rng.lognormal(10.5, 0.6, rows), 2)
@@ -106,6 +138,8 @@ def make_customers(rows: int, seed: int = 7) -> pa.Table:
 
 def train_model(table: pa.Table, path: Path, sample: int = 50_000) -> None:
     """Fit a gradient-boosting classifier on a sample and save it with skops."""
+    import numpy as np
+
     try:
         import skops.io as sio
         from sklearn.ensemble import HistGradientBoostingClassifier
@@ -122,10 +156,12 @@ def train_model(table: pa.Table, path: Path, sample: int = 50_000) -> None:
 
 def run_demo(directory: Path, rows: int, store: Store | None = None) -> bool:
     """Generate, train, write the spec, run it, and print where the results are."""
+    import pyarrow.parquet as pq
+
+    from thresher.cli.views.summary import print_result
     from thresher.coordinator.job import run_job
-    from thresher.progress import reporter_for
+    from thresher.coordinator.progress import reporter_for
     from thresher.spec import load_spec
-    from thresher.summary import print_result
 
     directory.mkdir(parents=True, exist_ok=True)
     clock = time.perf_counter()
@@ -150,6 +186,8 @@ def run_demo(directory: Path, rows: int, store: Store | None = None) -> bool:
 
 
 def _show_sample(scores: Path) -> None:
+    import pyarrow.parquet as pq
+
     first = sorted(scores.glob("part-*.parquet"))[0]
     head = pq.read_table(first).slice(0, 5).to_pylist()
     click.echo(f"first rows of {first}:")

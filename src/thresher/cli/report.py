@@ -3,10 +3,11 @@ HTML file (see `thresher.monitor.report.build`)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
+
+from thresher.cli.options import EXIT_FAILED, fail, with_store
 
 __all__ = ["report"]
 
@@ -27,7 +28,7 @@ __all__ = ["report"]
     show_default=True,
     help="Where the HTML goes.",
 )
-@click.pass_obj
+@with_store
 def report(store_url: str | None, job_id: str, baseline: str | None, output: Path) -> None:
     """Write a succeeded job's report: the verdict, drifted columns and quality first, then
     baseline-vs-current distributions per column, PSI by column, the predictions, quality
@@ -39,7 +40,6 @@ def report(store_url: str | None, job_id: str, baseline: str | None, output: Pat
     try:
         page = build_report(open_store(store_url), job_id, baseline)
     except (ThresherError, StoreError, ImportError) as exc:
-        click.echo(f"thresher: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc), EXIT_FAILED)
     output.write_text(page, encoding="utf-8")
     click.echo(f"wrote {output} ({len(page.encode()) / 1024:.0f} KiB)")
