@@ -10,22 +10,86 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from thresher.store.db import Database, IdempotencyConflict, StoreError
+from thresher.store.actuals import NewPart, PartRecord, PredictionInfo
+from thresher.store.batches import BatchRow, BatchStatus
+from thresher.store.counted import AtLimit
+from thresher.store.db import Database, IdempotencyConflict, StoreError, now
+from thresher.store.deliveries import DeliveryState
 from thresher.store.jobs import Store
+from thresher.store.leases import Lease, SlotRequest, Slots
+from thresher.store.owners import (
+    beat_seconds,
+    beating,
+    keep_beating,
+    owner_host,
+    this_host,
+    this_owner,
+)
+from thresher.store.queue import RunningJob, WaitingJob
 from thresher.store.records import JobRecord, JobState, ShardRecord, ShardState, Totals
+from thresher.store.requests import BufferedRequest, DuplicateRequest, RequestState, WaitingGroup
+from thresher.store.retries import RetryShard, RetryShardState
+from thresher.store.schedules import ScheduleExists, ScheduleRow, schedule_key
+from thresher.store.ticks import Tick, TickLedger, TickOutcome, tick_key
+from thresher.store.trigger_defs import TriggerDefRow, TriggerExists
+from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
+from thresher.store.uploads import FileRecord
+from thresher.store.webhook_endpoints import EndpointRow
 
+# Every table is an attribute of Store (`store.batches`, `store.ticks`, ...); what is
+# exported here are the rows and records they hand out, and the two ledgers' types.
 __all__ = [
+    "AtLimit",
+    "BatchRow",
+    "BatchStatus",
+    "BufferedRequest",
+    "DeliveryState",
+    "DuplicateRequest",
+    "EndpointRow",
+    "FileRecord",
     "IdempotencyConflict",
     "JobRecord",
     "JobState",
+    "Lease",
+    "NewPart",
+    "PartRecord",
+    "PredictionInfo",
+    "RequestState",
+    "RetryShard",
+    "RetryShardState",
+    "RunningJob",
+    "ScheduleExists",
+    "ScheduleRow",
+    "SetOutcome",
     "ShardRecord",
     "ShardState",
+    "SlotRequest",
+    "Slots",
     "Store",
     "StoreError",
+    "TakenFile",
+    "Tick",
+    "TickLedger",
+    "TickOutcome",
     "Totals",
+    "TriggerDefRow",
+    "TriggerExists",
+    "TriggerLedger",
+    "WaitingGroup",
+    "WaitingJob",
+    "beat_seconds",
+    "beating",
     "default_store_url",
+    "keep_beating",
+    "now",
     "open_store",
+    "owner_host",
     "read_store",
+    "schedule_key",
+    "set_job_key",
+    "this_host",
+    "this_owner",
+    "tick_key",
 ]
 
 

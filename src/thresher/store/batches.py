@@ -74,6 +74,13 @@ class BatchRow:
     cancelled_at: int | None = None
     priority: int = 0  # thresher's: the priority of the batch's job
 
+    @property
+    def status_at(self) -> int | None:
+        """When it entered its status (None for `validating`: see `created_at`)."""
+        column = STAMPS.get(self.status)
+        stamp: int | None = getattr(self, column) if column else None
+        return stamp
+
 
 COLUMNS = [f.name for f in fields(BatchRow)]
 SELECTED = ", ".join(COLUMNS)

@@ -12,13 +12,9 @@ import json
 from typing import Any
 
 from thresher.spec import JobSpec
-from thresher.store.actuals import ActualsTable
-from thresher.store.announced import Announcements
+from thresher.store._tables import Tables
 from thresher.store.db import Database, IdempotencyConflict, StoreError, now
-from thresher.store.leases import SlotLeases
-from thresher.store.owners import DEFAULT_OWNER_TIMEOUT, OwnerTable, this_owner
-from thresher.store.profiles import ProfileTable
-from thresher.store.queue import JobQueue
+from thresher.store.owners import DEFAULT_OWNER_TIMEOUT, this_owner
 from thresher.store.records import (
     AttemptOutcome,
     JobRecord,
@@ -27,12 +23,12 @@ from thresher.store.records import (
     ShardState,
     Totals,
 )
-from thresher.store.retries import RetryLog
 from thresher.store.schema import expect_current, migrate
 
 
-class Store:
-    """Jobs and shards in a Database. Every method is one transaction.
+class Store(Tables):
+    """Jobs and shards in a Database. Every method is one transaction; every other table
+    is an attribute (`store.batches`, `store.ticks`, ...: `_tables.py`).
 
     `owner` is whom the jobs this store starts or resumes are recorded under: this
     process, or the server a service job's coordinator runs for (`owners.py`)."""
@@ -44,19 +40,12 @@ class Store:
         owner_timeout: float = DEFAULT_OWNER_TIMEOUT,
         migrating: bool = True,
     ) -> None:
-        self.db = db
         if migrating:
             migrate(db)
         else:
             expect_current(db)
+        super().__init__(db, owner_timeout)
         self.owner = owner or this_owner()
-        self.owners = OwnerTable(db, owner_timeout)
-        self.retries = RetryLog(db)
-        self.leases = SlotLeases(db, self.owners)
-        self.queue = JobQueue(db)
-        self.profiles = ProfileTable(db)
-        self.actuals = ActualsTable(db)
-        self.announced = Announcements(db)
 
     @property
     def url(self) -> str:

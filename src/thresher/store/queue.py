@@ -1,5 +1,5 @@
 """The service's queue: jobs waiting to start (`queued`) or to resume (`preempted`), taken
-by a scheduler, and preempted ones put back.
+by a scheduler, cancelled while they wait, and preempted ones put back.
 
 A preempted job waits like a queued one, by priority then age, but only once its
 coordinator has stopped: while it still holds its slot lease it is winding down, and
@@ -127,6 +127,46 @@ class JobQueue:
             (JobState.PREEMPTED.value,),
         )
         return [str(r[0]) for r in rows]
+
+    def cancel_if_queued(self, job_id: str) -> bool:
+        """Cancel the job if it is waiting — queued, or preempted with its coordinator gone
+        (no lease) — atomically against the scheduler's claim."""
+        with self.db.transaction() as cur:
+            changed = cur.changed(
+                "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?,"
+                " wait_reason = NULL"
+                " WHERE id = ? AND state IN (?, ?)"
+                " AND id NOT IN (SELECT job_id FROM thresher_leases)",
+                (
+                    JobState.CANCELLED.value,
+                    now(),
+                    "cancelled by request",
+                    job_id,
+                    JobState.QUEUED.value,
+                    JobState.PREEMPTED.value,
+                ),
+            )
+        return changed > 0
+
+    def running_service_jobs(self) -> list[str]:
+        """Service jobs (with a tenant) in state running, by priority then age."""
+        rows = self.db.query(
+            "SELECT id FROM thresher_jobs WHERE state = ? AND tenant IS NOT NULL"
+            " ORDER BY priority DESC, created_at ASC",
+            (JobState.RUNNING.value,),
+        )
+        return [str(r[0]) for r in rows]
+
+    def waiting_by_priority(self, tenant: str | None = None) -> dict[int, int]:
+        """How many jobs wait (queued or preempted) at each priority: the tenant's, or every
+        job's with None."""
+        mine = " AND tenant = ?" if tenant is not None else ""
+        rows = self.db.query(
+            f"SELECT priority, COUNT(*) FROM thresher_jobs WHERE state IN (?, ?){mine}"
+            " GROUP BY priority ORDER BY priority DESC",
+            (*WAITING, *([] if tenant is None else [tenant])),
+        )
+        return {int(priority): int(count) for priority, count in rows}
 
 
 def _workers(spec: str) -> int | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import ClassVar
 
 from thresher.faults import crash_point
 from thresher.store.db import Database, now
@@ -52,6 +53,7 @@ def tick_key(schedule: str, nominal: datetime) -> str:
 @dataclass(frozen=True)
 class TickLedger:
     db: Database
+    MANUAL: ClassVar[str] = MANUAL  # the claimant of a manual tick
 
     def claim(self, schedule: str, nominal: datetime, owner: str, manual: bool = False) -> bool:
         """Claim the tick for `owner`; False if it was claimed before (by anyone)."""

@@ -1,166 +1,112 @@
-"""Read-only views of the job tables the service shows: a tenant's jobs page by page, the
-metrics' counts, jobs a stopped server left running, the rows a tenant's jobs read (its
-daily quota); and the queued job's cancel."""
+"""Read-only views of the job tables the service and the monitor show: a tenant's jobs
+page by page, the newest succeeded run of a name, the metrics' counts, the rows a tenant's
+jobs read (its daily quota)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from thresher.store.db import Database, now
+from thresher.store.db import Database
 from thresher.store.records import JobRecord, JobState, ShardState
 
-__all__ = [
-    "cancel_if_queued",
-    "done_row_totals",
-    "job_counts",
-    "latest_succeeded",
-    "rows_read_since",
-    "running_job_progress",
-    "running_service_jobs",
-    "succeeded_jobs_named",
-    "tenant_job_ids",
-    "waiting_by_priority",
-]
 
+@dataclass(frozen=True)
+class JobViews:
+    """Queries over `thresher_jobs` and its shards that change nothing (`store.views`)."""
 
-def tenant_job_ids(db: Database, tenant: str, limit: int, after: JobRecord | None) -> list[str]:
-    """Up to `limit` of the tenant's job ids, newest first, after job `after`."""
-    sql = "SELECT id FROM thresher_jobs WHERE tenant = ?"
-    params: list[Any] = [tenant]
-    if after is not None:
-        sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
-        params += [after.created_at, after.created_at, after.id]
-    rows = db.query(f"{sql} ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit])
-    return [str(r[0]) for r in rows]
+    db: Database
 
+    def tenant_job_ids(self, tenant: str, limit: int, after: JobRecord | None) -> list[str]:
+        """Up to `limit` of the tenant's job ids, newest first, after job `after`."""
+        sql = "SELECT id FROM thresher_jobs WHERE tenant = ?"
+        params: list[Any] = [tenant]
+        if after is not None:
+            sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
+            params += [after.created_at, after.created_at, after.id]
+        rows = self.db.query(f"{sql} ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit])
+        return [str(r[0]) for r in rows]
 
-def latest_succeeded(
-    db: Database, name: str, tenant: str | None = None, before: JobRecord | None = None
-) -> str | None:
-    """The id of the newest succeeded job named `name` — of `tenant` when given, of any
-    otherwise — or None: what "last night's run of `nightly`" means. With `before`, the
-    newest that started before that job (the run before it)."""
-    sql = "SELECT id FROM thresher_jobs WHERE name = ? AND state = ?"
-    params: list[Any] = [name, JobState.SUCCEEDED.value]
-    if tenant is not None:
-        sql += " AND tenant = ?"
-        params.append(tenant)
-    if before is not None:
-        sql += " AND id <> ? AND created_at <= ?"
-        params += [before.id, before.created_at]
-    rows = db.query(f"{sql} ORDER BY created_at DESC, id DESC LIMIT 1", params)
-    return str(rows[0][0]) if rows else None
+    def latest_succeeded(
+        self, name: str, tenant: str | None = None, before: JobRecord | None = None
+    ) -> str | None:
+        """The id of the newest succeeded job named `name` — of `tenant` when given, of any
+        otherwise — or None: what "last night's run of `nightly`" means. With `before`, the
+        newest that started before that job (the run before it)."""
+        sql = "SELECT id FROM thresher_jobs WHERE name = ? AND state = ?"
+        params: list[Any] = [name, JobState.SUCCEEDED.value]
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            params.append(tenant)
+        if before is not None:
+            sql += " AND id <> ? AND created_at <= ?"
+            params += [before.id, before.created_at]
+        rows = self.db.query(f"{sql} ORDER BY created_at DESC, id DESC LIMIT 1", params)
+        return str(rows[0][0]) if rows else None
 
-
-def cancel_if_queued(db: Database, job_id: str) -> bool:
-    """Cancel the job if it is waiting — queued, or preempted with its coordinator gone
-    (no lease) — atomically against the scheduler's claim."""
-    with db.transaction() as cur:
-        changed = cur.changed(
-            "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?, wait_reason = NULL"
-            " WHERE id = ? AND state IN (?, ?)"
-            " AND id NOT IN (SELECT job_id FROM thresher_leases)",
-            (
-                JobState.CANCELLED.value,
-                now(),
-                "cancelled by request",
-                job_id,
-                JobState.QUEUED.value,
-                JobState.PREEMPTED.value,
-            ),
+    def job_counts(self, tenant: str | None = None) -> dict[str, int]:
+        """How many jobs are in each state: the tenant's, or every job's with None."""
+        mine = " WHERE tenant = ?" if tenant is not None else ""
+        rows = self.db.query(
+            f"SELECT state, COUNT(*) FROM thresher_jobs{mine} GROUP BY state", _as_params(tenant)
         )
-    return changed > 0
+        return {str(state): int(count) for state, count in rows}
 
+    def done_row_totals(self, tenant: str | None = None) -> tuple[int, int, int]:
+        """Rows in, out and to error files of every committed shard of the tenant's jobs (of
+        every job with None)."""
+        mine = (
+            " AND job_id IN (SELECT id FROM thresher_jobs WHERE tenant = ?)"
+            if tenant is not None
+            else ""
+        )
+        row = self.db.query(
+            "SELECT COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0),"
+            f" COALESCE(SUM(rows_error), 0) FROM thresher_shards WHERE state = ?{mine}",
+            (ShardState.DONE.value, *_as_params(tenant)),
+        )[0]
+        return int(row[0]), int(row[1]), int(row[2])
 
-def running_service_jobs(db: Database) -> list[str]:
-    """Service jobs (with a tenant) in state running, by priority then age."""
-    rows = db.query(
-        "SELECT id FROM thresher_jobs WHERE state = ? AND tenant IS NOT NULL"
-        " ORDER BY priority DESC, created_at ASC",
-        (JobState.RUNNING.value,),
-    )
-    return [str(r[0]) for r in rows]
+    def running_job_progress(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
+        """(job id, first attempt's start, rows of its committed shards) of each running job
+        of the tenant (of every tenant with None)."""
+        mine = " AND j.tenant = ?" if tenant is not None else ""
+        rows = self.db.query(
+            "SELECT j.id, MIN(a.started_at),"
+            " (SELECT COALESCE(SUM(s.rows_in), 0) FROM thresher_shards s"
+            "  WHERE s.job_id = j.id AND s.state = ?)"
+            " FROM thresher_jobs j JOIN thresher_attempts a ON a.job_id = j.id"
+            f" WHERE j.state = ?{mine} GROUP BY j.id",
+            (ShardState.DONE.value, JobState.RUNNING.value, *_as_params(tenant)),
+        )
+        return [(str(j), str(started), int(n)) for j, started, n in rows]
 
+    def rows_read_since(self, tenant: str, since: str) -> list[tuple[str, int]]:
+        """(finished at, rows read) of each of the tenant's jobs that finished at `since` or
+        later, oldest first: the rows its committed shards read."""
+        rows = self.db.query(
+            "SELECT j.finished_at, COALESCE(SUM(s.rows_in), 0) FROM thresher_jobs j"
+            " JOIN thresher_shards s ON s.job_id = j.id AND s.state = ?"
+            " WHERE j.tenant = ? AND j.finished_at >= ? GROUP BY j.id, j.finished_at"
+            " ORDER BY j.finished_at",
+            (ShardState.DONE.value, tenant, since),
+        )
+        return [(str(at), int(n)) for at, n in rows]
 
-def job_counts(db: Database, tenant: str | None = None) -> dict[str, int]:
-    """How many jobs are in each state: the tenant's, or every job's with None."""
-    mine = " WHERE tenant = ?" if tenant is not None else ""
-    rows = db.query(
-        f"SELECT state, COUNT(*) FROM thresher_jobs{mine} GROUP BY state", _as_params(tenant)
-    )
-    return {str(state): int(count) for state, count in rows}
-
-
-def done_row_totals(db: Database, tenant: str | None = None) -> tuple[int, int, int]:
-    """Rows in, out and to error files of every committed shard of the tenant's jobs (of
-    every job with None)."""
-    mine = (
-        " AND job_id IN (SELECT id FROM thresher_jobs WHERE tenant = ?)"
-        if tenant is not None
-        else ""
-    )
-    row = db.query(
-        "SELECT COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0),"
-        f" COALESCE(SUM(rows_error), 0) FROM thresher_shards WHERE state = ?{mine}",
-        (ShardState.DONE.value, *_as_params(tenant)),
-    )[0]
-    return int(row[0]), int(row[1]), int(row[2])
-
-
-def running_job_progress(db: Database, tenant: str | None = None) -> list[tuple[str, str, int]]:
-    """(job id, first attempt's start, rows of its committed shards) of each running job
-    of the tenant (of every tenant with None)."""
-    mine = " AND j.tenant = ?" if tenant is not None else ""
-    rows = db.query(
-        "SELECT j.id, MIN(a.started_at),"
-        " (SELECT COALESCE(SUM(s.rows_in), 0) FROM thresher_shards s"
-        "  WHERE s.job_id = j.id AND s.state = ?)"
-        " FROM thresher_jobs j JOIN thresher_attempts a ON a.job_id = j.id"
-        f" WHERE j.state = ?{mine} GROUP BY j.id",
-        (ShardState.DONE.value, JobState.RUNNING.value, *_as_params(tenant)),
-    )
-    return [(str(j), str(started), int(n)) for j, started, n in rows]
+    def succeeded_jobs_named(self, name: str) -> list[str]:
+        """The succeeded jobs whose `job.name` or `job.schedule` is `name`, oldest first."""
+        rows = self.db.query(
+            "SELECT id, name, spec FROM thresher_jobs WHERE state = ? AND (name = ? OR spec LIKE ?)"
+            " ORDER BY created_at, id",
+            (JobState.SUCCEEDED.value, name, f"%{json.dumps(name, ensure_ascii=False)}%"),
+        )
+        return [
+            str(job_id)
+            for job_id, job_name, spec in rows
+            if job_name == name or json.loads(spec).get("job", {}).get("schedule") == name
+        ]
 
 
 def _as_params(tenant: str | None) -> list[str]:
     return [] if tenant is None else [tenant]
-
-
-def rows_read_since(db: Database, tenant: str, since: str) -> list[tuple[str, int]]:
-    """(finished at, rows read) of each of the tenant's jobs that finished at `since` or
-    later, oldest first: the rows its committed shards read."""
-    rows = db.query(
-        "SELECT j.finished_at, COALESCE(SUM(s.rows_in), 0) FROM thresher_jobs j"
-        " JOIN thresher_shards s ON s.job_id = j.id AND s.state = ?"
-        " WHERE j.tenant = ? AND j.finished_at >= ? GROUP BY j.id, j.finished_at"
-        " ORDER BY j.finished_at",
-        (ShardState.DONE.value, tenant, since),
-    )
-    return [(str(at), int(n)) for at, n in rows]
-
-
-def waiting_by_priority(db: Database, tenant: str | None = None) -> dict[int, int]:
-    """How many jobs wait (queued or preempted) at each priority: the tenant's, or every
-    job's with None."""
-    mine = " AND tenant = ?" if tenant is not None else ""
-    rows = db.query(
-        f"SELECT priority, COUNT(*) FROM thresher_jobs WHERE state IN (?, ?){mine}"
-        " GROUP BY priority ORDER BY priority DESC",
-        (JobState.QUEUED.value, JobState.PREEMPTED.value, *_as_params(tenant)),
-    )
-    return {int(priority): int(count) for priority, count in rows}
-
-
-def succeeded_jobs_named(db: Database, name: str) -> list[str]:
-    """The succeeded jobs whose `job.name` or `job.schedule` is `name`, oldest first."""
-    rows = db.query(
-        "SELECT id, name, spec FROM thresher_jobs WHERE state = ? AND (name = ? OR spec LIKE ?)"
-        " ORDER BY created_at, id",
-        (JobState.SUCCEEDED.value, name, f"%{json.dumps(name, ensure_ascii=False)}%"),
-    )
-    return [
-        str(job_id)
-        for job_id, job_name, spec in rows
-        if job_name == name or json.loads(spec).get("job", {}).get("schedule") == name
-    ]
