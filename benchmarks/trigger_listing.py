@@ -23,8 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from thresher.store import open_store
-from thresher.store.triggers import TakenFile, TriggerLedger
+from thresher.store import TakenFile, open_store
 from thresher.triggers import Settling, TriggerSettings, candidates, complete_sets, list_watch
 
 SERVER = """
@@ -99,7 +98,7 @@ def local_figures(count: int) -> dict[str, float]:
         now = datetime.now(UTC)
         decide = lambda: complete_sets(files, {}, rule, Settling(), now)  # noqa: E731
         figures["set decision"], (found,) = timed(decide)
-        ledger = TriggerLedger(open_store(f"sqlite:///{root}/store.db").db)
+        ledger = open_store(f"sqlite:///{root}/store.db").triggers
         taken = [TakenFile(f.path, f.size, f.version) for f in found.files]
         figures["claim in SQLite"], won = timed(lambda: ledger.claim("t", found.key(), taken, "me"))
         assert won

@@ -34,8 +34,7 @@ from thresher.sinks import Sink, open_sink
 from thresher.sinks.guard import check_sink_place
 from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
-from thresher.store import JobState, ShardState, Store, open_store
-from thresher.store.owners import beating, this_owner
+from thresher.store import JobState, ShardState, Store, beating, open_store, this_owner
 
 
 @dataclass

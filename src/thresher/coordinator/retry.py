@@ -40,8 +40,7 @@ from thresher.plan import check_features, plan_placement
 from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, Shard
 from thresher.spec import JobSpec, apply_override, parse_spec
-from thresher.store import JobState, ShardState, Store, open_store
-from thresher.store.retries import RetryShard, RetryShardState
+from thresher.store import JobState, RetryShard, RetryShardState, ShardState, Store, open_store
 
 
 def retry_errors(

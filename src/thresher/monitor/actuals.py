@@ -41,8 +41,7 @@ from thresher.monitor.labels import (
     read_query,
 )
 from thresher.monitor.part_reader import PartLimits
-from thresher.store import JobRecord, JobState, Store
-from thresher.store.actuals import NewPart, PartRecord, PredictionInfo
+from thresher.store import JobRecord, JobState, NewPart, PartRecord, PredictionInfo, Store
 
 __all__ = [
     "ActualsPart",

@@ -23,7 +23,6 @@ from thresher.errors import ThresherError
 from thresher.monitor.drift_report import VERDICTS, DriftReport
 from thresher.monitor.subjects import compare_subjects, job_subject, resolve
 from thresher.store import JobRecord, JobState, Store
-from thresher.store.views import latest_succeeded
 
 __all__ = ["alert_message", "baseline_of", "job_drift"]
 
@@ -33,7 +32,7 @@ log = logging.getLogger("thresher.monitor.alerts")
 def baseline_of(store: Store, job: JobRecord) -> str | None:
     """What the job is compared with: its `[monitor] baseline`, else the newest succeeded
     job of its name (and tenant) that started before it; None for the first."""
-    return job.spec.monitor.baseline or latest_succeeded(store.db, job.name, job.tenant, job)
+    return job.spec.monitor.baseline or store.views.latest_succeeded(job.name, job.tenant, job)
 
 
 def job_drift(store: Store, job: JobRecord, baseline: str | None = None) -> DriftReport | None:

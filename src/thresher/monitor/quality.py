@@ -31,9 +31,7 @@ from thresher.monitor.metrics import (
     classification_metrics,
     regression_metrics,
 )
-from thresher.store import JobRecord, Store, StoreError
-from thresher.store.actuals import PartRecord, PredictionInfo
-from thresher.store.views import succeeded_jobs_named
+from thresher.store import JobRecord, PartRecord, PredictionInfo, Store, StoreError
 
 __all__ = ["Lag", "Quality", "QualityTrend", "Task", "job_quality", "quality", "quality_trend"]
 
@@ -94,7 +92,7 @@ def quality(store: Store, job_or_name: str, task: Task | None = None) -> Quality
 
 
 def quality_trend(store: Store, name: str, task: Task | None = None) -> QualityTrend:
-    job_ids = succeeded_jobs_named(store.db, name)
+    job_ids = store.views.succeeded_jobs_named(name)
     if not job_ids:
         raise MonitorError(f"no job, and no succeeded job named or scheduled {name!r}")
     return QualityTrend(name, tuple(job_quality(store, job_id, task) for job_id in job_ids))

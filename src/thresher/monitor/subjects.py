@@ -16,7 +16,6 @@ from thresher.monitor.profile import Profile
 from thresher.monitor.reference import reference_profile
 from thresher.monitor.settings import MonitorSection
 from thresher.store import JobRecord, Store, StoreError
-from thresher.store.views import latest_succeeded
 
 __all__ = ["Subject", "compare_subjects", "drift_of", "find_job", "job_subject", "resolve"]
 
@@ -40,7 +39,7 @@ def find_job(store: Store, what: str, tenant: str | None = None) -> JobRecord | 
         record = None
     if record is not None and (tenant is None or record.tenant == tenant):
         return record
-    newest = latest_succeeded(store.db, what, tenant)
+    newest = store.views.latest_succeeded(what, tenant)
     return store.job(newest) if newest is not None else None
 
 

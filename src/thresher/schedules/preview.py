@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from thresher.schedules.settings import ScheduleSettings
-from thresher.store.ticks import TickLedger
+from thresher.store import TickLedger
 
 __all__ = ["describe_schedules"]
 

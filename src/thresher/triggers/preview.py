@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from thresher.store.triggers import TriggerLedger
+from thresher.store import TriggerLedger
 from thresher.triggers.settings import TriggerSettings
 
 __all__ = ["describe_triggers"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from thresher.store.triggers import TriggerLedger
+from thresher.store import TriggerLedger
 
 __all__ = ["OVERLAP", "TakenFiles"]
 
