@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from thresher.service.background.webhooks import verify_signature
+from thresher.notify import verify_signature
 
 from .servers import Inbox, webhook_inbox
 from .support import THRESHER

@@ -20,13 +20,13 @@ from thresher.openai.lines import prepare_lines
 from thresher.schedules import Cron, CronError, ticks
 from thresher.schedules.settings import ScheduleSettings
 from thresher.service.app import create_app
-from thresher.service.config import ConfigError, ServerConfig, check_triggers, prepare
+from thresher.service.config import ConfigError, ServerConfig, prepare
 from thresher.service.policies.auth import create_token
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
+from thresher.service.triggers import check_triggers
 from thresher.spec import ModelSection
 from thresher.store import open_store
-from thresher.store.schedules import ScheduleTable
 from thresher.texts import first_unencodable
 
 pytestmark = pytest.mark.unit
@@ -116,7 +116,7 @@ def test_a_stored_schedule_that_never_fires_is_listed_with_its_error(site: Site)
     good = {"name": "nightly", "cron": "0 2 * * *", "job": site.job()}
     assert site.call("POST", "/v1/schedules", good).status_code == 201
     stored = ScheduleSettings(cron=NEVER, tenant="acme", job=site.job())
-    ScheduleTable(site.state.store.db).create("acme", "feb31", stored.model_dump_json())
+    site.state.store.schedules.create("acme", "feb31", stored.model_dump_json())
     listed = site.call("GET", "/v1/schedules")
     assert listed.status_code == 200, listed.text
     by_name = {s["name"]: s for s in listed.json()["data"]}

@@ -7,9 +7,8 @@ import threading
 
 import pytest
 
-from thresher.service.openai.webhooks import new_endpoint_id, new_secret
-from thresher.store import Store, open_store
-from thresher.store.webhook_endpoints import EndpointRow, EndpointTable
+from thresher.notify.endpoints import new_endpoint_id, new_secret
+from thresher.store import EndpointRow, Store, open_store
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +27,7 @@ def test_endpoints_made_at_once_stop_at_the_limit(store: Store) -> None:
     def make() -> None:
         own = open_store(store.url)  # a connection of its own
         start.wait()
-        added.append(EndpointTable(own.db).add(row("acme"), limit=3))
+        added.append(own.webhook_endpoints.add(row("acme"), limit=3))
         own.db.close()
 
     threads = [threading.Thread(target=make) for _ in range(8)]
@@ -37,6 +36,6 @@ def test_endpoints_made_at_once_stop_at_the_limit(store: Store) -> None:
     for thread in threads:
         thread.join()
     assert sorted(added) == [False] * 5 + [True] * 3
-    table = EndpointTable(store.db)
+    table = store.webhook_endpoints
     assert len(table.of_tenant("acme", 100, None)) == 3
     assert table.add(row("globex"), limit=3)  # another tenant's count is its own

@@ -195,6 +195,14 @@ PUBLIC: dict[str, list[str]] = {
         "in_process_executor",
         "memory_sink",
     ],
+    "thresher.notify": [
+        "SECRET_VARIABLE",
+        "check_notify",
+        "check_webhook_url",
+        "notify_job_end",
+        "sign",
+        "verify_signature",
+    ],
     "thresher.plan": [
         "Placement",
         "check_features",

@@ -22,23 +22,20 @@ from test_batch_worker import batch_api
 from test_batch_worker import service as batch_service
 
 from thresher.loops import LoopRegistry, Strikes, start_loop
+from thresher.notify.sender import WebhookSender, WebhookSettings
 from thresher.schedules import Cron
 from thresher.service import submission
 from thresher.service.background import batches
 from thresher.service.background.buffer import Flusher
 from thresher.service.background.ticker import Ticker
 from thresher.service.background.watcher import Watcher
-from thresher.service.background.webhooks import WebhookSender, WebhookSettings
 from thresher.service.config import BufferSettings, ServerConfig, prepare
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
-from thresher.store import open_store
-from thresher.store.batches import BatchStatus, BatchTable
-from thresher.store.deliveries import DeliveryTable
-from thresher.store.requests import RequestTable
-from thresher.store.schedules import ScheduleTable
-from thresher.store.ticks import TickLedger
-from thresher.store.trigger_defs import TriggerDefTable
+from thresher.store import (
+    BatchStatus,
+    open_store,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -102,7 +99,7 @@ def test_a_never_firing_schedule_is_quarantined_and_other_schedules_still_tick(
 
     monkeypatch.setattr(Cron, "after", after)
     state = site(tmp_path)
-    table = ScheduleTable(state.store.db)
+    table = state.store.schedules
     # Stored before creation refused it (or straight in the store): 31 February.
     table.create("evil", "never", json.dumps({"cron": "0 0 31 2 *", "tenant": "evil",
                                               "job": job(state)}))  # fmt: skip
@@ -110,7 +107,7 @@ def test_a_never_firing_schedule_is_quarantined_and_other_schedules_still_tick(
     looking = ticker(state)
     for hour in range(1, LIMIT + 3):
         looking.look(at(hour))
-    started = [t for t in TickLedger(state.store.db).recent("acme/hourly") if t.job_id]
+    started = [t for t in state.store.ticks.recent("acme/hourly") if t.job_id]
     assert len(started) == LIMIT + 2  # every hour, the poison's looks notwithstanding
     reason = table.find("evil/never").quarantined  # type: ignore[union-attr]
     assert reason is not None and f"{LIMIT} failures in a row" in reason
@@ -119,13 +116,13 @@ def test_a_never_firing_schedule_is_quarantined_and_other_schedules_still_tick(
 
 def test_a_schedule_that_does_not_read_is_quarantined_not_every_schedule(tmp_path: Path) -> None:
     state = site(tmp_path)
-    table = ScheduleTable(state.store.db)
+    table = state.store.schedules
     table.create("evil", "garbled", '{"cron": 7}')
     table.create("acme", "hourly", hourly(state))
     looking = ticker(state)
     for hour in range(1, LIMIT + 1):
         looking.look(at(hour))
-    assert len(TickLedger(state.store.db).recent("acme/hourly")) == LIMIT
+    assert len(state.store.ticks.recent("acme/hourly")) == LIMIT
     assert table.find("evil/garbled").quarantined is not None  # type: ignore[union-attr]
 
 
@@ -145,14 +142,14 @@ def test_no_schedule_contents_stop_another_tenants_schedule(
 ) -> None:
     """Whatever a stored schedule holds, the healthy one ticks at every look."""
     state = site(tmp_path_factory.mktemp("site"))
-    table = ScheduleTable(state.store.db)
+    table = state.store.schedules
     table.create("evil", name, json.dumps({"cron": cron, "timezone": timezone, "tenant": "evil",
                                            "job": job(state)}))  # fmt: skip
     table.create("acme", "hourly", hourly(state))
     looking = ticker(state)
     for hour in range(1, 3):
         looking.look(at(hour))
-    assert len(TickLedger(state.store.db).recent("acme/hourly")) == 2
+    assert len(state.store.ticks.recent("acme/hourly")) == 2
 
 
 def test_a_batch_that_raises_is_failed_after_n_and_other_batches_move_on(
@@ -171,7 +168,7 @@ def test_a_batch_that_raises_is_failed_after_n_and_other_batches_move_on(
 
     monkeypatch.setattr(batches, "prepare_lines", prepare)
     worker = batches.BatchWorker(state)
-    table = BatchTable(state.store.db)
+    table = state.store.batches
     worker.step()
     assert table.find(healthy).status == BatchStatus.IN_PROGRESS  # type: ignore[union-attr]
     for _ in range(LIMIT - 1):
@@ -188,7 +185,7 @@ def test_a_trigger_whose_listing_raises_is_paused_and_other_triggers_take_files(
     state = site(tmp_path)
     inbox = Path(state.config.allowed_roots[0]) / "inbox"
     (inbox / "a.jsonl").write_text('{"id": 1, "x": 1.0}\n')
-    table = TriggerDefTable(state.store.db)
+    table = state.store.trigger_defs
     for tenant, watch in (("evil", str(inbox) + "-poison"), ("acme", str(inbox))):
         job = {"model": "m", "id_column": "id"}
         settings = {"watch": watch, "pattern": "*.jsonl", "settle_seconds": 0,
@@ -223,7 +220,7 @@ def test_a_buffered_batch_that_fails_is_answered_failed_and_others_flush(tmp_pat
         return f"job-{len(submitted)}"
 
     flusher = Flusher(state, submit)
-    requests = RequestTable(state.store.db)
+    requests = state.store.requests
     requests.add("evil", [("bad", "m", {"x": 1.0})])
     requests.add("zeta", [("good", "m", {"x": 1.0})])
     for _ in range(LIMIT):
@@ -258,7 +255,7 @@ def test_a_delivery_that_raises_is_recorded_failed_and_others_are_delivered(
     assert [r["state"] for r in good] == ["delivered"]
     assert [r["state"] for r in poison] == ["failed"], poison
     assert "quarantined" in poison[0]["last_error"]
-    assert DeliveryTable(state.store.db).pending() == []
+    assert state.store.deliveries.pending() == []
 
 
 def test_a_loop_whose_pass_raises_is_restarted_and_healthz_says_degraded(tmp_path: Path) -> None:

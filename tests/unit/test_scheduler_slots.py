@@ -84,7 +84,7 @@ def test_a_higher_priority_preempts_the_lowest_once(
 
 
 def test_preempted_is_waiting_not_finished_and_fires_no_webhook() -> None:
-    from thresher.service.background.webhooks import EVENTS
+    from thresher.notify.events import EVENTS
 
     assert JobState.PREEMPTED.waiting and not JobState.PREEMPTED.finished
     assert JobState.PREEMPTED not in EVENTS
@@ -105,7 +105,7 @@ def test_a_job_is_not_preempted_within_min_run_seconds(
 
 def test_a_job_process_sees_only_its_leased_gpus(tmp_path: Path) -> None:
     from thresher.service.background.job_process import pin_leased_gpus
-    from thresher.store.leases import SlotRequest, Slots
+    from thresher.store import SlotRequest, Slots
 
     store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
     request = SlotRequest("gpu-job", "acme", 0, want=2, gpu_per_worker=1)

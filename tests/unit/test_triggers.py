@@ -15,13 +15,18 @@ import pytest
 
 from thresher.service import submission
 from thresher.service.background.watcher import Watcher, job_body
-from thresher.service.config import ConfigError, ServerConfig, check_triggers, prepare
+from thresher.service.config import ConfigError, ServerConfig, prepare
 from thresher.service.errors import Forbidden
 from thresher.service.state import ServiceState
+from thresher.service.triggers import check_triggers
 from thresher.spec import ModelSection
-from thresher.store import open_store
-from thresher.store.trigger_defs import TriggerDefTable
-from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
+from thresher.store import (
+    SetOutcome,
+    TakenFile,
+    TriggerLedger,
+    open_store,
+    set_job_key,
+)
 from thresher.triggers import FileSeen, Settling, TriggerSettings, complete_sets, list_watch
 from thresher.triggers import taken as taken_module
 from thresher.triggers.taken import TakenFiles
@@ -149,7 +154,7 @@ def test_each_file_is_in_one_job_as_files_keep_arriving(tmp_path: Path) -> None:
     assert job_files(state) == [["a.jsonl", "b.jsonl"], ["c.jsonl"]]
     (job, *_) = state.store.jobs(100)
     assert job.tenant == "acme" and job.name.startswith("inbox@")
-    assert TriggerLedger(state.store.db).files_seen() == {"inbox": 3}
+    assert state.store.triggers.files_seen() == {"inbox": 3}
 
 
 def test_polling_waits_poll_seconds_between_looks(tmp_path: Path) -> None:
@@ -168,7 +173,7 @@ def test_a_watcher_that_died_after_queueing_is_finished_with_the_same_job(
 ) -> None:
     state = site(tmp_path)
     path = arrive(state, "a.jsonl", range(3))
-    ledger, stat = TriggerLedger(state.store.db), path.stat()
+    ledger, stat = state.store.triggers, path.stat()
     taken = TakenFile(str(path), stat.st_size, str(stat.st_mtime_ns))
     assert ledger.claim("inbox", "k1", [taken], "gone:1")
     body = job_body("inbox", state.config.triggers["inbox"], "k1", [str(path)])
@@ -190,7 +195,7 @@ def test_two_watchers_on_one_store_take_each_file_once(tmp_path: Path) -> None:
     watcher(state).look(T0)
     watcher(other).look(T0)
     assert job_files(state) == [["a.jsonl"]]
-    ledger = TriggerLedger(state.store.db)
+    ledger = state.store.triggers
     assert not ledger.claim("inbox", "other", [TakenFile(*_identity(state, "a.jsonl"))], "x")
     assert len(ledger.recent("inbox")) == 1  # the losing claim left nothing behind
 
@@ -217,7 +222,7 @@ def test_a_reset_is_recorded_and_takes_the_files_again_in_a_new_job(tmp_path: Pa
     state = site(tmp_path, settle_seconds=0)
     arrive(state, "a.jsonl", range(3))
     watcher(state).look(T0)
-    ledger = TriggerLedger(state.store.db)
+    ledger = state.store.triggers
     assert ledger.reset("inbox", T0 - timedelta(days=1), "ops@host") == 1
     watcher(state).look(after(20))
     assert job_files(state) == [["a.jsonl"], ["a.jsonl"]]
@@ -229,7 +234,7 @@ def test_a_marker_set_with_no_files_is_recorded_without_a_job(tmp_path: Path) ->
     state = site(tmp_path, marker="_SUCCESS", settle_seconds=None)
     arrive(state, "_SUCCESS", range(0))
     watcher(state).look(T0)
-    (record,) = TriggerLedger(state.store.db).recent("inbox")
+    (record,) = state.store.triggers.recent("inbox")
     assert record.outcome == SetOutcome.EMPTY and job_files(state) == []
 
 
@@ -321,7 +326,7 @@ def check_tenant_trigger_in_the_cli(state: ServiceState, options: list[str]) -> 
     from thresher.cli import cli
 
     own = state.config.triggers["inbox"]
-    TriggerDefTable(state.store.db).create("acme", "mine", own.model_dump_json(), paused=False)
+    state.store.trigger_defs.create("acme", "mine", own.model_dump_json(), paused=False)
     arrive(state, "b.jsonl", range(2))
     watcher(state).look(after(1))  # its own manifest: it takes a.jsonl and b.jsonl
     shown = CliRunner().invoke(cli, ["triggers", *options])
@@ -362,7 +367,7 @@ def test_a_refused_job_fails_its_set_and_a_store_hiccup_is_tried_again(tmp_path:
     state = site(tmp_path / "refused", settle_seconds=0, job={"model": "m", "columns": ["nope"]})
     arrive(state, "a.jsonl", range(3))
     watcher(state).look(T0)
-    (record,) = TriggerLedger(state.store.db).recent("inbox")
+    (record,) = state.store.triggers.recent("inbox")
     assert record.outcome == SetOutcome.FAILED and "nope" in (record.message or "")
     state = site(tmp_path / "hiccup", settle_seconds=0)
     arrive(state, "a.jsonl", range(3))
@@ -375,7 +380,7 @@ def test_a_refused_job_fails_its_set_and_a_store_hiccup_is_tried_again(tmp_path:
         return submission.submit_job(state, tenant, body, key)
 
     Watcher(state, flaky).look(T0)
-    assert TriggerLedger(state.store.db).recent("inbox")[0].outcome == SetOutcome.CLAIMED
+    assert state.store.triggers.recent("inbox")[0].outcome == SetOutcome.CLAIMED
     Watcher(state, flaky).look(after(20))
     assert calls[0] == calls[1] and job_files(state) == [["a.jsonl"]]
 
@@ -413,22 +418,21 @@ def test_a_set_over_a_tenant_limit_that_waiting_lifts_is_submitted_again(tmp_pat
         return submission.submit_job(state, tenant, body, key)
 
     Watcher(state, over_then_under).look(T0)
-    assert TriggerLedger(state.store.db).recent("inbox")[0].outcome == SetOutcome.CLAIMED
+    assert state.store.triggers.recent("inbox")[0].outcome == SetOutcome.CLAIMED
     Watcher(state, over_then_under).look(after(20))
     assert calls[0] == calls[1] and job_files(state) == [["a.jsonl"]]
 
 
 def test_a_tenants_trigger_of_a_config_triggers_name_keeps_its_own_files(tmp_path: Path) -> None:
-    from thresher.store.trigger_defs import TriggerDefTable
 
     state = site(tmp_path, settle_seconds=0, poll_seconds=1)
-    table, w = TriggerDefTable(state.store.db), watcher(state)
+    table, w = state.store.trigger_defs, watcher(state)
     mine = state.config.triggers["inbox"].model_copy(update={"tenant": "globex"})
     table.create("globex", "inbox", mine.model_dump_json(), paused=False)
     arrive(state, "a.jsonl", range(3))
     w.look(T0)
     assert job_files(state) == [["a.jsonl"], ["a.jsonl"]]  # one job each: two triggers
-    assert TriggerLedger(state.store.db).files_seen() == {"globex/inbox": 1, "inbox": 1}
+    assert state.store.triggers.files_seen() == {"globex/inbox": 1, "inbox": 1}
     table.replace("globex", "inbox", mine.model_dump_json(), paused=True)
     arrive(state, "b.jsonl", range(3, 5))
     w.look(after(1))

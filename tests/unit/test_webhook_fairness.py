@@ -19,15 +19,10 @@ import httpx2 as httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from thresher.notify.attempts import post_webhook, webhook_client
+from thresher.notify.delivery import Delivery, RetryingDispatcher
+from thresher.notify.sender import WebhookSender, WebhookSettings
 from thresher.service.app import create_app
-from thresher.service.background.delivery import Delivery, RetryingDispatcher
-from thresher.service.background.webhooks import (
-    WebhookSender,
-    WebhookSettings,
-    deliveries,
-    post_webhook,
-    webhook_client,
-)
 from thresher.service.config import ServerConfig, prepare
 from thresher.service.policies.auth import create_token
 from thresher.service.state import ServiceState
@@ -135,7 +130,7 @@ def test_a_dripping_receiver_gets_attempts_that_end_at_the_deadline_and_are_retr
             deadline = time.monotonic() + 4.0  # four deadlines' worth, half a drip
             while time.monotonic() < deadline and drip.opened < 3:
                 time.sleep(0.05)
-            (row,) = deliveries(store.db, job_id)
+            (row,) = store.deliveries.of_job(job_id)
         finally:
             sender.close()
         assert drip.opened >= 3, f"only {drip.opened} attempts in 4 s"

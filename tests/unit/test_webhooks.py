@@ -15,25 +15,24 @@ from typing import Any
 
 import pytest
 
-from thresher.service.background.webhooks import (
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    WebhookSender,
-    WebhookSettings,
-    check_webhook_url,
-    deliveries,
-    sign,
-    start_webhooks,
-    verify_signature,
-)
+from thresher.notify import check_webhook_url, sign, verify_signature
+from thresher.notify import urls as webhook_policy
+from thresher.notify.endpoints import new_endpoint_id, new_secret, signed_headers, subject
+from thresher.notify.events import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from thresher.notify.sender import WebhookSender, WebhookSettings
+from thresher.service.background.webhooks import start_webhooks
 from thresher.service.config import ServerConfig, prepare
-from thresher.service.openai.webhooks import new_endpoint_id, new_secret, signed_headers, subject
-from thresher.service.policies import webhook_urls as webhook_policy
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec
-from thresher.store import JobRecord, JobState, Store, open_store
-from thresher.store.batches import BatchRow, BatchStatus
-from thresher.store.webhook_endpoints import EndpointRow, EndpointTable
+from thresher.store import (
+    BatchRow,
+    BatchStatus,
+    EndpointRow,
+    JobRecord,
+    JobState,
+    Store,
+    open_store,
+)
 
 SECRET = "s3cret"
 FAST = (0.05, 0.1, 0.2, 0.4)  # five tries, well under a second of waiting
@@ -112,12 +111,12 @@ def finished_job(
 def wait_state(store: Store, job_id: str, state: str, timeout: float = 5.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        rows = deliveries(store.db, job_id)
+        rows = store.deliveries.of_job(job_id)
         if rows and rows[0]["state"] == state:
             return rows[0]
         time.sleep(0.01)
     raise AssertionError(
-        f"delivery of {job_id} never reached {state}: {deliveries(store.db, job_id)}"
+        f"delivery of {job_id} never reached {state}: {store.deliveries.of_job(job_id)}"
     )
 
 
@@ -375,20 +374,22 @@ def test_a_job_without_a_webhook_sends_nothing(store: Store, receiver: Receiver)
     job = finished_job(store, None)
     sender.job_finished(job)
     sender.close()
-    assert deliveries(store.db, job.id) == [] and receiver.received == []
+    assert store.deliveries.of_job(job.id) == [] and receiver.received == []
 
 
 def test_a_missed_tick_is_told_to_on_missed_once(store: Store, receiver: Receiver) -> None:
     from datetime import UTC, datetime
 
+    from thresher.schedules.notice import TickNotice
     from thresher.schedules.settings import ScheduleSettings
-    from thresher.service.schedules import Scheduled, TickNotice
 
     settings = ScheduleSettings.model_validate(
         {"cron": "0 2 * * *", "tenant": "acme", "job": {}, "notify": {"on_missed": receiver.url()}}
     )
     notice = TickNotice(
-        Scheduled("nightly", "nightly", settings, "config", False),
+        "nightly",
+        "nightly",
+        settings,
         datetime(2026, 12, 1, 2, tzinfo=UTC),
         "missed",
         "too late to run",
@@ -525,7 +526,7 @@ def test_a_drift_alert_goes_once_a_job_against_the_run_before(
     finally:
         sender.close()
     assert len(receiver.received) == 1
-    assert [d["event"] for d in deliveries(store.db, second.id)] == ["monitor.drift"]
+    assert [d["event"] for d in store.deliveries.of_job(second.id)] == ["monitor.drift"]
 
 
 # -- OpenAI batch events to a tenant's webhook endpoints ----------------------------------
@@ -537,7 +538,7 @@ def endpoint(
     row = EndpointRow(
         new_endpoint_id(), tenant, "hook", url, events, new_secret(), None, None, made, made
     )
-    EndpointTable(store.db).add(row, limit=20)
+    store.webhook_endpoints.add(row, limit=20)
     return row
 
 
@@ -595,7 +596,7 @@ def test_a_delivery_to_a_deleted_endpoint_is_refused_unsent(
     try:
         sender.batch_ended(batch)
         receiver.wait_for(1)
-        EndpointTable(store.db).remove(gone.id, "acme")
+        store.webhook_endpoints.remove(gone.id, "acme")
         row = wait_state(store, subject(gone.id, batch.id), "refused")
     finally:
         sender.close()
@@ -610,7 +611,7 @@ def test_an_endpoints_new_url_takes_its_pending_retries(store: Store, receiver: 
     try:
         sender.batch_ended(batch)
         receiver.wait_for(1)
-        table = EndpointTable(store.db)
+        table = store.webhook_endpoints
         table.save(replace(moved, url=receiver.url(), updated_at=2), ("url",))
         wait_state(store, subject(moved.id, batch.id), "delivered")
     finally:

@@ -29,7 +29,7 @@ from thresher.service.background.scheduler import Scheduler
 from thresher.service.background.ticker import start_ticker
 from thresher.service.background.watcher import start_watcher
 from thresher.service.background.webhooks import start_webhooks
-from thresher.service.config import check_models, check_triggers, load_config
+from thresher.service.config import check_models, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
 from thresher.service.openai.envelope import envelope, is_openai_path, openai_status
@@ -50,8 +50,8 @@ from thresher.service.routers import (
 )
 from thresher.service.schedules import check_schedules
 from thresher.service.state import ServiceState
-from thresher.store import open_store
-from thresher.store.owners import beat_seconds, keep_beating, this_owner
+from thresher.service.triggers import check_triggers
+from thresher.store import beat_seconds, keep_beating, open_store, this_owner
 
 log = logging.getLogger("thresher.service")
 

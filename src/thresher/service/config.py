@@ -245,18 +245,6 @@ def check_models(config: ServerConfig) -> None:
         raise ConfigError(problems)
 
 
-def check_triggers(config: ServerConfig) -> list[str]:
-    """Refuse a config whose trigger would watch outside `allowed_roots` or would not
-    make a job (ConfigError naming `triggers.<name>.<field>`); returns warnings, such as
-    a pattern that matches no file yet (allowed: the files may come later)."""
-    from thresher.service.triggers import trigger_problems, trigger_warnings
-
-    problems = [p for n, t in config.triggers.items() for p in trigger_problems(config, n, t)]
-    if problems:
-        raise ConfigError(problems)
-    return [w for n, t in config.triggers.items() for w in trigger_warnings(n, t)]
-
-
 def prepare(config: ServerConfig) -> ServerConfig:
     """The config with `data_dir` created (absolute; readable by this user only, when it is
     made here) and `webhook_secret` filled in."""

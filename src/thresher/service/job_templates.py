@@ -1,23 +1,24 @@
 """A job template — the `POST /v1/jobs` body a schedule submits at each tick, or a
 trigger for each set of new files — checked as the job it will make, when it is given:
 one check for both, so neither a schedule's nor a trigger's job can carry a model the
-server does not serve, a webhook it would not call (`policies/webhook_urls.py`) or an
+server does not serve, a webhook it would not call (`thresher.notify.urls`) or an
 input outside `allowed_roots`, to fail later in a background thread.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from thresher.errors import describe_errors
+from thresher.notify.urls import check_webhook_url
 from thresher.schedules.templates import fill_in
+from thresher.service.config import ServerConfig
 from thresher.service.errors import ServiceError
-
-if TYPE_CHECKING:
-    from thresher.service.config import ServerConfig
+from thresher.service.policies.roots import check_under_roots
+from thresher.service.submission import JobRequest
 
 __all__ = ["check_job_template"]
 
@@ -29,10 +30,6 @@ def check_job_template(
     validate as a `POST /v1/jobs` body with a registered model, a webhook the server will
     call and (with `check_roots`) a `source.uri` or `source.files` under `allowed_roots`,
     which need not exist yet. A trigger's files are judged by its `watch` instead."""
-    from thresher.service.policies.roots import check_under_roots
-    from thresher.service.policies.webhook_urls import check_webhook_url
-    from thresher.service.submission import JobRequest
-
     sample = fill_in(job, datetime.now(UTC), UTC)
     try:
         request = JobRequest.model_validate(sample)

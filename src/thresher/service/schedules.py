@@ -17,20 +17,18 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from thresher.notify.urls import check_webhook_url
 from thresher.schedules import CronError
 from thresher.schedules.clock import Clock
 from thresher.schedules.settings import ScheduleFields, ScheduleSettings
 from thresher.service.config import ConfigError, ServerConfig
 from thresher.service.job_templates import check_job_template
-from thresher.store import Store
-from thresher.store.schedules import ScheduleRow, ScheduleTable
-from thresher.store.ticks import MANUAL, TickLedger
+from thresher.store import ScheduleRow, Store
 
 log = logging.getLogger("thresher.service.schedules")
 
 __all__ = [
     "Scheduled",
-    "TickNotice",
     "UnknownSchedule",
     "check_schedule",
     "check_schedules",
@@ -75,7 +73,7 @@ def every_schedule(
     quarantine, which pauses it) applied. A tenant's row that does not read as a schedule
     is left out, and told to `unreadable` (default: logged), so it hides no other. With
     `tenant`, only the schedules run for it: its rows alone are read (by tenant, in SQL)."""
-    rows = ScheduleTable(store.db).every(tenant)
+    rows = store.schedules.every(tenant)
     switches = {r.key: r for r in rows if r.settings is None}
     declared = [(n, s) for n, s in config.schedules.items() if tenant in (None, s.tenant)]
     found = [_configs(name, s, switches.get(name)) for name, s in declared]
@@ -96,7 +94,7 @@ def quarantine_schedule(store: Store, schedule: Scheduled | ScheduleRow, reason:
     """Pause a schedule its ticker failed on too often, keeping `reason` (shown in its
     GET as `paused_reason`) until it is resumed."""
     tenant = schedule.settings.tenant if isinstance(schedule, Scheduled) else schedule.tenant
-    ScheduleTable(store.db).quarantine(schedule.key, tenant, schedule.name, reason)
+    store.schedules.quarantine(schedule.key, tenant, schedule.name, reason)
 
 
 def find_schedule(config: ServerConfig, store: Store, key: str) -> Scheduled:
@@ -111,7 +109,7 @@ def set_paused(config: ServerConfig, store: Store, key: str, paused: bool) -> Sc
     """Pause (no tick fires; fire times passed while paused are not run on resume, as
     after downtime the catch-up policy decides) or resume the schedule `key`."""
     schedule = find_schedule(config, store, key)
-    table = ScheduleTable(store.db)
+    table = store.schedules
     if schedule.declared == "config":
         table.set_paused(key, schedule.settings.tenant, schedule.name, paused)
     else:
@@ -125,27 +123,15 @@ def trigger(config: ServerConfig, store: Store, key: str, now: datetime | None =
     the ledger that the ticker takes over and starts like any tick. Returns its time."""
     find_schedule(config, store, key)
     at = now or datetime.now(UTC)
-    if not TickLedger(store.db).claim(key, at, MANUAL, manual=True):
+    if not store.ticks.claim(key, at, store.ticks.MANUAL, manual=True):
         raise UnknownSchedule(f"schedule {key!r} already has a tick at {at.isoformat()}")
     return at
-
-
-@dataclass(frozen=True)
-class TickNotice:
-    """A tick that did not start its job (missed or failed), for `notify.on_missed`."""
-
-    schedule: Scheduled
-    nominal: datetime
-    outcome: str
-    message: str | None
 
 
 def check_schedule(config: ServerConfig, schedule: ScheduleFields) -> list[str]:
     """Why a schedule would not run, each problem naming its field (`cron`, `job.model`,
     `notify.on_missed`, …); empty when it would. A cron must fire within five years of
     the server's clock (`0 0 31 2 *` is valid cron, and never fires)."""
-    from thresher.service.policies.webhook_urls import check_webhook_url
-
     problems = [f"job.{p}" for p in check_job_template(config, schedule.job)]
     try:
         schedule.schedule.check_fires(Clock.from_environment().now())

@@ -28,24 +28,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
 from thresher.loops import LoopRegistry, Strikes
+from thresher.schedules.notice import TickNotice
 from thresher.service.config import ServerConfig
-from thresher.store import JobRecord, Store
-from thresher.store.batches import BatchRow, BatchTable
-
-if TYPE_CHECKING:
-    from thresher.service.schedules import TickNotice
+from thresher.store import BatchRow, JobRecord, Store
 
 log = logging.getLogger("thresher.service")
 
 JobHook = Callable[[JobRecord], None]
 BatchHook = Callable[[BatchRow], None]
-TickHook = Callable[["TickNotice"], None]
+TickHook = Callable[[TickNotice], None]
 
 
 @dataclass
@@ -87,7 +84,7 @@ class ServiceState:
     def batch_ended(self, batch_id: str) -> None:
         """Call every `on_batch_ended` hook with the batch, as it ended, then record the
         batch announced."""
-        batch = BatchTable(self.store.db).find(batch_id)
+        batch = self.store.batches.find(batch_id)
         if batch is None:
             return
         for hook in list(self.on_batch_ended):
@@ -131,7 +128,7 @@ class ServiceState:
             try:
                 hook(notice)
             except Exception:
-                log.exception("on_tick_missed hook %r failed for %s", hook, notice.schedule.key)
+                log.exception("on_tick_missed hook %r failed for %s", hook, notice.key)
 
     @property
     def buffer_dir(self) -> Path:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from thresher.errors import SourceError, SpecError, describe_errors
+from thresher.notify.urls import check_webhook_url
 from thresher.plan.inputs import missing_columns
 from thresher.service.background.isolated import input_columns
-from thresher.service.background.webhooks import check_webhook_url
 from thresher.service.errors import NotFound, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
 from thresher.service.policies.quotas import check_submission
@@ -28,7 +28,6 @@ from thresher.service.policies.roots import check_source_files, check_source_uri
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
 from thresher.store import IdempotencyConflict
-from thresher.store.requests import RequestTable
 
 if TYPE_CHECKING:
     from thresher.service.state import ServiceState
@@ -289,16 +288,15 @@ def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:
     path = Path(uri.removeprefix("file://"))
     if os.path.realpath(path.parent) != os.path.realpath(state.buffer_dir):
         return None
-    return RequestTable(state.store.db).batch_tenant(path.stem)
+    return state.store.requests.batch_tenant(path.stem)
 
 
 def prepared_batch_owner(state: ServiceState, uri: str) -> str | None:
     """The tenant whose OpenAI-style batch's prepared input `uri` is, or None when it is
     not one (`data_dir/batches/<batch id>.jsonl`, written by the batch worker)."""
-    from thresher.store.batches import BatchTable
 
     path = Path(uri.removeprefix("file://"))
     if os.path.realpath(path.parent) != os.path.realpath(state.data_dir / "batches"):
         return None
-    batch = BatchTable(state.store.db).find(path.stem)
+    batch = state.store.batches.find(path.stem)
     return batch.tenant if batch is not None else None

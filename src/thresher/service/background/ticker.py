@@ -35,18 +35,17 @@ from thresher.loops import Strikes, start_loop
 from thresher.schedules import Cron, TickFate, due_ticks
 from thresher.schedules.catchup import MAX_LISTED
 from thresher.schedules.clock import Clock
+from thresher.schedules.notice import TickNotice
 from thresher.schedules.templates import fill_in
-from thresher.service.schedules import (
-    Scheduled,
-    TickNotice,
-    every_schedule,
-    quarantine_schedule,
-)
+from thresher.service.schedules import Scheduled, every_schedule, quarantine_schedule
 from thresher.service.state import ServiceState
-from thresher.store import StoreError
-from thresher.store.owners import this_owner
-from thresher.store.schedules import ScheduleRow
-from thresher.store.ticks import MANUAL, TickLedger, TickOutcome, tick_key
+from thresher.store import (
+    ScheduleRow,
+    StoreError,
+    TickOutcome,
+    this_owner,
+    tick_key,
+)
 
 log = logging.getLogger("thresher.service.background.ticker")
 
@@ -63,7 +62,7 @@ class Ticker:
 
     def __init__(self, state: ServiceState, submit: Submit) -> None:
         self.state, self.submit = state, submit
-        self.ledger = TickLedger(state.store.db)
+        self.ledger = state.store.ticks
         self.owner = this_owner()
         self.strikes = Strikes("ticker", state.config.quarantine_after)
 
@@ -136,7 +135,7 @@ class Ticker:
         failed half-way), or one it takes over from MANUAL or a dead scheduler."""
         if claimant == self.owner:
             return True
-        if claimant != MANUAL and self.state.store.owners.alive(claimant):
+        if claimant != self.ledger.MANUAL and self.state.store.owners.alive(claimant):
             return False  # another scheduler is at work on it
         return self.ledger.take_over(key, nominal, claimant, self.owner)
 
@@ -168,7 +167,10 @@ class Ticker:
         """Record a tick that will not run, and tell `on_tick_missed` (once: only the
         scheduler that settles it tells)."""
         self.ledger.settle(schedule.key, nominal, outcome, message=message)
-        self.state.tick_missed(TickNotice(schedule, nominal, outcome.value, message))
+        notice = TickNotice(
+            schedule.key, schedule.name, schedule.settings, nominal, outcome.value, message
+        )
+        self.state.tick_missed(notice)
 
     def _running_job(self, key: str) -> str | None:
         """The schedule's last started job, if it has not ended."""

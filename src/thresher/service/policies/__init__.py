@@ -1,5 +1,7 @@
 """What the service allows: `auth` (bearer tokens and tenants), `roots` (which
-server-side paths a job may read), `webhook_urls` (which webhook addresses it may call)."""
+server-side paths a job may read), `quotas` (what a tenant may use). Which addresses a
+webhook may go to is the sender's own rule (`thresher.notify.urls`), kept by the service
+and the command line alike."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`/v1/webhook_endpoints`: where a tenant's batch events go, as OpenAI's API has it, so
 the official client's `webhooks.create/list/retrieve/update/delete/rotate_secret/test`
 work unchanged and `webhooks.unwrap` checks what arrives
-(`thresher.service.openai.webhooks` has the event and its signature).
+(`thresher.notify.endpoints` has the event and its signature).
 
 An endpoint takes some of `batch.completed`, `batch.failed`, `batch.expired` and
 `batch.cancelled` (the events this server sends); its URL passes the same policy as a
@@ -28,11 +28,8 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from thresher.service.background.shares import TenantShares
-from thresher.service.background.webhooks import post_webhook, webhook_client
-from thresher.service.errors import BadRequest, NotFound, TooManyRequests
-from thresher.service.openai.pages import cursor_page
-from thresher.service.openai.webhooks import (
+from thresher.notify.attempts import post_webhook, webhook_client
+from thresher.notify.endpoints import (
     BATCH_EVENTS,
     new_endpoint_id,
     new_secret,
@@ -40,11 +37,14 @@ from thresher.service.openai.webhooks import (
     secret_hint,
     signed_headers,
 )
+from thresher.notify.shares import TenantShares
+from thresher.notify.urls import check_webhook_url
+from thresher.service.errors import BadRequest, NotFound, TooManyRequests
+from thresher.service.openai.pages import cursor_page
 from thresher.service.policies.auth import Tenant
 from thresher.service.policies.quotas import over_limit
-from thresher.service.policies.webhook_urls import check_webhook_url
 from thresher.service.state import ServiceState, StateDep
-from thresher.store.webhook_endpoints import EndpointRow, EndpointTable
+from thresher.store import EndpointRow
 
 router = APIRouter(prefix="/v1/webhook_endpoints", tags=["webhooks"])
 
@@ -108,7 +108,7 @@ def _checked(state: ServiceState, fields: EndpointFields) -> None:
 
 
 def _tenant_endpoint(state: ServiceState, tenant: str, endpoint_id: str) -> EndpointRow:
-    found = EndpointTable(state.store.db).find(endpoint_id, tenant)
+    found = state.store.webhook_endpoints.find(endpoint_id, tenant)
     if found is None:
         raise NotFound(f"no webhook endpoint {endpoint_id!r}")
     return found
@@ -135,7 +135,7 @@ def create_endpoint(fields: EndpointFields, state: StateDep, tenant: Tenant) -> 
         created,
     )
     limit = state.config.limits(tenant).webhook_endpoints
-    if not EndpointTable(state.store.db).add(endpoint, limit):
+    if not state.store.webhook_endpoints.add(endpoint, limit):
         has = f"{limit:,} webhook endpoints"
         raise over_limit(tenant, "webhook_endpoints", limit, has, "delete one first")
     return public(endpoint, with_secret=True)
@@ -148,7 +148,7 @@ def list_endpoints(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
-    found = EndpointTable(state.store.db).of_tenant(tenant, limit + 1, after)
+    found = state.store.webhook_endpoints.of_tenant(tenant, limit + 1, after)
     return cursor_page([public(e) for e in found], limit)
 
 
@@ -171,7 +171,7 @@ def update_endpoint(
     changed = replace(endpoint, name=name, url=url, event_types=events)
     if changed != endpoint:
         changed = replace(changed, updated_at=int(time.time()))
-        EndpointTable(state.store.db).save(changed, ("name", "url", "event_types"))
+        state.store.webhook_endpoints.save(changed, ("name", "url", "event_types"))
     return public(changed)
 
 
@@ -179,7 +179,7 @@ def update_endpoint(
 def delete_endpoint(endpoint_id: str, state: StateDep, tenant: Tenant) -> dict[str, Any]:
     """Its pending deliveries are dropped at their next try."""
     _tenant_endpoint(state, tenant, endpoint_id)
-    EndpointTable(state.store.db).remove(endpoint_id, tenant)
+    state.store.webhook_endpoints.remove(endpoint_id, tenant)
     return {"id": endpoint_id, "object": "webhook_endpoint.deleted", "deleted": True}
 
 
@@ -199,7 +199,7 @@ def rotate_secret(
         old_secret_until=at + KEEP_OLD_SECRET if keep else None,
         updated_at=at,
     )
-    EndpointTable(state.store.db).save(rotated, ("secret", "old_secret", "old_secret_until"))
+    state.store.webhook_endpoints.save(rotated, ("secret", "old_secret", "old_secret_until"))
     return public(rotated, with_secret=True)
 
 

@@ -1,4 +1,6 @@
 """Where webhooks may go: http(s) URLs whose host resolves only to public addresses.
+The service checks a job's webhook with it when the job is submitted, and the sender
+again at every attempt (`attempts.py`); `thresher run` allows private addresses.
 
 Loopback, private, link-local, multicast, reserved, unspecified and other non-global
 addresses are refused, unless the server sets `webhook_allow_private = true`. An IPv6
@@ -19,6 +21,8 @@ import ipaddress
 import socket
 import unicodedata
 from urllib.parse import urlsplit
+
+__all__ = ["MAX_URL_LENGTH", "check_webhook_url", "resolve_webhook_url"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_URL_LENGTH = 2048

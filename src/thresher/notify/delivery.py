@@ -22,9 +22,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from thresher.service.background.shares import TenantShares
+from thresher.notify.shares import TenantShares
 
-log = logging.getLogger("thresher.service.background.delivery")
+log = logging.getLogger("thresher.notify.delivery")
 
 
 @dataclass

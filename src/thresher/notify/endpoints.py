@@ -14,8 +14,8 @@ by the endpoint's secret (`whsec_` + base64 key). So the official client's
 `webhooks.unwrap(body, headers, secret=…)` checks and parses it. After a rotation that
 keeps the old secret for 24 hours, each delivery carries both signatures.
 
-Deliveries go through the service's webhook sender (recorded, retried, resumed after a
-restart, the same URL policy), keyed by the endpoint and the batch.
+Deliveries go through the webhook sender (`sender.py`: recorded, retried, resumed after
+a restart, the same URL policy), keyed by the endpoint and the batch.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from thresher.store.batches import STAMPS, BatchRow, BatchStatus
-from thresher.store.webhook_endpoints import EndpointRow
+from thresher.store import BatchRow, BatchStatus, EndpointRow
 
 __all__ = [
     "BATCH_EVENTS",
@@ -73,7 +72,7 @@ def batch_event(batch: BatchRow) -> dict[str, Any] | None:
     event = BATCH_EVENTS.get(batch.status)
     if event is None:
         return None
-    at = getattr(batch, STAMPS[batch.status]) or batch.created_at
+    at = batch.status_at or batch.created_at
     digest = hashlib.sha256(f"{batch.id}\0{event}".encode()).hexdigest()[:24]
     return _event(f"evt_{digest}", event, at, batch.id)
 

@@ -1,7 +1,7 @@
 """Telling downstream systems from a command-line job, as the service does: when a job
 run by `thresher run`, `resume` or `retry-errors` ends, its `notify.webhook` gets the same
-signed event the service sends (`thresher.service.background.webhooks` has the format and
-how to verify it), recorded once per job and event in the store, retried on failure.
+signed event the service sends (`events.py` has the format and how to verify it),
+recorded once per job and event in the store, retried on failure.
 
 The signing secret is `$THRESHER_WEBHOOK_SECRET` (the service's is its `webhook_secret`).
 Private and loopback addresses are allowed: the person running the command chose the URL,
@@ -56,7 +56,8 @@ def notify_job_end(
     job = store.job(job_id)
     if not _targets(job.spec):
         return []
-    from thresher.service.background.webhooks import WebhookSender, WebhookSettings
+    # The sender needs the service extra (httpx2), which `check_notify` asked for.
+    from thresher.notify.sender import WebhookSender, WebhookSettings
 
     settings = WebhookSettings(os.environ[SECRET_VARIABLE], allow_private=True, workers=2)
     sender = WebhookSender(store, settings)

@@ -1,7 +1,7 @@
 """One webhook attempt: to the very address the URL policy checked, within a wall-clock
 deadline, whatever the receiver does.
 
-`post_webhook` resolves and checks the URL now (`policies/webhook_urls.py`) and connects
+`post_webhook` resolves and checks the URL now (`urls.py`) and connects
 to the address it checked, with no proxy and no redirect followed (`webhook_client`).
 
 httpx's timeouts bound each network operation (the connect, one read, one write), not
@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from thresher.service.policies.webhook_urls import resolve_webhook_url
+from thresher.notify.urls import resolve_webhook_url
 
 __all__ = ["AttemptDeadline", "post_webhook", "webhook_client"]
 
