@@ -23,9 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from thresher.service.errors import BadRequest, NotFound, TooLarge, TooManyRequests
 from thresher.service.policies.quotas import over_limit
-from thresher.store import Store
-from thresher.store.counted import AtLimit
-from thresher.store.uploads import FileRecord, FileTable
+from thresher.store import AtLimit, FileRecord, Store
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -47,7 +45,7 @@ def record_file(store: Store, record: FileRecord, limit: int | None = None) -> N
     TooManyRequests (the file removed) if it would take its tenant's files past `limit`
     bytes (`stored_bytes`)."""
     try:
-        FileTable(store.db).add(record, limit)
+        store.files.add(record, limit)
     except AtLimit as exc:
         Path(record.path).unlink(missing_ok=True)
         raise _over_stored(record.tenant, exc.limit, exc.used, record.bytes) from None
@@ -56,7 +54,7 @@ def record_file(store: Store, record: FileRecord, limit: int | None = None) -> N
 def check_stored(store: Store, tenant: str, limit: int) -> None:
     """TooManyRequests if the tenant's files hold `limit` bytes already: refused before
     an upload is received, not after."""
-    used = FileTable(store.db).bytes_of(tenant)
+    used = store.files.bytes_of(tenant)
     if used >= limit:
         raise _over_stored(tenant, limit, used, 0)
 
@@ -68,7 +66,7 @@ def _over_stored(tenant: str, limit: int, used: int, adding: int) -> TooManyRequ
 
 def find_file(store: Store, tenant: str, file_id: str) -> FileRecord:
     """The tenant's file `file_id`; NotFound when there is none (or it is another's)."""
-    found = FileTable(store.db).find(tenant, file_id)
+    found = store.files.find(tenant, file_id)
     if found is None:
         raise NotFound(f"no file {file_id!r}; upload one with POST /v1/files")
     return found

@@ -51,10 +51,9 @@ from thresher.service.routers.requests import router
 from thresher.service.state import ServiceState
 from thresher.service.submission import submit_job
 from thresher.sinks import open_sink
-from thresher.store import JobRecord, StoreError
-from thresher.store.requests import RequestState, RequestTable, WaitingGroup
+from thresher.store import JobRecord, RequestState, StoreError, WaitingGroup
 
-__all__ = ["Flusher", "RequestTable", "router", "start_flusher"]
+__all__ = ["Flusher", "router", "start_flusher"]
 
 log = logging.getLogger("thresher.service.background.buffer")
 
@@ -74,7 +73,7 @@ class Flusher:
     def __init__(self, state: ServiceState, submit: Submit | None = None) -> None:
         self.state = state
         self.submit = submit or partial(submit_job, state)
-        self.table = RequestTable(state.store.db)
+        self.table = state.store.requests
         self.buffer_dir = state.buffer_dir
         self.strikes = Strikes("request buffer", state.config.quarantine_after)
 

@@ -35,8 +35,7 @@ from thresher.executors.zygote import fork_zygotes_here, preloads
 from thresher.models.libraries import library_modules
 from thresher.service.background import warm
 from thresher.spec import ModelSection
-from thresher.store import JobState, Store, open_store
-from thresher.store.owners import this_owner
+from thresher.store import JobState, Store, open_store, this_owner
 
 log = logging.getLogger("thresher.service.background.job_process")
 

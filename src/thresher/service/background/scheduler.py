@@ -40,11 +40,7 @@ from thresher.service.background.job_process import (
 )
 from thresher.service.background.slots import capacity, choose_victim, slot_request
 from thresher.service.state import ServiceState
-from thresher.store import JobRecord, JobState, StoreError
-from thresher.store.leases import Lease, Slots
-from thresher.store.owners import beat_seconds
-from thresher.store.queue import WaitingJob
-from thresher.store.views import running_service_jobs
+from thresher.store import JobRecord, JobState, Lease, Slots, StoreError, WaitingJob, beat_seconds
 
 log = logging.getLogger("thresher.service.background.scheduler")
 
@@ -238,7 +234,7 @@ class Scheduler:
         self._next_orphan_look = time.monotonic() + self.orphan_seconds
         store = self.state.store
         liveness = store.owners.judge()
-        for job_id in running_service_jobs(store.db):
+        for job_id in store.queue.running_service_jobs():
             with self._lock:
                 if job_id in self._running:
                     continue  # this server's (a crashed coordinator being run again)

@@ -19,9 +19,7 @@ from datetime import UTC, datetime
 
 from thresher.plan.devices import visible_gpus
 from thresher.service.config import ServerConfig
-from thresher.store.leases import SlotRequest, Slots
-from thresher.store.owners import owner_host, this_host
-from thresher.store.queue import RunningJob, WaitingJob
+from thresher.store import RunningJob, SlotRequest, Slots, WaitingJob, owner_host, this_host
 
 __all__ = ["capacity", "choose_victim", "gpu_per_worker", "slot_request"]
 

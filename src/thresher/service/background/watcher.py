@@ -35,9 +35,13 @@ from thresher.loops import Strikes, start_loop
 from thresher.service.errors import ServiceError, TooManyRequests
 from thresher.service.state import ServiceState
 from thresher.service.triggers import Watched, every_trigger
-from thresher.store.owners import this_owner
-from thresher.store.trigger_defs import TriggerDefRow, TriggerDefTable
-from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
+from thresher.store import (
+    SetOutcome,
+    TakenFile,
+    TriggerDefRow,
+    set_job_key,
+    this_owner,
+)
 from thresher.triggers import (
     FileSeen,
     FileSet,
@@ -68,7 +72,7 @@ class Watcher:
         self, state: ServiceState, submit: Submit, listing: Listing = default_listing
     ) -> None:
         self.state, self.submit, self.listing = state, submit, listing
-        self.ledger = TriggerLedger(state.store.db)
+        self.ledger = state.store.triggers
         self.owner = this_owner()
         self.memory: dict[str, Settling] = {}
         self.taken: dict[str, TakenFiles] = {}
@@ -82,12 +86,12 @@ class Watcher:
         look (the shortest `poll_seconds`, at most IDLE_SECONDS). A trigger that raises (a
         listing that fails, a row that does not read) is counted by its key and, after
         `quarantine_after` looks in a row, paused with the reason; the others go on."""
-        table = TriggerDefTable(self.state.store.db)
+        table = self.state.store.trigger_defs
 
         def unreadable(row: TriggerDefRow, exc: Exception) -> None:
             self.strikes.failed(row.key, exc, partial(table.quarantine, row.key))
 
-        triggers = every_trigger(self.state.config, self.state.store.db, unreadable)
+        triggers = every_trigger(self.state.config, self.state.store, unreadable)
         keys = {t.key for t in triggers}
         for gone in (set(self.memory) | set(self.next_look)) - keys:  # deleted: forget it
             self.memory.pop(gone, None)
@@ -110,7 +114,7 @@ class Watcher:
         """Pause a trigger the watcher failed on too often: a tenant's in the store, with
         the reason (its GET shows it); a config one until the server starts again."""
         if watched.declared == "tenant":
-            TriggerDefTable(self.state.store.db).quarantine(watched.key, reason)
+            self.state.store.trigger_defs.quarantine(watched.key, reason)
         else:
             self.quarantined[watched.key] = reason
 

@@ -21,7 +21,6 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from thresher.service.errors import Unauthorized
 from thresher.service.state import StateDep
 from thresher.store import Store
-from thresher.store.uploads import TokenTable
 
 PREFIX = "thr_"
 FINGERPRINT_LENGTH = 12  # hex digits of the token's sha256 shown by `thresher token list`
@@ -34,13 +33,13 @@ def create_token(store: Store, tenant: str) -> str:
     if not tenant.strip():
         raise ValueError("a tenant name must not be empty")
     token = PREFIX + secrets.token_urlsafe(32)
-    TokenTable(store.db).add(_digest(token), tenant.strip())
+    store.tokens.add(_digest(token), tenant.strip())
     return token
 
 
 def tenant_of(store: Store, token: str) -> str | None:
     """The tenant a token belongs to, or None for a token the server does not know."""
-    return TokenTable(store.db).tenant_of(_digest(token))
+    return store.tokens.tenant_of(_digest(token))
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ def list_tokens(store: Store) -> list[TokenInfo]:
     """Every token's fingerprint, tenant and creation time, by tenant then age."""
     return [
         TokenInfo(digest[:FINGERPRINT_LENGTH], tenant, created)
-        for digest, tenant, created in TokenTable(store.db).all()
+        for digest, tenant, created in store.tokens.all()
     ]
 
 
@@ -68,7 +67,7 @@ def revoke_token(store: Store, fingerprint: str) -> TokenInfo:
         raise ValueError(
             "give at least 8 characters of the fingerprint `thresher token list` shows"
         )
-    table = TokenTable(store.db)
+    table = store.tokens
     matches = [row for row in table.all() if row[0].startswith(wanted)]
     if len(matches) != 1:
         found = "no token has" if not matches else f"{len(matches)} tokens have"

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from thresher.service.errors import TooManyRequests
 from thresher.store import Store
-from thresher.store.views import job_counts, rows_read_since
 
 if TYPE_CHECKING:  # config imports submission, which imports this
     from thresher.service.config import TenantLimits
@@ -54,7 +53,7 @@ def check_submission(
             f" {limits.worker_slots}; ask for {limits.worker_slots} or fewer"
         )
     if limits.queued_jobs is not None:
-        queued = job_counts(store.db, tenant).get("queued", 0)
+        queued = store.views.job_counts(tenant).get("queued", 0)
         if queued >= limits.queued_jobs:
             raise TooManyRequests(
                 f"tenant {tenant} has {queued} jobs queued, its limit queued_jobs ="
@@ -67,7 +66,7 @@ def check_submission(
 
 def _check_rows(store: Store, tenant: str, limit: int) -> None:
     now = datetime.now(UTC)
-    finished = rows_read_since(store.db, tenant, (now - DAY).isoformat())
+    finished = store.views.rows_read_since(tenant, (now - DAY).isoformat())
     read = sum(rows for _, rows in finished)
     if read < limit:
         return

@@ -29,8 +29,7 @@ from thresher.service.policies.auth import Tenant
 from thresher.service.policies.quotas import over_limit
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.uploads import find_file
-from thresher.store.batches import BatchRow, BatchStatus, BatchTable
-from thresher.store.counted import AtLimit
+from thresher.store import AtLimit, BatchRow, BatchStatus
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
@@ -132,7 +131,7 @@ def create_batch(request: BatchRequest, state: StateDep, tenant: Tenant) -> dict
     )
     limit = state.config.limits(tenant).batches_in_flight
     try:
-        BatchTable(state.store.db).create(batch, limit)
+        state.store.batches.create(batch, limit)
     except AtLimit as exc:
         has = f"{exc.used:,} batches not yet ended"
         then = "create it once one has ended"
@@ -144,7 +143,7 @@ def create_batch(request: BatchRequest, state: StateDep, tenant: Tenant) -> dict
 
 
 def _tenant_batch(state: ServiceState, tenant: str, batch_id: str) -> BatchRow:
-    found = BatchTable(state.store.db).find(batch_id, tenant)
+    found = state.store.batches.find(batch_id, tenant)
     if found is None:
         raise NotFound(f"no batch {batch_id!r}")
     return found
@@ -162,7 +161,7 @@ def list_batches(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
-    found = BatchTable(state.store.db).of_tenant(tenant, limit + 1, after)
+    found = state.store.batches.of_tenant(tenant, limit + 1, after)
     return cursor_page([public(b) for b in found], limit)
 
 
@@ -171,7 +170,7 @@ def cancel_batch(batch_id: str, state: StateDep, tenant: Tenant) -> dict[str, An
     """Requests already answered stay in the output file; the rest go to the error file
     as `batch_cancelled`. A finished batch is left as it is."""
     batch = _tenant_batch(state, tenant, batch_id)
-    table = BatchTable(state.store.db)
+    table = state.store.batches
     if batch.status == BatchStatus.VALIDATING:
         if table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.CANCELLED):
             state.batch_ended(batch.id)

@@ -31,8 +31,7 @@ from thresher.service.uploads import (
     record_file,
 )
 from thresher.spec import FILE_FORMATS, infer_format
-from thresher.store.db import now
-from thresher.store.uploads import FileRecord, FileTable
+from thresher.store import FileRecord, now
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
@@ -154,7 +153,7 @@ def list_files(
 ) -> FileList:
     """The tenant's files, newest first (`order=asc`: oldest first), `limit` a page;
     pass the page's `last_id` as `after` for the next."""
-    found = FileTable(state.store.db).of_tenant(tenant, purpose, order == "desc", limit + 1, after)
+    found = state.store.files.of_tenant(tenant, purpose, order == "desc", limit + 1, after)
     page = [FileInfo(**f.public()) for f in found[:limit]]
     return FileList(
         data=page,
@@ -175,6 +174,6 @@ def file_content(file_id: str, state: StateDep, tenant: Tenant) -> FileResponse:
 def delete_file(file_id: str, state: StateDep, tenant: Tenant) -> FileDeleted:
     """Forget the file and remove its bytes; a job already reading it may fail."""
     record = find_file(state.store, tenant, file_id)
-    FileTable(state.store.db).remove(tenant, file_id)
+    state.store.files.remove(tenant, file_id)
     Path(record.path).unlink(missing_ok=True)
     return FileDeleted(id=file_id)

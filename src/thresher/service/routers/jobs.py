@@ -26,7 +26,6 @@ from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
 from thresher.spec import ModelSection
 from thresher.store import JobRecord, JobState, StoreError
-from thresher.store.views import cancel_if_queued, tenant_job_ids
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -124,7 +123,7 @@ def list_jobs(
 ) -> JobList:
     """A page of the tenant's jobs; pass the page's `last_id` as `after` for the next."""
     cursor = tenant_job(state, tenant, after) if after is not None else None
-    ids = tenant_job_ids(state.store.db, tenant, limit + 1, cursor)
+    ids = state.store.views.tenant_job_ids(tenant, limit + 1, cursor)
     page = [describe(state, state.store.job(job_id)) for job_id in ids[:limit]]
     return JobList(data=page, has_more=len(ids) > limit, last_id=page[-1].id if page else None)
 
@@ -159,7 +158,7 @@ def cancel_job(
 
 def _cancel_if_queued(state: ServiceState, job_id: str) -> bool:
     """Cancel the job if it is still queued, atomically against the scheduler's claim."""
-    return cancel_if_queued(state.store.db, job_id)
+    return state.store.queue.cancel_if_queued(job_id)
 
 
 @router.get("/{job_id}/results", summary="Download a job's results")

@@ -25,14 +25,6 @@ from thresher.service.policies.auth import Credentials, current_tenant
 from thresher.service.schedules import every_schedule
 from thresher.service.state import ServiceState, StateDep
 from thresher.store import JobState
-from thresher.store.ticks import TickLedger
-from thresher.store.triggers import TriggerLedger
-from thresher.store.views import (
-    done_row_totals,
-    job_counts,
-    running_job_progress,
-    waiting_by_priority,
-)
 
 log = logging.getLogger("thresher.service.routers.metrics")
 
@@ -107,13 +99,13 @@ def _metric(lines: list[str], name: str, kind: str, help_text: str) -> None:
 
 
 def _jobs_by_state(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
-    counts = job_counts(state.store.db, tenant)
+    counts = state.store.views.job_counts(tenant)
     _metric(lines, "thresher_jobs", "gauge", "Jobs in the store, by state.")
     lines += [f'thresher_jobs{{state="{s.value}"}} {int(counts.get(s.value, 0))}' for s in JobState]
 
 
 def _row_totals(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
-    row = done_row_totals(state.store.db, tenant)
+    row = state.store.views.done_row_totals(tenant)
     for name, value, what in zip(
         ("rows_in", "rows_out", "rows_error"),
         row,
@@ -125,7 +117,7 @@ def _row_totals(state: ServiceState, tenant: str | None, lines: list[str]) -> No
 
 
 def _running_rates(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
-    rows = running_job_progress(state.store.db, tenant)
+    rows = state.store.views.running_job_progress(tenant)
     _metric(
         lines,
         "thresher_job_rows_per_second",
@@ -142,7 +134,7 @@ def _running_rates(state: ServiceState, tenant: str | None, lines: list[str]) ->
 def _ticks(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
     """Ticks by schedule and outcome: a tenant sees its own schedules' and the config's
     run for it."""
-    counts = TickLedger(state.store.db).counts()
+    counts = state.store.ticks.counts()
     if tenant is not None:
         mine = {s.key for s in every_schedule(state.config, state.store, tenant=tenant)}
         counts = {k: n for k, n in counts.items() if k[0] in mine or k[0].startswith(f"{tenant}/")}
@@ -163,9 +155,9 @@ def _trigger_files(state: ServiceState, tenant: str | None, lines: list[str]) ->
     (a config trigger's name, `tenant/name` for a tenant's own)."""
     from thresher.service.triggers import every_trigger
 
-    seen = TriggerLedger(state.store.db).files_seen()
+    seen = state.store.triggers.files_seen()
     _metric(lines, "thresher_trigger_files_seen_total", "counter", "Files taken by each trigger.")
-    for watched in every_trigger(state.config, state.store.db, tenant=tenant):
+    for watched in every_trigger(state.config, state.store, tenant=tenant):
         key = _label(watched.key)
         lines.append(
             f'thresher_trigger_files_seen_total{{trigger="{key}"}} {seen.get(watched.key, 0)}'
@@ -175,7 +167,7 @@ def _trigger_files(state: ServiceState, tenant: str | None, lines: list[str]) ->
 def _queue_and_slots(state: ServiceState, tenant: str | None, lines: list[str]) -> None:
     """Waiting jobs and slots in use: a tenant's own, and the slots free here only for
     the whole host's view (free slots are the capacity less every tenant's use)."""
-    waiting = waiting_by_priority(state.store.db, tenant)
+    waiting = state.store.queue.waiting_by_priority(tenant)
     _metric(lines, "thresher_queue_length", "gauge", "Jobs waiting (queued or preempted).")
     lines += [f'thresher_queue_length{{priority="{p}"}} {n}' for p, n in waiting.items()]
     used, capacity = state.store.leases.used(tenant=tenant), state.config.capacity

@@ -25,7 +25,7 @@ from thresher.service.errors import Conflict, NotFound, TooLarge, Unprocessable
 from thresher.service.policies.auth import current_tenant
 from thresher.service.policies.disclosure import public_message
 from thresher.service.state import ServiceState, get_state
-from thresher.store.requests import BufferedRequest, DuplicateRequest, RequestTable
+from thresher.store import BufferedRequest, DuplicateRequest
 
 MAX_RECORDS_PER_POST = 10_000
 
@@ -86,7 +86,7 @@ def add_requests(
     """Buffer one record or many; they run in the model's next batch job."""
     records = _records(state, body)
     try:
-        created = RequestTable(state.store.db).add(tenant, records)
+        created = state.store.requests.add(tenant, records)
     except DuplicateRequest as exc:
         shown = ", ".join(repr(c) for c in exc.custom_ids[:10])
         more = f" and {len(exc.custom_ids) - 10} more" if len(exc.custom_ids) > 10 else ""
@@ -113,7 +113,7 @@ def get_request(
     tenant: Annotated[str, Depends(current_tenant)],
 ) -> RequestStatus:
     """A buffered record's status, and its prediction or error once its job has ended."""
-    found = RequestTable(state.store.db).get(tenant, custom_id)
+    found = state.store.requests.get(tenant, custom_id)
     if found is None:
         raise NotFound(f"no request {custom_id!r}; POST /v1/requests buffers one")
     return _status(state, found)

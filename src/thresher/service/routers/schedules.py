@@ -27,9 +27,7 @@ from thresher.service.schedules import (
 )
 from thresher.service.schemas import FireTime, ScheduleInfo, ScheduleList, TickInfo, TickList
 from thresher.service.state import ServiceState, StateDep
-from thresher.store.counted import AtLimit
-from thresher.store.schedules import ScheduleExists, ScheduleTable
-from thresher.store.ticks import Tick, TickLedger
+from thresher.store import AtLimit, ScheduleExists, Tick
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
@@ -64,7 +62,7 @@ def describe(state: ServiceState, schedule: Scheduled) -> ScheduleInfo:
         FireTime(local=t.astimezone(cron.zone).isoformat(), utc=t.isoformat())
         for t in cron.after(datetime.now(UTC), NEXT_FIRES)
     ]
-    recent = TickLedger(state.store.db).recent(schedule.key, limit=1)
+    recent = state.store.ticks.recent(schedule.key, limit=1)
     return ScheduleInfo(
         name=schedule.name,
         error=_fire_problem(cron),
@@ -121,9 +119,7 @@ def create_schedule(request: ScheduleRequest, state: StateDep, tenant: Tenant) -
     settings = request.settings(tenant)
     limit = state.config.limits(tenant).schedules
     try:
-        ScheduleTable(state.store.db).create(
-            tenant, request.name, settings.model_dump_json(), limit
-        )
+        state.store.schedules.create(tenant, request.name, settings.model_dump_json(), limit)
     except ScheduleExists as exc:
         raise Conflict(str(exc)) from None
     except AtLimit as exc:
@@ -159,7 +155,7 @@ def change_schedule(
     except ValidationError as exc:
         raise Unprocessable(describe_errors(exc)) from None
     _checked(state, request)
-    ScheduleTable(state.store.db).replace(tenant, name, request.settings(tenant).model_dump_json())
+    state.store.schedules.replace(tenant, name, request.settings(tenant).model_dump_json())
     return describe(state, tenant_schedule(state, tenant, name))
 
 
@@ -167,7 +163,7 @@ def change_schedule(
 def delete_schedule(name: str, state: StateDep, tenant: Tenant) -> Response:
     """No more ticks; jobs it started are left as they are."""
     _own(state, tenant, name)
-    ScheduleTable(state.store.db).delete(tenant, name)
+    state.store.schedules.delete(tenant, name)
     return Response(status_code=204)
 
 
@@ -208,5 +204,5 @@ def list_ticks(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> TickList:
     schedule = tenant_schedule(state, tenant, name)
-    ticks = TickLedger(state.store.db).recent(schedule.key, limit=limit)
+    ticks = state.store.ticks.recent(schedule.key, limit=limit)
     return TickList(data=[_tick(t) for t in ticks])

@@ -19,9 +19,7 @@ from thresher.service.policies.auth import Tenant
 from thresher.service.policies.quotas import check_poll, over_limit
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.triggers import Watched, check_trigger, every_trigger, warn_trigger
-from thresher.store.counted import AtLimit
-from thresher.store.trigger_defs import TriggerDefTable, TriggerExists
-from thresher.store.triggers import TriggerLedger
+from thresher.store import AtLimit, TriggerExists
 from thresher.triggers.settings import TriggerRequest, TriggerSettings
 
 router = APIRouter(prefix="/v1/triggers", tags=["triggers"])
@@ -61,7 +59,7 @@ class TriggerList(BaseModel):
 
 
 def _visible(state: ServiceState, tenant: str) -> list[Watched]:
-    return every_trigger(state.config, state.store.db, tenant=tenant)
+    return every_trigger(state.config, state.store, tenant=tenant)
 
 
 def _find(state: ServiceState, tenant: str, name: str) -> Watched:
@@ -115,7 +113,7 @@ def create_trigger(request: TriggerRequest, state: StateDep, tenant: Tenant) -> 
         raise Conflict(f"name: there is already a trigger {request.name!r}")
     limit = state.config.limits(tenant).triggers
     try:
-        TriggerDefTable(state.store.db).create(
+        state.store.trigger_defs.create(
             tenant, request.name, settings.model_dump_json(), settings.paused, limit
         )
     except TriggerExists as exc:
@@ -141,9 +139,7 @@ def change_trigger(
     except ValidationError as exc:
         raise Unprocessable(describe_errors(exc)) from None
     settings = _checked(state, request, tenant)
-    TriggerDefTable(state.store.db).replace(
-        tenant, name, settings.model_dump_json(), settings.paused
-    )
+    state.store.trigger_defs.replace(tenant, name, settings.model_dump_json(), settings.paused)
     return _describe(state, _find(state, tenant, name), warn_trigger(settings))
 
 
@@ -152,7 +148,7 @@ def delete_trigger(name: str, state: StateDep, tenant: Tenant) -> Response:
     """No more sets from the next look on; jobs it started are left as they are, and the
     files it took stay taken (a trigger made again by this name does not take them)."""
     _own(state, tenant, name)
-    TriggerDefTable(state.store.db).delete(tenant, name)
+    state.store.trigger_defs.delete(tenant, name)
     return Response(status_code=204)
 
 
@@ -170,14 +166,14 @@ def resume_trigger(name: str, state: StateDep, tenant: Tenant) -> TriggerInfo:
 
 def _set_paused(state: ServiceState, watched: Watched, paused: bool) -> TriggerInfo:
     s = watched.settings.model_copy(update={"paused": paused})
-    TriggerDefTable(state.store.db).replace(s.tenant, watched.name, s.model_dump_json(), paused)
+    state.store.trigger_defs.replace(s.tenant, watched.name, s.model_dump_json(), paused)
     return _describe(state, _find(state, s.tenant, watched.name))
 
 
 def _describe(
     state: ServiceState, watched: Watched, warnings: list[str] | None = None
 ) -> TriggerInfo:
-    ledger, t = TriggerLedger(state.store.db), watched.settings
+    ledger, t = state.store.triggers, watched.settings
     recent = ledger.recent(watched.key, limit=1)
     last = None
     if recent:
