@@ -21,10 +21,10 @@ from thresher.cli.options import store_option
 from thresher.cli.profile import profile
 from thresher.cli.quality import actuals, quality
 from thresher.cli.report import report
+from thresher.cli.schedules import schedules
 from thresher.cli.service import serve, token
+from thresher.cli.triggers import triggers
 from thresher.leaving import ended, leave_when_done
-from thresher.schedule_cli import schedules
-from thresher.trigger_cli import triggers
 
 __all__ = ["cli", "main"]
 
@@ -32,14 +32,12 @@ __all__ = ["cli", "main"]
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="thresher")
 @store_option(envvar="THRESHER_STORE")
-@click.pass_context
-def cli(ctx: click.Context, store: str | None) -> None:
+def cli(store: str | None) -> None:
     """thresher: batch inference, exactly once per record.
 
     Run a model over every record of a dataset and write the predictions to files or a
     database. Start with `thresher demo`, then `thresher run JOB.toml`.
     """
-    ctx.obj = store  # for schedule_cli and trigger_cli, until they move here
 
 
 for command in (

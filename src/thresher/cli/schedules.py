@@ -1,0 +1,103 @@
+"""`thresher schedules`: the server's schedules — listed with their next fire times before
+anything runs — paused, resumed, or triggered by hand, through the store the server uses
+(so a running server acts on it within its next look, and a stopped one when it starts).
+
+A config schedule is named as in the config (`nightly`); a tenant's own as
+`tenant/name` (`acme/nightly`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from thresher.cli.options import EXIT_USAGE, fail, with_store
+
+if TYPE_CHECKING:
+    from thresher.service.config import ServerConfig
+    from thresher.store import Store
+
+__all__ = ["schedules"]
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "--config",
+    "config_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The server's TOML config (its [schedules.NAME] sections).",
+)
+@click.pass_context
+@with_store
+def schedules(ctx: click.Context, config_file: Path, store_url: str | None) -> None:
+    """List the server's schedules — the config's and the tenants' — with the next 5 fire
+    times in each one's zone and in UTC and how its last tick ended; or pause, resume or
+    trigger one."""
+    from thresher.service.config import ConfigError, read_config
+    from thresher.service.schedules import check_schedules
+    from thresher.store import StoreError, open_store, read_store
+
+    try:
+        config = read_config(config_file)
+        check_schedules(config)
+        if ctx.invoked_subcommand is None:  # listing only looks: nothing is created
+            _list(config, read_store(store_url))
+        else:  # pause, resume and trigger write to the store
+            ctx.obj = (config, open_store(store_url))
+    except (ConfigError, StoreError) as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _list(config: ServerConfig, store: Store) -> None:
+    from datetime import UTC, datetime
+
+    from thresher.schedules.preview import describe_schedules
+    from thresher.service.schedules import every_schedule
+
+    found = [(s.key, s.settings, s.paused) for s in every_schedule(config, store)]
+    for line in describe_schedules(found, store.ticks, datetime.now(UTC)) or ["none"]:
+        click.echo(line)
+
+
+@schedules.command()
+@click.argument("name")
+@click.pass_obj
+def pause(site: tuple[ServerConfig, Store], name: str) -> None:
+    """Pause schedule NAME: its fire times are recorded as skipped until it is resumed."""
+    _switch(site, name, paused=True)
+
+
+@schedules.command()
+@click.argument("name")
+@click.pass_obj
+def resume(site: tuple[ServerConfig, Store], name: str) -> None:
+    """Resume schedule NAME from its next fire time."""
+    _switch(site, name, paused=False)
+
+
+@schedules.command()
+@click.argument("name")
+@click.pass_obj
+def trigger(site: tuple[ServerConfig, Store], name: str) -> None:
+    """Run schedule NAME now, as a manual tick (a running server starts it within its
+    next look, under the schedule's overlap policy)."""
+    from thresher.service import schedules as book
+
+    try:
+        at = book.trigger(*site, name)
+    except book.UnknownSchedule as exc:
+        fail(str(exc), EXIT_USAGE)
+    click.echo(f"{name}: manual tick at {at.isoformat()} claimed")
+
+
+def _switch(site: tuple[ServerConfig, Store], name: str, paused: bool) -> None:
+    from thresher.service import schedules as book
+
+    try:
+        book.set_paused(*site, name, paused)
+    except book.UnknownSchedule as exc:
+        fail(str(exc), EXIT_USAGE)
+    click.echo(f"{name}: {'paused' if paused else 'resumed'}")
