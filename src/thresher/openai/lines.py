@@ -5,16 +5,19 @@ Each line is `{"custom_id", "method": "POST", "url": <the batch's endpoint>, "bo
 Problems with the file itself fail the whole batch, each reported with OpenAI's `code`
 and the 1-based `line`: a line that is not a JSON object, a missing or repeated
 `custom_id`, a `method` other than POST, a `url` that is not the batch's endpoint, a body
-without its input, `stream: true`, a string that cannot be written as UTF-8 (a lone
-surrogate: valid JSON, but its answer could never be written), a model the server does
-not serve (or not for this endpoint) or two models in one file, an empty file, more
-lines or bytes than the server takes. A file with any of them makes no job (OpenAI's
-behaviour: nothing is half run).
+that is not an object or names no model, `stream: true`, a string that cannot be
+written as UTF-8 (a lone surrogate: valid JSON, but its answer could never be written),
+a model the server does not serve (or not for this endpoint) or two models in one file,
+an empty file, more lines or bytes than the server takes. A file with any of them makes
+no job (OpenAI's behaviour: nothing is half run). A request whose body alone is wrong
+(its input not text or missing, a bad `encoding_format` or `dimensions`, more inputs
+than allowed) fails on its own, as at OpenAI: the service answers it in the error file
+with `response.status_code` 400 and runs the other lines (`Prepared.rejected`).
 
-The check of one line is `LineCheck.check`, the same for the service (which needs every
-line good) and for `thresher run`'s `openai-batch` source (which makes each bad line a
-bad record and answers the rest): only how a repeated `custom_id` is known differs, a set
-of those seen so far (`SeenIds`) or the lines a first pass found (`KnownRepeats`).
+The check of one line is `LineCheck.check`, the same for the service and for `thresher
+run`'s `openai-batch` source (which makes each bad line a bad record and answers the
+rest): only how a repeated `custom_id` is known differs, a set of those seen so far
+(`SeenIds`) or the lines a first pass found (`KnownRepeats`).
 
 A good file becomes a JSONL of one row per input: for `/v1/embeddings`, `custom_id`,
 `line`, `index` within the request, `input`, and the line's own `encoding_format` and
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -46,6 +49,7 @@ __all__ = [
     "SeenIds",
     "answers",
     "prepare_lines",
+    "request_lines",
 ]
 
 ENDPOINTS = ("/v1/embeddings", "/v1/chat/completions", "/v1/completions")
@@ -63,9 +67,20 @@ class LineProblem:
     message: str
     line: int | None = None
     param: str | None = None
+    # The custom_id of a request that fails on its own (a wrong parameter in its body:
+    # an input that is not text, a bad encoding_format, too many inputs): the service
+    # answers it 400 in the error file and runs the other lines; None for a problem
+    # with the file itself.
+    request: str | None = None
 
     def public(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "param": self.param, "line": self.line}
+
+    def record(self) -> dict[str, Any]:
+        """A request that fails on its own as a bad record of its batch (stage
+        `request`), answered like one the model failed (see `openai.results`)."""
+        return {"id": self.request, "line": self.line, "stage": "request",
+                "error": self.code, "message": self.message}  # fmt: skip
 
 
 @dataclass
@@ -76,6 +91,7 @@ class Prepared:
     requests: int = 0
     problems: list[LineProblem] = field(default_factory=list)
     more_problems: int = 0
+    rejected: list[LineProblem] = field(default_factory=list)  # requests failing alone
 
     def add(self, problem: LineProblem) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -152,7 +168,8 @@ class LineCheck:
             problems.append(LineProblem("mismatched_model", message, number, "body.model"))
         rows, problem = _inputs(self.endpoint, body, number)
         if problem is not None:
-            problems.append(problem)
+            own = not problems and isinstance(line.get("custom_id"), str)
+            problems.append(replace(problem, request=line["custom_id"]) if own else problem)
         if problems:
             return [], problems
         custom_id = str(line["custom_id"])
@@ -177,7 +194,8 @@ def prepare_lines(
 ) -> Prepared:
     """Check every line of `source`, a file of at most `limits` = (requests, bytes),
     against the server's `models` (name: kind); write the job's input rows to `dest` if
-    all pass (`dest` is removed otherwise)."""
+    the file passes (`dest` is removed otherwise). A request that fails on its own is
+    not a problem of the file: it is in `rejected`, and has no rows."""
     max_requests, max_bytes = limits
     found = Prepared()
     size = source.stat().st_size
@@ -199,6 +217,17 @@ def prepare_lines(
     return found
 
 
+def request_lines(prepared: Path) -> dict[str, int]:
+    """Each request of a good file's job input rows (`prepare_lines`' `dest`): its
+    custom_id and 1-based line in the batch file, in line order."""
+    found: dict[str, int] = {}
+    with prepared.open(encoding="utf-8") as rows:
+        for text in rows:
+            row = json.loads(text)
+            found.setdefault(str(row["custom_id"]), int(row["line"]))
+    return found
+
+
 def _check_lines(
     lines: Iterable[bytes], check: LineCheck, found: Prepared, max_requests: int, out: TextIO
 ) -> None:
@@ -212,6 +241,9 @@ def _check_lines(
             found.add(LineProblem("too_many_requests", message, number))
             return
         rows, problems = check.check(raw, number)
+        if len(problems) == 1 and problems[0].request is not None:
+            found.rejected.append(problems[0])
+            continue
         for problem in problems:
             found.add(problem)
         if not found.problems:

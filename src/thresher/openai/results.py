@@ -1,122 +1,160 @@
-"""A batch's job results, written as OpenAI's output and error files.
+"""A batch's request lines answered from its job's parts: one writer of OpenAI's output
+and error files, for the service's batches and `thresher run`'s `openai-batch` sink.
 
-The output file has one line per request answered, in input order:
-`{"id", "custom_id", "response": {"status_code": 200, "request_id", "body"}, "error":
-null}`, the body exactly OpenAI's: an `/v1/embeddings` answer (`object: "list"`,
-`data[i]` with `index` and `embedding` — floats, or base64 of little-endian float32 for
-`encoding_format = "base64"` — `model`, `usage`), or a `chat.completion` /
-`text_completion` (`choices` with `message` or `text` and `finish_reason`, `usage`). A
-request that failed on its own (the model rejected an input or a sampling parameter, a
-`dimensions` the model does not have) is a line of the error
-file with `response.status_code` 400 and `response.body.error`; a request the batch
-never ran (cancelled, expired) is one with `"response": null` and `error.code`
-`batch_cancelled` / `batch_expired`; offline, a bad line (`thresher run`'s
-`openai-batch` sink, which answers the others) is one with `"response": null` and
-`error` = `{code, message, line}`. Every request line is in exactly one of the files.
+Every request line is answered exactly once, in one of the two files:
 
-The service writes its files with `write_results` (and `partial_lines` while a batch
-runs); the `openai-batch` sink with the pieces: `request_groups` of `output_rows`,
-`request_answer`, `failed_line`, `bad_line`.
+- in the output file, in input order, a request whose rows the job wrote
+  (`bodies.request_answer`), unless one of them failed;
+- in the error file, in line order: a request that failed on its own (a bad record of
+  stage `predict`, one the model rejected, or `request`, a wrong parameter its line
+  was refused for; or a `dimensions` the model does not give) with `response.status_code`
+  400; a bad line never run (any other stage: `thresher run`'s `openai-batch` source
+  makes one of each line that fails OpenAI's checks) with `"response": null` and its
+  code and line; a request of the batch's that the job neither answered nor failed
+  (cancelled, expired, a failed job) with `"response": null` and the batch's `unrun`
+  code.
+
+How the files survive a crash: `write_answers` writes both under temporary names, from
+the job's committed parts and error records alone (never from memory), and renames them
+into place only when both are whole. A process that dies before leaves the files as
+they were (or none), and the step that writes them (the service's finalize, the sink's
+finish, a retry round's end) runs again from the same parts and writes the same lines;
+only once they are in place is the batch recorded ended or the sink's publish recorded.
+
+`partial_lines` answers a running batch's requests the same way from its committed
+shards.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TextIO
-
-import numpy as np
-import orjson
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 from thresher.arrays import vector_rows
-from thresher.sinks.files import FileSink
-from thresher.sinks.parts import read_error_records, read_part
+from thresher.faults import crash_point
+from thresher.openai.bodies import bad_line, failed_line, request_answer, unrun_line
+from thresher.sinks.parts import move, read_error_records, read_part
+from thresher.sources.files import filesystem
 
 __all__ = [
+    "Answering",
     "Written",
-    "answers",
-    "bad_line",
-    "embedding_answer",
-    "failed_line",
-    "generation_body",
     "output_rows",
     "partial_lines",
-    "request_answer",
     "request_groups",
-    "write_results",
+    "write_answers",
 ]
+
+FAILED_ALONE = ("predict", "request")  # bad records' stages answered 400
 
 
 @dataclass(frozen=True)
 class Written:
+    """What the files hold: requests answered and failed, and the tokens used."""
+
     completed: int
     failed: int
     prompt_tokens: int
     completion_tokens: int = 0
 
+    def manifest(self) -> dict[str, Any]:
+        """The counts as OpenAI's batch object (and the sink's manifest) gives them."""
+        made = self.completion_tokens
+        usage = {
+            "input_tokens": self.prompt_tokens,
+            "output_tokens": made,
+            "total_tokens": self.prompt_tokens + made,
+        }
+        total = self.completed + self.failed
+        requests = {"total": total, "completed": self.completed, "failed": self.failed}
+        return {"requests": requests, "usage": usage}
 
-def write_results(
-    sink: FileSink,
-    prepared: Path,
-    names: tuple[str, str, str],
-    files: tuple[Path, Path],
-    unrun: str,
+
+@dataclass
+class Answering:
+    """Which file answers each request, and its line there (see the module docstring).
+    `names` = (batch id, model: "" for each row's own `model`, endpoint); `lines`, where
+    given, each request's 1-based line in the batch file, by custom_id (the job's own
+    bad records count the lines of its input, not the batch's)."""
+
+    names: tuple[str, str, str]
+    lines: Mapping[str, int] = field(default_factory=dict)
+    failed: dict[str, tuple[int, str]] = field(default_factory=dict)  # id: (line, message)
+    bad: list[tuple[int, str]] = field(default_factory=list)  # (line, error line)
+    answered: set[str] = field(default_factory=set)
+    tokens: list[int] = field(default_factory=lambda: [0, 0])  # prompt, completion
+
+    def add_records(self, records: Iterable[dict[str, Any]]) -> None:
+        """Bad records: a request failed alone (one per request, however many of its
+        inputs failed), or a bad line never run."""
+        for record in records:
+            custom_id, message = record.get("id"), str(record.get("message", ""))
+            line = int(self.lines.get(str(custom_id), record.get("line") or 0))
+            if record.get("stage") in FAILED_ALONE and isinstance(custom_id, str):
+                self.failed.setdefault(custom_id, (line, message))
+            else:
+                code = str(record.get("error"))
+                self.bad.append((line, bad_line(self.names[0], custom_id, line, code, message)))
+
+    def output(self, rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+        """The output lines of the requests `rows` answer, in order; a request that
+        cannot be answered (its own problem) joins `failed` instead."""
+        batch_id, model, endpoint = self.names
+        for custom_id, group in request_groups(rows):
+            if custom_id in self.failed:
+                continue
+            first = group[0]
+            names = (batch_id, model or str(first.get("model")), endpoint)
+            answer = request_answer(custom_id, group, names)
+            if isinstance(answer, str):
+                line = self.lines.get(custom_id, int(first.get("line") or 0))
+                self.failed[custom_id] = (line, answer)
+                continue
+            self.answered.add(custom_id)
+            self.tokens[0] += answer[1]["prompt_tokens"]
+            self.tokens[1] += answer[1].get("completion_tokens", 0)
+            yield answer[0]
+
+    def errors(self, unrun: str | None = None) -> list[str]:
+        """The error lines, in line order: failed requests, bad lines, and (with an
+        `unrun` code) each request in `lines` neither answered nor failed."""
+        batch_id = self.names[0]
+        found = [(line, failed_line(batch_id, cid, m)) for cid, (line, m) in self.failed.items()]
+        found += self.bad
+        if unrun is not None:
+            done = self.answered | self.failed.keys()
+            found += [
+                (line, unrun_line(batch_id, cid, unrun))
+                for cid, line in self.lines.items()
+                if cid not in done
+            ]
+        return [text for _, text in sorted(found, key=lambda item: item[0])]
+
+    def written(self, errors: int) -> Written:
+        return Written(len(self.answered), errors, self.tokens[0], self.tokens[1])
+
+
+def write_answers(
+    paths: tuple[str, str],
+    answering: Answering,
+    rows: Iterator[dict[str, Any]],
+    unrun: str | None = None,
 ) -> Written:
-    """From the job's published output (`sink`) and its input rows (`prepared`), write
-    the output and error files `files`; `names` = (batch id, model name, endpoint);
-    `unrun` is the code of requests that were never run (`batch_cancelled`,
-    `batch_expired`, `batch_failed`)."""
-    failed = {str(r.get("id")): str(r.get("message", "")) for r in sink.read_errors()}
-    rows = output_rows(sink.published_parts(), sink.file_format)
-    answered: set[str] = set()
-    prompt_tokens = completion_tokens = 0
-    with files[0].open("w", encoding="utf-8") as out:
-        for custom_id, line, usage in answers(rows, failed, names):
-            answered.add(custom_id)
-            prompt_tokens += usage["prompt_tokens"]
-            completion_tokens += usage.get("completion_tokens", 0)
-            out.write(line)
-    with files[1].open("w", encoding="utf-8") as err:
-        ids = _custom_ids(prepared)
-        errors = _error_lines(err, names[0], ids, (answered, failed), unrun)
-    return Written(len(answered), errors, prompt_tokens, completion_tokens)
-
-
-def answers(
-    rows: Iterator[dict[str, Any]], failed: dict[str, str], names: tuple[str, str, str]
-) -> Iterator[tuple[str, str, dict[str, int]]]:
-    """(custom_id, output line, usage) of each request its rows answer, in order; a
-    request that cannot be answered (its own problem) is added to `failed` instead."""
-    for custom_id, group in request_groups(rows):
-        if custom_id in failed:
-            continue
-        answer = request_answer(custom_id, group, names)
-        if isinstance(answer, str):
-            failed[custom_id] = answer
-            continue
-        yield custom_id, *answer
-
-
-def request_answer(
-    custom_id: str, group: list[dict[str, Any]], names: tuple[str, str, str]
-) -> tuple[str, dict[str, int]] | str:
-    """The output line of one request's rows and its usage, or why the request cannot
-    be answered (a `dimensions` the model does not give)."""
-    batch_id, model, endpoint = names
-    if endpoint == "/v1/embeddings":
-        body, problem = _embedding_body(group, model)
-    else:
-        key = _id("gen", batch_id, custom_id)
-        body, problem = generation_body(group[0], model, endpoint, key), None
-    if problem is not None:
-        return problem
-    response = {"status_code": 200, "request_id": _id("req", batch_id, custom_id), "body": body}
-    return _line(batch_id, custom_id, response, None), body["usage"]
+    """Write the output and error files at `paths` (local paths or URLs), replacing them
+    whole once both are written: the output lines of `rows` (the job's output rows in
+    input order), then the error lines (see `Answering.errors`)."""
+    fs, _ = filesystem(paths[0])
+    targets = [filesystem(path)[1] for path in paths]
+    with _replacing(fs, targets) as (out, err):
+        for line in answering.output(rows):
+            out.write(line.encode("utf-8"))
+        crash_point("mid_answers")
+        errors = answering.errors(unrun)
+        for line in errors:
+            err.write(line.encode("utf-8"))
+    return answering.written(len(errors))
 
 
 def partial_lines(
@@ -124,121 +162,16 @@ def partial_lines(
 ) -> Iterator[str]:
     """The lines a running batch's output (or error) file has so far: the requests of
     its committed shards, `parts` = (output parts, error parts)."""
-    failed: dict[str, str] = {}
+    answering = Answering(names)
     for path in parts[1]:
-        failed.update(
-            {str(r.get("id")): str(r.get("message", "")) for r in read_error_records(path)}
-        )
-    answered = answers(output_rows(parts[0], file_format), failed, names)
+        answering.add_records(read_error_records(path))
+    answered = answering.output(output_rows(parts[0], file_format))
     if not errors:
-        yield from (line for _, line, _ in answered)
+        yield from answered
         return
     for _ in answered:  # its own problems join `failed` as they are found
         pass
-    for custom_id, message in failed.items():
-        yield failed_line(names[0], custom_id, message)
-
-
-def _error_lines(
-    err: TextIO,
-    batch_id: str,
-    ids: Iterable[str],
-    outcome: tuple[set[str], dict[str, str]],
-    unrun: str,
-) -> int:
-    answered, failed = outcome
-    count = 0
-    for custom_id in ids:
-        if custom_id in answered:
-            continue
-        count += 1
-        if custom_id in failed:
-            err.write(failed_line(batch_id, custom_id, failed[custom_id]))
-        else:
-            message = f"this request was not run: {unrun.removeprefix('batch_')}"
-            err.write(_line(batch_id, custom_id, None, {"code": unrun, "message": message}))
-    return count
-
-
-def _embedding_body(rows: list[dict[str, Any]], model: str) -> tuple[dict[str, Any], str | None]:
-    """The `/v1/embeddings` answer for one request's rows, or why it cannot be given."""
-    rows = sorted(rows, key=lambda r: int(r["index"]))
-    vectors = [np.asarray(row["embedding"], dtype=np.float32) for row in rows]
-    tokens = sum(int(row.get("tokens") or 0) for row in rows)
-    first = rows[0]
-    return embedding_answer(
-        vectors, tokens, model, first.get("encoding_format"), first.get("dimensions")
-    )
-
-
-def embedding_answer(
-    vectors: list[np.ndarray], tokens: int, model: str, encoding: str | None, dimensions: Any
-) -> tuple[dict[str, Any], str | None]:
-    """OpenAI's `/v1/embeddings` body for one request's vectors (floats, or base64 of
-    little-endian float32), or why it cannot be given (a `dimensions` the model does not
-    give)."""
-    data = []
-    for index, vector in enumerate(vectors):
-        if dimensions is not None and dimensions != len(vector):
-            size = len(vector)
-            return (
-                {},
-                f"dimensions: this model gives {size}-dimensional embeddings, not {dimensions}",
-            )
-        embedding: Any = vector.tolist()
-        if encoding == "base64":
-            embedding = base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-        data.append({"object": "embedding", "index": index, "embedding": embedding})
-    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-    return {"object": "list", "data": data, "model": model, "usage": usage}, None
-
-
-def generation_body(row: dict[str, Any], model: str, endpoint: str, key: str) -> dict[str, Any]:
-    """OpenAI's `/v1/chat/completions` or `/v1/completions` body for one generated row
-    (a `kind = "llm"` model's `text`, `finish_reason` and token counts; lists for n > 1)."""
-    texts = row["text"] if isinstance(row["text"], list) else [row["text"]]
-    reasons = (
-        row["finish_reason"] if isinstance(row["finish_reason"], list) else [row["finish_reason"]]
-    )
-    chat = endpoint == "/v1/chat/completions"
-    choices = [
-        {"index": i, "message": {"role": "assistant", "content": text, "refusal": None}}
-        if chat
-        else {"index": i, "text": text}
-        for i, text in enumerate(texts)
-    ]
-    for choice, reason in zip(choices, reasons, strict=True):
-        choice.update({"logprobs": None, "finish_reason": reason})
-    usage = {
-        name: int(row[name]) for name in ("prompt_tokens", "completion_tokens", "total_tokens")
-    }
-    digest = key.split("_", 1)[1]
-    return {
-        "id": f"chatcmpl-{digest}" if chat else f"cmpl-{digest}",
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": usage,
-    }
-
-
-def failed_line(batch_id: str, custom_id: str, message: str) -> str:
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    request_id = _id("req", batch_id, custom_id)
-    response = {"status_code": 400, "request_id": request_id, "body": {"error": error}}
-    return _line(batch_id, custom_id, response, None)
-
-
-def bad_line(batch_id: str, custom_id: str | None, line: int, code: str, message: str) -> str:
-    """The error-file line of a request line never run because it is bad (`thresher
-    run`'s `openai-batch` sink; the service fails such a batch whole): `"response":
-    null`, and `error` with OpenAI's `code` and the 1-based `line`, as in a failed
-    batch's `errors.data`. Its id is the line's: a repeated custom_id has its own."""
-    error = {"code": code, "message": message, "line": line}
-    key = f"{custom_id}\0line {line}"
-    answer = {"id": _id("batch_req", batch_id, key), "custom_id": custom_id, "response": None}
-    return _json_line({**answer, "error": error})
+    yield from answering.errors()
 
 
 def output_rows(parts: list[str], file_format: str) -> Iterator[dict[str, Any]]:
@@ -276,34 +209,12 @@ def request_groups(rows: Iterator[dict[str, Any]]) -> Iterator[tuple[str, list[d
         yield str(current), group
 
 
-def _custom_ids(prepared: Path) -> Iterator[str]:
-    """Each request's custom_id, once, in input order."""
-    last = None
-    with prepared.open(encoding="utf-8") as rows:
-        for line in rows:
-            custom_id = json.loads(line)["custom_id"]
-            if custom_id != last:
-                yield custom_id
-            last = custom_id
-
-
-def _line(batch_id: str, custom_id: str, response: Any, error: Any) -> str:
-    line = {
-        "id": _id("batch_req", batch_id, custom_id),
-        "custom_id": custom_id,
-        "response": response,
-        "error": error,
-    }
-    return _json_line(line)
-
-
-def _json_line(value: Any) -> str:
-    """One JSON line, through orjson: an embeddings line is hundreds of floats, and json's
-    float formatting was most of writing a batch's results (~0.35 ms a line, 18x orjson's)."""
-    return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE).decode()
-
-
-def _id(prefix: str, batch_id: str, custom_id: str) -> str:
-    """A stable id for a request's answer: the same batch and custom_id, the same id."""
-    digest = hashlib.sha256(f"{batch_id}\0{custom_id}".encode()).hexdigest()[:24]
-    return f"{prefix}_{digest}"
+@contextmanager
+def _replacing(fs: Any, paths: list[str]) -> Iterator[list[Any]]:
+    """Binary files that replace `paths` whole, one after the other, when the block ends
+    without error (none is replaced before all are written)."""
+    with ExitStack() as stack:
+        files = [stack.enter_context(fs.open(f"{path}.tmp", "wb")) for path in paths]
+        yield files
+    for path in paths:
+        move(fs, f"{path}.tmp", path)

@@ -7,11 +7,11 @@
                              or generated text and token counts), as a parquet sink's
     answers/_errors/, _SUCCESS, _thresher.json   as a parquet sink's
 
-The output lines are the service's (`openai.results`); an error line is the service's
-for a request the model could not answer (`response.status_code` 400, its
-`body.error`), and for a bad line (not JSON, a repeated custom_id, …), `"response":
-null` with `error` = `{code, message, line}`, OpenAI's code and the 1-based line. Every
-request line is in exactly one of the two files, once.
+Both files are written by the service's own writer (`openai.results`, with its crash
+story): an error line for a request the model could not answer (`response.status_code`
+400, its `body.error`), and for a bad line (not JSON, a repeated custom_id, …),
+`"response": null` with `error` = `{code, message, line}`, OpenAI's code and the 1-based
+line. Every request line is in exactly one of the two files, once.
 
 The parts are a parquet sink's (`files.FileSink`), committed exactly once and
 published at finish. At finish, before the publish is recorded, both files are written
@@ -36,7 +36,6 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
@@ -44,17 +43,11 @@ from typing import Any
 import pyarrow as pa
 
 from thresher.errors import SinkError
-from thresher.faults import crash_point
-from thresher.openai.results import (
-    bad_line,
-    failed_line,
-    output_rows,
-    request_answer,
-    request_groups,
-)
+from thresher.openai.results import Answering, output_rows
+from thresher.openai.results import write_answers as write_answers_files
 from thresher.openai.settings import ERRORS_FILE, OUTPUT_FILE
 from thresher.sinks.files import FilePartTarget, FileSink
-from thresher.sinks.parts import StagedPart, move, read_error_records
+from thresher.sinks.parts import StagedPart, read_error_records
 from thresher.sinks.publish import PUBLISH, SUCCESS, PendingOutput
 from thresher.sources.files import filesystem
 from thresher.spec import SinkSection
@@ -139,34 +132,15 @@ def write_answers(
     folder: str, parts: tuple[list[str], list[str]], names: tuple[str, str]
 ) -> dict[str, Any]:
     """Write OUTPUT_FILE and ERRORS_FILE into `folder` (a job's pending folder) from its
-    output parts `parts[0]` (Parquet) and error parts `parts[1]`; `names` = (batch id:
-    the job's, endpoint). Returns the counts for the manifest."""
+    output parts `parts[0]` (Parquet) and error parts `parts[1]`, through the one writer
+    of request answers (`openai.results`); `names` = (batch id: the job's, endpoint).
+    Returns the counts for the manifest."""
     batch_id, endpoint = names
-    failures, failed = _bad_records(parts[1], batch_id)
-    fs, root = filesystem(folder)
-    usage = {"input_tokens": 0, "output_tokens": 0}
-    completed = 0
-    with _replacing(fs, [f"{root}/{OUTPUT_FILE}", f"{root}/{ERRORS_FILE}"]) as (out, err):
-        for custom_id, group in request_groups(_in_input_order(parts[0])):
-            if custom_id in failed:
-                continue
-            first = group[0]
-            answer = request_answer(custom_id, group, (batch_id, str(first["model"]), endpoint))
-            if isinstance(answer, str):
-                failed[custom_id] = (int(first["line"]), answer)
-                continue
-            out.write(answer[0].encode("utf-8"))
-            completed += 1
-            usage["input_tokens"] += answer[1]["prompt_tokens"]
-            usage["output_tokens"] += answer[1].get("completion_tokens", 0)
-        crash_point("mid_answers")
-        failures += [(line, failed_line(batch_id, cid, msg)) for cid, (line, msg) in failed.items()]
-        for _, text in sorted(failures, key=lambda failure: failure[0]):
-            err.write(text.encode("utf-8"))
-    usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
-    total = completed + len(failures)
-    requests = {"total": total, "completed": completed, "failed": len(failures)}
-    return {"requests": requests, "usage": usage}
+    answering = Answering((batch_id, "", endpoint))
+    for url in parts[1]:
+        answering.add_records(read_error_records(url))
+    paths = (f"{folder}/{OUTPUT_FILE}", f"{folder}/{ERRORS_FILE}")
+    return write_answers_files(paths, answering, _in_input_order(parts[0])).manifest()
 
 
 def _in_input_order(parts: list[str]) -> Iterator[dict[str, Any]]:
@@ -180,34 +154,3 @@ def _in_input_order(parts: list[str]) -> Iterator[dict[str, Any]]:
 
 def _place(row: dict[str, Any]) -> tuple[int, int]:
     return int(row["line"]), int(row["index"])
-
-
-def _bad_records(
-    error_parts: list[str], batch_id: str
-) -> tuple[list[tuple[int, str]], dict[str, tuple[int, str]]]:
-    """The job's bad records: the error lines of bad request lines, as (line, error
-    line); and the requests the model failed, by custom_id, as (line, message) — one
-    per request, however many of its inputs failed."""
-    failures: list[tuple[int, str]] = []
-    failed: dict[str, tuple[int, str]] = {}
-    for url in error_parts:
-        for record in read_error_records(url):
-            line, custom_id = int(record.get("line") or 0), record.get("id")
-            message = str(record.get("message", ""))
-            if record.get("stage") == "predict" and isinstance(custom_id, str):
-                failed.setdefault(custom_id, (line, message))
-            else:
-                code = str(record.get("error"))
-                failures.append((line, bad_line(batch_id, custom_id, line, code, message)))
-    return failures, failed
-
-
-@contextmanager
-def _replacing(fs: Any, paths: list[str]) -> Iterator[list[Any]]:
-    """Binary files that replace `paths` whole, one after the other, when the block ends
-    without error (none is replaced before all are written)."""
-    with ExitStack() as stack:
-        files = [stack.enter_context(fs.open(f"{path}.tmp", "wb")) for path in paths]
-        yield files
-    for path in paths:
-        move(fs, f"{path}.tmp", path)

@@ -3,8 +3,10 @@
 
 - `validating`: the input file's request lines are checked (`thresher.openai.lines`); a file
   with problems fails the batch (`errors.data`, each with its code and line), a good one
-  becomes the job's input rows and a job, queued under an idempotency key made from the
-  batch (so a worker that dies here and runs again makes the same job) → `in_progress`.
+  becomes the job's input rows (a request that fails on its own is kept aside, answered
+  400 at the end; if every one does, there is no job: → `finalizing`) and a job, queued
+  under an idempotency key made from the batch (so a worker that dies here and runs
+  again makes the same job) → `in_progress`.
 - `in_progress`: the job runs like any other (queue, priorities, resume after a crash).
   Past `expires_at` it is cancelled, and the batch ends `expired`.
 - `cancelling` (`POST /v1/batches/{id}/cancel`): the job is cancelled; the batch ends
@@ -19,16 +21,19 @@ A batch that ends calls the state's `on_batch_ended` hooks (its webhook events).
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from thresher.faults import crash_point
 from thresher.loops import Strikes, start_loop
-from thresher.openai.lines import prepare_lines
-from thresher.openai.results import Written, write_results
+from thresher.openai.lines import Prepared, prepare_lines, request_lines
+from thresher.openai.results import Answering, Written, output_rows, write_answers
 from thresher.plan import worker_slots
 from thresher.service import submission
 from thresher.service.background.encoders import counting_tokens
@@ -39,10 +44,14 @@ from thresher.service.uploads import find_file
 from thresher.sinks import open_sink
 from thresher.sources.openai_batch import MIN_SPLIT_BYTES
 from thresher.spec import SourceSection
-from thresher.store import JobRecord, JobState
-from thresher.store.batches import BatchRow, BatchStatus, BatchTable
-from thresher.store.db import now
-from thresher.store.uploads import FileRecord, FileTable
+from thresher.store import (
+    BatchRow,
+    BatchStatus,
+    FileRecord,
+    JobRecord,
+    JobState,
+    now,
+)
 
 log = logging.getLogger("thresher.service.background.batches")
 
@@ -53,7 +62,7 @@ ENDS = {"batch_cancelled": BatchStatus.CANCELLED, "batch_expired": BatchStatus.E
 class BatchWorker:
     def __init__(self, state: ServiceState) -> None:
         self.state = state
-        self.table = BatchTable(state.store.db)
+        self.table = state.store.batches
         self.strikes = Strikes("batch worker", state.config.quarantine_after)
 
     def step(self, clock: float | None = None) -> None:
@@ -81,7 +90,9 @@ class BatchWorker:
         if batch.status == BatchStatus.VALIDATING:
             self._validate(batch)
             return
-        assert batch.job_id is not None
+        if batch.job_id is None:  # every request failed on its own: no job to run
+            self._finalize(batch, None, "batch_failed")
+            return
         job = self.state.store.job(batch.job_id)
         expired = batch.expires_at is not None and clock > batch.expires_at
         if not job.state.finished and (batch.status == BatchStatus.CANCELLING or expired):
@@ -111,6 +122,12 @@ class BatchWorker:
                 self.state.batch_ended(batch.id)
             return
         assert found.model is not None
+        _write_rejected(rejected_input(self.state, batch.id), found)
+        if not dest.stat().st_size:  # every request failed on its own: answered at once
+            counts = {"total": found.requests, "completed": 0, "failed": 0}
+            self.table.move(batch.id, BatchStatus.VALIDATING, BatchStatus.FINALIZING,
+                            model=found.model, counts=counts)  # fmt: skip
+            return
         try:
             job_id = self._submit(batch, found.model, dest)
         except TooManyRequests as exc:
@@ -162,20 +179,16 @@ class BatchWorker:
         highest = self.state.config.limits(batch.tenant).max_priority
         return batch.priority if highest is None else min(batch.priority, highest)
 
-    def _finalize(self, batch: BatchRow, job: JobRecord, unrun: str) -> None:
+    def _finalize(self, batch: BatchRow, job: JobRecord | None, unrun: str) -> None:
         if batch.status == BatchStatus.IN_PROGRESS:
             self.table.move(batch.id, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING)
             batch = self.table.find(batch.id) or batch
-        if job.state != JobState.SUCCEEDED:
+        if job is not None and job.state != JobState.SUCCEEDED:
             _publish_committed(job)
         written, ids = self._write(batch, job, unrun)
-        total = written.completed + written.failed
-        counts = {"total": total, "completed": written.completed, "failed": written.failed}
-        tokens = written.prompt_tokens
-        made = written.completion_tokens
-        usage = {"input_tokens": tokens, "output_tokens": made, "total_tokens": tokens + made}
+        counts, usage = written.manifest()["requests"], written.manifest()["usage"]
         end, errors = ENDS.get(unrun, BatchStatus.COMPLETED), None
-        if job.state == JobState.FAILED and not batch.cancelling_at:
+        if job is not None and job.state == JobState.FAILED and not batch.cancelling_at:
             message = job.message or "the batch's job failed"
             failure = {"code": "batch_failed", "message": message, "param": None, "line": None}
             end, errors = BatchStatus.FAILED, {"object": "list", "data": [failure]}
@@ -193,18 +206,24 @@ class BatchWorker:
             crash_point("batch_ended")
             self.state.batch_ended(batch.id)
 
-    def _write(self, batch: BatchRow, job: JobRecord, unrun: str) -> tuple[Written, dict[str, str]]:
-        """The output and error files, written and recorded; their file ids."""
+    def _write(
+        self, batch: BatchRow, job: JobRecord | None, unrun: str
+    ) -> tuple[Written, dict[str, str]]:
+        """The output and error files, written (`openai.results`, the one writer of
+        request answers) and recorded; their file ids."""
         uploads = self.state.uploads_dir
         files = {kind: uploads / f"file-{batch.id}-{kind}.jsonl" for kind in ("output", "errors")}
         uploads.mkdir(mode=0o700, parents=True, exist_ok=True)
-        written = write_results(
-            output_of(job.spec.sink),
-            prepared_input(self.state, batch.id),
-            (batch.id, batch.model or "", batch.endpoint),
-            (files["output"], files["errors"]),
-            unrun,
-        )
+        lines = request_lines(prepared_input(self.state, batch.id))
+        answering = Answering((batch.id, batch.model or "", batch.endpoint), lines)
+        answering.add_records(_read_rejected(rejected_input(self.state, batch.id)))
+        rows: Iterator[dict[str, Any]] = iter(())
+        if job is not None:
+            sink = output_of(job.spec.sink)
+            answering.add_records(sink.read_errors())
+            rows = output_rows(sink.published_parts(), sink.file_format)
+        paths = (str(files["output"]), str(files["errors"]))
+        written = write_answers(paths, answering, rows, unrun)
         return written, {kind: self._record(batch, path) for kind, path in files.items()}
 
     def _record(self, batch: BatchRow, path: Path) -> str:
@@ -213,7 +232,7 @@ class BatchWorker:
         import hashlib
 
         file_id = path.name.removesuffix(".jsonl")
-        files = FileTable(self.state.store.db)
+        files = self.state.store.files
         if files.find(batch.tenant, file_id) is None:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             files.add(
@@ -246,6 +265,25 @@ def request_shard_bytes(rows: Path, slots: int) -> int:
 def prepared_input(state: ServiceState, batch_id: str) -> Path:
     """Where a batch's job input rows are written."""
     return state.data_dir / "batches" / f"{batch_id}.jsonl"
+
+
+def rejected_input(state: ServiceState, batch_id: str) -> Path:
+    """Where a batch's requests that failed on their own are kept, as bad records."""
+    return state.data_dir / "batches" / f"{batch_id}.rejected.jsonl"
+
+
+def _write_rejected(path: Path, found: Prepared) -> None:
+    """The requests that failed on their own, whole (written again if validation runs
+    again after a crash)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(p.record()) + "\n" for p in found.rejected))
+    os.replace(tmp, path)
+
+
+def _read_rejected(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 def _publish_committed(job: JobRecord) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from thresher.openai.results import embedding_answer
+from thresher.openai.bodies import embedding_answer
 from thresher.service.background.encoders import EncoderCrashed, EncoderRefused, Encoders
 from thresher.service.errors import BadRequest, ServiceError
 from thresher.service.limits import Text
