@@ -153,7 +153,7 @@ def main() -> None:
         "tree's CPU time, median of the runs; the tree's CPU on ÷ off counts what its "
         "memory traffic costs the rest too, and the user CPU on ÷ off the same without "
         "the system's time. All of profiling runs in the profiler (Arrow's counts per "
-        "chunk, the sample sketched per shard: `thresher/monitor/profiler.py`), so the "
+        "chunk, the sample sketched per shard: `thresher/profiles/profiler.py`), so the "
         "profiling share counts all of its own work; the tree's CPU what it costs the "
         "rest.",
         "",

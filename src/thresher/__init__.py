@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from thresher.coordinator.progress import Reporter
     from thresher.monitor.actuals import ActualsPart
     from thresher.monitor.drift_report import DriftReport
-    from thresher.monitor.profile import Profile
     from thresher.monitor.quality import Quality, QualityTrend, Task
+    from thresher.profiles.profile import Profile
 
 __all__ = [
     "BadInputError",

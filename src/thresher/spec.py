@@ -34,10 +34,10 @@ from pydantic import (
 )
 
 from thresher.errors import SpecError, describe_errors
-from thresher.monitor.settings import MonitorSection
 from thresher.openai.settings import complete_batch_spec, infer_batch_sink
 from thresher.places import check_output_place
 from thresher.plugins import Kind, check_plugin, option_problems
+from thresher.profiles.settings import MonitorSection
 from thresher.sizes import MAX_INT64, parse_bytes
 
 FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")

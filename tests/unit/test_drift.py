@@ -14,8 +14,8 @@ import scipy.stats
 
 from thresher.monitor import MonitorSection, Profile, compare_profiles
 from thresher.monitor.drift_stats import EPSILON, benjamini_hochberg
-from thresher.monitor.profiler import ShardProfiler
-from thresher.monitor.sampling import sample_rate_for
+from thresher.profiles.profiler import ShardProfiler
+from thresher.profiles.sampling import sample_rate_for
 
 CATEGORIES = np.array(["red", "green", "blue"])
 

@@ -203,6 +203,7 @@ PUBLIC: dict[str, list[str]] = {
         "sign",
         "verify_signature",
     ],
+    "thresher.profiles": [],
     "thresher.plan": [
         "Placement",
         "check_features",

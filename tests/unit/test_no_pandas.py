@@ -62,7 +62,7 @@ def test_profiling_numbers_and_class_labels_does_not_import_pandas() -> None:
         "import sys\n"
         "import numpy as np, pyarrow as pa\n"
         "from thresher.arrays import from_numpy\n"
-        "from thresher.monitor.profiler import ShardProfiler\n"
+        "from thresher.profiles.profiler import ShardProfiler\n"
         "rng = np.random.default_rng(0)\n"
         "first, second = from_numpy(np.zeros(300, int)), from_numpy(np.ones(700, int))\n"
         "labels = pa.chunked_array([first, second])\n"

@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from thresher.monitor.profile import Profile, merge_profiles
-from thresher.monitor.profiler import MAX_CATEGORIES, ShardProfiler
-from thresher.monitor.sampling import sample_rate_for
+from thresher.profiles.profile import Profile, merge_profiles
+from thresher.profiles.profiler import MAX_CATEGORIES, ShardProfiler
+from thresher.profiles.sampling import sample_rate_for
 
 CHUNK = 10_000
 

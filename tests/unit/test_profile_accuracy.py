@@ -13,8 +13,8 @@ import pytest
 from test_profile import profile_of
 
 from thresher.errors import MonitorError
-from thresher.monitor.profile import ColumnProfile, Profile
-from thresher.monitor.sampling import sample_rate_for
+from thresher.profiles.profile import ColumnProfile, Profile
+from thresher.profiles.sampling import sample_rate_for
 
 ROWS = 400_000
 
@@ -149,7 +149,7 @@ def test_thresher_profile_refuses_a_later_version_with_its_message(
     from click.testing import CliRunner
 
     from thresher.cli import cli
-    from thresher.monitor import profile as profile_module
+    from thresher.profiles import profile as profile_module
     from thresher.store import open_store
 
     url = f"sqlite:///{tmp_path / 'store.db'}"

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from thresher.coordinator.profile_fold import ProfileFold
-from thresher.monitor.profile import Profile
-from thresher.monitor.profiler import ShardProfiler
+from thresher.profiles.profile import Profile
+from thresher.profiles.profiler import ShardProfiler
 from thresher.spec import JobSpec
 from thresher.store import Store, open_store
 

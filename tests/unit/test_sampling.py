@@ -1,4 +1,4 @@
-"""The rows a profile's sketches see (`thresher.monitor.sampling`): one Bernoulli stream
+"""The rows a profile's sketches see (`thresher.profiles.sampling`): one Bernoulli stream
 over a shard's rows, whatever its chunks, seeded by the shard."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from thresher.monitor.sampling import RowSample, sample_rate_for, uniforms
+from thresher.profiles.sampling import RowSample, sample_rate_for, uniforms
 
 pytestmark = pytest.mark.unit
 
@@ -77,7 +77,7 @@ def test_the_uniforms_are_splitmix64s_top_bits_and_any_stretch_draws_alone() -> 
 def test_sampling_leaves_numpys_generators_unimported() -> None:
     # numpy.random's import cost a worker more than sampling a whole job (see sampling.py)
     code = (
-        "import sys; from thresher.monitor.sampling import RowSample; "
+        "import sys; from thresher.profiles.sampling import RowSample; "
         "RowSample(0.01, 1).take(100_000); print('numpy.random' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

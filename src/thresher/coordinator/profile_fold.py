@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from thresher.monitor.profile import Profile
+from thresher.profiles.profile import Profile
 from thresher.store import Store
 
 __all__ = ["ProfileFold"]

@@ -1,8 +1,7 @@
-"""Monitoring: profiles made in the same pass as inference, drift against a frozen
-baseline, quality once actuals arrive, a report, and alerts.
+"""Monitoring: drift of a job's profile (`thresher.profiles`) against a frozen baseline,
+quality once actuals arrive, a report, and alerts.
 
-The names below load on first use: every job spec has a `[monitor]` section, so this
-package is imported wherever a spec is, and the sketches need not be."""
+The names below load on first use, so importing the package loads no sketch."""
 
 from __future__ import annotations
 
@@ -26,11 +25,11 @@ __all__ = [
 _HOMES = {
     "Change": "thresher.monitor.drift_report",
     "ColumnDrift": "thresher.monitor.drift_report",
-    "ColumnProfile": "thresher.monitor.profile",
+    "ColumnProfile": "thresher.profiles.profile",
     "DriftReport": "thresher.monitor.drift_report",
-    "Moments": "thresher.monitor.profile",
-    "MonitorSection": "thresher.monitor.settings",
-    "Profile": "thresher.monitor.profile",
+    "Moments": "thresher.profiles.profile",
+    "MonitorSection": "thresher.profiles.settings",
+    "Profile": "thresher.profiles.profile",
     "SegmentDrift": "thresher.monitor.drift_report",
     "Share": "thresher.monitor.drift_report",
     "Thresholds": "thresher.monitor.drift_report",

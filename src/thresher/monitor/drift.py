@@ -28,8 +28,8 @@ from thresher.monitor.drift_report import (
     worst,
 )
 from thresher.monitor.drift_stats import benjamini_hochberg
-from thresher.monitor.profile import Profile
-from thresher.monitor.settings import MonitorSection
+from thresher.profiles.profile import Profile
+from thresher.profiles.settings import MonitorSection
 
 __all__ = ["compare_profiles", "thresholds_of"]
 

@@ -14,7 +14,7 @@ import numpy as np
 
 import thresher.monitor.drift_stats as st
 from thresher.monitor.drift_report import Change, ColumnDrift, Share, Thresholds, Verdict
-from thresher.monitor.profile import ColumnProfile
+from thresher.profiles.profile import ColumnProfile
 
 __all__ = ["bin_labels", "category_counts", "compare_column", "judge"]
 

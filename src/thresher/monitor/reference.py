@@ -12,10 +12,10 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from thresher.errors import SourceError, describe_errors
-from thresher.monitor.profile import Profile, merge_profiles
-from thresher.monitor.profiler import ShardProfiler
-from thresher.monitor.sampling import sample_rate_for
-from thresher.monitor.settings import MonitorSection
+from thresher.profiles.profile import Profile, merge_profiles
+from thresher.profiles.profiler import ShardProfiler
+from thresher.profiles.sampling import sample_rate_for
+from thresher.profiles.settings import MonitorSection
 from thresher.sources import Plan, Source, open_source
 from thresher.sources.files import filesystem
 from thresher.spec import SourceSection

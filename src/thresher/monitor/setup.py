@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from thresher.executors.tasks import ProfileSetup
-from thresher.monitor.sampling import sample_rate_for
-from thresher.monitor.settings import MonitorSection
+from thresher.profiles.sampling import sample_rate_for
+from thresher.profiles.settings import MonitorSection
 from thresher.sources import Plan
 
 __all__ = ["profile_setup"]

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from thresher.errors import MonitorError
 from thresher.monitor.drift import compare_profiles
 from thresher.monitor.drift_report import DriftReport
-from thresher.monitor.profile import Profile
 from thresher.monitor.reference import reference_profile
-from thresher.monitor.settings import MonitorSection
+from thresher.profiles.profile import Profile
+from thresher.profiles.settings import MonitorSection
 from thresher.store import JobRecord, Store, StoreError
 
 __all__ = ["Subject", "compare_subjects", "drift_of", "find_job", "job_subject", "resolve"]

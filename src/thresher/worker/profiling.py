@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from thresher.arrays import from_numpy
 from thresher.executors.tasks import WorkerSetup
-from thresher.monitor.profiler import ShardProfiler
+from thresher.profiles.profiler import ShardProfiler
 from thresher.sources.base import Chunk
 
 __all__ = ["ChunkProfiler"]

@@ -15,11 +15,11 @@ from thresher.monitor.alerts import job_drift
 from thresher.monitor.drift_columns import bin_labels, category_counts
 from thresher.monitor.drift_report import ColumnDrift, DriftReport
 from thresher.monitor.drift_stats import bin_shares
-from thresher.monitor.profile import PROBABILITY_BINS, ColumnProfile, Profile
 from thresher.monitor.report import charts
 from thresher.monitor.report.errors import ErrorSummary, summarise_errors
 from thresher.monitor.report.page import ColumnView, ReportPage, render
 from thresher.monitor.report.quality import quality_part
+from thresher.profiles.profile import PROBABILITY_BINS, ColumnProfile, Profile
 from thresher.sinks import open_sink
 from thresher.store import JobRecord, Store
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.arrays import column_to_numpy, to_numpy
-from thresher.monitor.profile import PROBABILITY_BINS, ColumnProfile, Moments
+from thresher.profiles.profile import PROBABILITY_BINS, ColumnProfile, Moments
 
 __all__ = ["MAX_CATEGORIES", "add_categories", "sketch_sample"]
 

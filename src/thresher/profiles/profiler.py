@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.arrays import from_numpy
-from thresher.monitor.profile import ColumnProfile, Kind, Profile, Role
-from thresher.monitor.sampling import RowSample
-from thresher.monitor.sketching import MAX_CATEGORIES, add_categories, sketch_sample
+from thresher.profiles.profile import ColumnProfile, Kind, Profile, Role
+from thresher.profiles.sampling import RowSample
+from thresher.profiles.sketching import MAX_CATEGORIES, add_categories, sketch_sample
 
 __all__ = ["MAX_CATEGORIES", "ShardProfiler", "column_kind"]
 

@@ -35,7 +35,7 @@ import datasketches as ds
 import orjson
 
 from thresher.errors import MonitorError
-from thresher.monitor.accuracy import column_errors
+from thresher.profiles.accuracy import column_errors
 
 __all__ = [
     "PROBABILITY_BINS",
