@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from thresher.store import JobState
-from thresher.store.owners import this_host
+from thresher.store import JobState, this_host
 
 from .servers import Server, ServiceSite, wait_for_job
 from .test_service_slots import job, results, store_of, until, write_shards

@@ -16,8 +16,7 @@ from urllib.parse import quote
 import pytest
 
 from thresher.schedules.clock import Clock
-from thresher.store import open_store
-from thresher.store.ticks import TickLedger, TickOutcome
+from thresher.store import TickOutcome, open_store
 
 from .servers import Server, ServiceSite, wait_for_job
 
@@ -67,7 +66,7 @@ def test_a_server_killed_at_each_step_of_a_tick_makes_one_job_for_it(
     clock = clock_reaching(FIRE, seconds=8)
     doomed = Server(site, env={"THRESHER_CLOCK": clock, "THRESHER_FAULT": point})
     assert doomed.process.wait(30) == -9, doomed.log.read_text()
-    ledger = TickLedger(open_store(site.store).db)
+    ledger = open_store(site.store).ticks
     claimed = [t.outcome for t in ledger.recent("nightly")]
     assert claimed == ([] if point == "tick_claiming" else [TickOutcome.CLAIMED])
     server = Server(site, env={"THRESHER_CLOCK": clock})
@@ -95,7 +94,7 @@ def test_a_tick_starts_its_job_moments_after_its_time(tmp_path: Path) -> None:
     server = Server(site, env={"THRESHER_CLOCK": clock})
     try:
         store = open_store(site.store)
-        ledger = TickLedger(store.db)
+        ledger = store.ticks
         job_id = wait_until(
             lambda: next((t.job_id for t in ledger.recent("nightly") if t.job_id), None),
             30,
@@ -132,7 +131,7 @@ def test_two_servers_on_one_postgresql_store_make_one_job_per_minute(
             server.stop()
     store = open_store(pg_store)
     try:
-        ticks = sorted(TickLedger(store.db).recent("nightly", limit=100), key=lambda t: t.nominal)
+        ticks = sorted(store.ticks.recent("nightly", limit=100), key=lambda t: t.nominal)
         jobs = store.jobs(limit=100)
     finally:
         store.db.close()

@@ -19,8 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from thresher.store import Store, open_store
-from thresher.store.owners import this_host
+from thresher.store import Store, open_store, this_host
 
 from .servers import Server, ServiceSite, wait_for_job
 

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from thresher.store import open_store
-from thresher.store.schedules import ScheduleTable, schedule_key
-from thresher.store.ticks import TickLedger, TickOutcome
+from thresher.store import TickOutcome, open_store, schedule_key
 
 from .servers import Server, ServiceSite
 from .test_service_schedules import clock_reaching, wait_until
@@ -42,10 +40,10 @@ id_column = "id" }}
 """
     site = ServiceSite(tmp_path, settings=settings)
     store = open_store(site.store)
-    ScheduleTable(store.db).create("evil", "never", json.dumps({"cron": 7, "job": job}))
+    store.schedules.create("evil", "never", json.dumps({"cron": 7, "job": job}))
     server = Server(site, env={"THRESHER_CLOCK": clock_reaching(FIRE, seconds=4, rate=12)})
     try:
-        ledger = TickLedger(store.db)
+        ledger = store.ticks
         wait_until(
             lambda: len([t for t in ledger.recent("minutely") if t.job_id]) >= 2,
             60,
@@ -57,7 +55,7 @@ id_column = "id" }}
         }
         row = wait_until(
             lambda: (
-                (r := ScheduleTable(store.db).find(schedule_key("evil", "never")))
+                (r := store.schedules.find(schedule_key("evil", "never")))
                 and r.quarantined
                 and r
             ),

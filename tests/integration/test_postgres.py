@@ -402,11 +402,11 @@ def test_the_postgresql_source_and_sink_keep_the_contract(pg: Pg, tmp_path: Path
 def test_trigger_claims_on_one_postgresql_store_take_each_file_once(pg: Pg) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger
+    from thresher.store import SetOutcome, TakenFile
 
     a, b, c = (TakenFile(f"s3://in/{n}.csv", 1, "e1") for n in "abc")
     with store_at(pg.url) as one, store_at(pg.url) as two:
-        first, second = TriggerLedger(one.db), TriggerLedger(two.db)
+        first, second = one.triggers, two.triggers
         assert first.claim("t", "k1", [a, b], "one")
         assert not second.claim("t", "k2", [c, b], "two")  # b is taken: all rolled back
         assert second.taken("t") == {a.path: {(1, "e1")}, b.path: {(1, "e1")}}

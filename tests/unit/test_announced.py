@@ -12,8 +12,7 @@ import pytest
 from thresher.service.config import ServerConfig, prepare
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec
-from thresher.store import JobRecord, JobState, Store, open_store
-from thresher.store.batches import BatchRow, BatchStatus, BatchTable
+from thresher.store import BatchRow, BatchStatus, JobRecord, JobState, Store, open_store
 
 pytestmark = pytest.mark.unit
 
@@ -33,7 +32,7 @@ def batch(store: Store, batch_id: str) -> BatchRow:
         status=BatchStatus.VALIDATING,
         created_at=int(time.time()),
     )
-    BatchTable(store.db).create(row)
+    store.batches.create(row)
     return row
 
 
@@ -50,7 +49,7 @@ def test_an_ended_service_job_is_untold_until_told(store: Store, spec: JobSpec) 
 
 
 def test_an_ended_batch_is_untold_until_told(store: Store) -> None:
-    table = BatchTable(store.db)
+    table = store.batches
     for batch_id in ("done", "running"):
         batch(store, batch_id)
     table.move("done", BatchStatus.VALIDATING, BatchStatus.FAILED)
@@ -71,7 +70,7 @@ def test_what_ended_before_the_upgrade_counts_as_told(tmp_path: Path, spec: JobS
     store.queue_job("old", spec, tenant="acme")
     store.finish("old", JobState.FAILED, None, None)
     batch(store, "old-batch")
-    BatchTable(store.db).move("old-batch", BatchStatus.VALIDATING, BatchStatus.FAILED)
+    store.batches.move("old-batch", BatchStatus.VALIDATING, BatchStatus.FAILED)
     with sqlite3.connect(path) as db:  # back to how version 14 left them
         db.execute("UPDATE thresher_jobs SET announced_at = NULL")
         db.execute("UPDATE thresher_batches SET announced_at = NULL")
@@ -105,7 +104,7 @@ def test_a_servers_state_announces_after_the_hooks_even_one_that_fails(
         state.store.queue_job(job_id, spec, tenant="acme")
         state.store.finish(job_id, JobState.SUCCEEDED, None, None)
     batch(state.store, "batch-1")
-    BatchTable(state.store.db).move("batch-1", BatchStatus.VALIDATING, BatchStatus.CANCELLED)
+    state.store.batches.move("batch-1", BatchStatus.VALIDATING, BatchStatus.CANCELLED)
 
     state.job_finished(state.store.job("a"))  # as the scheduler does when a job ends
     assert seen == ["a"] and state.store.announced.untold_jobs(0) == ["b"]

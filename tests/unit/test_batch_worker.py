@@ -19,10 +19,14 @@ from thresher.service.background import batches
 from thresher.service.config import ServerConfig, prepare
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
-from thresher.store import JobState, open_store
-from thresher.store.batches import BatchRow, BatchStatus, BatchTable
-from thresher.store.db import now
-from thresher.store.uploads import FileRecord, FileTable
+from thresher.store import (
+    BatchRow,
+    BatchStatus,
+    FileRecord,
+    JobState,
+    now,
+    open_store,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -137,8 +141,8 @@ def test_a_batch_cancelled_while_its_lines_are_checked_cancels_the_job_made_for_
     record = FileRecord(
         "file-1", "acme", "in.jsonl", "jsonl", size, "-", str(source), now(), "batch"
     )
-    FileTable(state.store.db).add(record)
-    table = BatchTable(state.store.db)
+    state.store.files.add(record)
+    table = state.store.batches
     created = int(time.time())
     batch = BatchRow(
         "batch_1", "acme", "file-1", "/v1/embeddings", "24h", BatchStatus.VALIDATING, created

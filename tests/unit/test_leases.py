@@ -12,10 +12,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import pytest
 
 from thresher.spec import JobSpec
-from thresher.store import JobState, Store, open_store
+from thresher.store import JobState, SlotRequest, Slots, Store, open_store, this_host
 from thresher.store import leases as leases_module
-from thresher.store.leases import SlotRequest, Slots
-from thresher.store.owners import this_host
 
 FOUR = Slots(cpu=4, gpu=0)
 

@@ -11,10 +11,17 @@ import time
 import pytest
 
 from thresher.spec import JobSpec
-from thresher.store import JobState, Store, StoreError
+from thresher.store import (
+    JobState,
+    SlotRequest,
+    Slots,
+    Store,
+    StoreError,
+    keep_beating,
+    this_host,
+    this_owner,
+)
 from thresher.store import leases as leases_module
-from thresher.store.leases import SlotRequest, Slots
-from thresher.store.owners import keep_beating, this_host, this_owner
 
 GHOST = "ghost-host:4242"  # a server on another host
 TIMEOUT = 0.5

@@ -29,7 +29,6 @@ from thresher.service.policies.auth import create_token
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection, apply_override, load_spec, parse_bytes, parse_spec
 from thresher.store import open_store
-from thresher.store.requests import RequestTable
 
 EXAMPLES = int(os.environ.get("THRESHER_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
@@ -164,14 +163,14 @@ def test_any_request_body_is_taken_whole_or_refused_naming_the_problem(
     buffer_api: tuple[TestClient, ServiceState, dict[str, str]], body: Any
 ) -> None:
     client, state, headers = buffer_api
-    before = len(RequestTable(state.store.db).waiting_groups())
+    before = len(state.store.requests.waiting_groups())
     response = client.post("/v1/requests", json=body, headers=headers)
     assert response.status_code < 500, response.text
     if response.status_code == 202:
         taken = {r["custom_id"] for r in response.json()["data"]}
         for custom_id in taken:
-            found = RequestTable(state.store.db).get("acme", custom_id)
+            found = state.store.requests.get("acme", custom_id)
             assert found is not None and found.state == "waiting"
     else:
         assert response.json()["detail"], response.text
-        assert len(RequestTable(state.store.db).waiting_groups()) == before  # all or none
+        assert len(state.store.requests.waiting_groups()) == before  # all or none

@@ -10,8 +10,7 @@ import pytest
 from test_service_http import make_api
 
 from thresher.service.config import CapacitySettings, ConfigError, TenantLimits, load_config
-from thresher.store import JobState
-from thresher.store.leases import SlotRequest, Slots
+from thresher.store import JobState, SlotRequest, Slots
 
 
 def test_capacity_and_tenant_limits_come_from_the_config(tmp_path: Path) -> None:

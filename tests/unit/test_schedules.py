@@ -15,8 +15,7 @@ import pytest
 from croniter import croniter
 
 from thresher.schedules import Catchup, Cron, CronError, TickFate, due_ticks
-from thresher.store import open_store
-from thresher.store.ticks import TickLedger, TickOutcome, tick_key
+from thresher.store import TickOutcome, open_store, tick_key
 
 
 def utc(*parts: int) -> datetime:
@@ -128,7 +127,7 @@ def test_a_tick_past_its_starting_deadline_is_missed_whatever_the_policy() -> No
 
 def test_a_tick_is_claimed_once_across_stores_and_settled_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    first, second = TickLedger(open_store(url).db), TickLedger(open_store(url).db)
+    first, second = open_store(url).ticks, open_store(url).ticks
     nominal = utc(2026, 12, 1, 2, 0)
     assert first.claim("nightly", nominal, "host:1") is True
     assert second.claim("nightly", nominal, "host:2") is False  # the other server lost

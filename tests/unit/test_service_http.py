@@ -23,7 +23,6 @@ from thresher.service.policies.disclosure import private_roots
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
 from thresher.store import JobState, open_store
-from thresher.store.requests import RequestTable
 
 MODEL = """
 class Double:
@@ -200,7 +199,7 @@ def test_a_buffered_records_error_and_an_error_rows_message_hide_server_paths(
         headers=api.auth(),
     )
     assert posted.status_code == 202, posted.text
-    table = RequestTable(api.state.store.db)
+    table = api.state.store.requests
     assert table.claim_batch("acme", "double", "batch-1", 10) == 1
     error = {"stage": "job", "error": "job failed", "message": f"cannot read {batch_file}: x"}
     table.settle("batch-1", None, {}, error)

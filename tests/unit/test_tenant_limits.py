@@ -16,8 +16,7 @@ from test_service_http import Api, make_api
 
 from thresher.service.schedules import every_schedule
 from thresher.service.triggers import every_trigger
-from thresher.store.leases import SlotRequest, Slots
-from thresher.store.trigger_defs import TriggerDefTable
+from thresher.store import SlotRequest, Slots
 from thresher.triggers.settings import TriggerSettings
 
 pytestmark = pytest.mark.unit
@@ -168,10 +167,10 @@ def test_a_tenants_listing_reads_its_own_rows_alone(api: Api) -> None:
     config, store = api.state.config, api.state.store
     mine = every_schedule(config, store, lambda row, _: met.append(row.key), tenant="acme")
     assert [s.key for s in mine] == ["acme/s0"]
-    assert every_trigger(config, db, lambda row, _: met.append(row.key), tenant="acme") == []
+    assert every_trigger(config, store, lambda row, _: met.append(row.key), tenant="acme") == []
     assert met == []
     every_schedule(config, store, lambda row, _: met.append(row.key))  # the loops' view
-    every_trigger(config, db, lambda row, _: met.append(row.key))
+    every_trigger(config, store, lambda row, _: met.append(row.key))
     assert met == ["globex/s0", "globex/t0"]
     plan = db.query(
         "EXPLAIN QUERY PLAN SELECT key FROM thresher_trigger_defs WHERE tenant = ?", ("acme",)
@@ -184,6 +183,6 @@ def test_a_trigger_stored_under_a_lower_limit_polls_at_the_limit(api: Api) -> No
     20 looks a second."""
     body = {"watch": str(api.shared), "job": {"model": "double"}, "poll_seconds": 0.05}
     settings = TriggerSettings.model_validate({**body, "tenant": "acme"})
-    TriggerDefTable(api.state.store.db).create("acme", "old", settings.model_dump_json(), False)
-    (found,) = every_trigger(api.state.config, api.state.store.db, tenant="acme")
+    api.state.store.trigger_defs.create("acme", "old", settings.model_dump_json(), False)
+    (found,) = every_trigger(api.state.config, api.state.store, tenant="acme")
     assert found.settings.poll_seconds == 1.0

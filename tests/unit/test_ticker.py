@@ -21,9 +21,7 @@ from thresher.service.config import ConfigError, ServerConfig, prepare
 from thresher.service.schedules import check_schedules, set_paused, trigger
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
-from thresher.store import JobState, open_store
-from thresher.store.schedules import ScheduleTable
-from thresher.store.ticks import TickLedger, TickOutcome, tick_key
+from thresher.store import JobState, TickOutcome, open_store, tick_key
 
 MODEL = "class M:\n    def predict(self, batch):\n        return {'prediction': batch['x']}\n"
 
@@ -61,7 +59,7 @@ def dead_owner() -> str:
 
 
 def outcomes(state: ServiceState) -> list[tuple[int, str]]:
-    ticks = TickLedger(state.store.db).recent("hourly", limit=100)
+    ticks = state.store.ticks.recent("hourly", limit=100)
     return sorted((t.nominal.hour, t.outcome.value) for t in ticks)
 
 
@@ -128,7 +126,7 @@ def test_a_ticker_that_died_before_recording_its_job_is_finished_with_that_job(
     tmp_path: Path,
 ) -> None:
     state = site(tmp_path)
-    ledger, nominal = TickLedger(state.store.db), at(2).replace(second=0)
+    ledger, nominal = state.store.ticks, at(2).replace(second=0)
     assert ledger.claim("hourly", nominal, dead_owner())
     body = {**state.config.schedules["hourly"].job, "name": f"hourly@{nominal.isoformat()}"}
     first = submission.submit_job(state, "acme", body, tick_key("hourly", nominal))
@@ -153,7 +151,7 @@ def test_a_schedule_that_would_not_make_a_job_is_refused_naming_the_field(
 
 def test_a_claim_of_a_live_scheduler_is_left_to_it(tmp_path: Path) -> None:
     state = site(tmp_path)
-    ledger, nominal = TickLedger(state.store.db), at(2).replace(second=0)
+    ledger, nominal = state.store.ticks, at(2).replace(second=0)
     assert ledger.claim("hourly", nominal, this_owner_elsewhere())
     ticker(state).look(at(2, 1))
     assert [t.outcome for t in ledger.recent("hourly")] == [TickOutcome.CLAIMED]
@@ -165,7 +163,7 @@ def test_a_claim_of_a_server_on_another_host_is_taken_over_once_its_heartbeat_is
 ) -> None:
     state = site(tmp_path)
     state.store.owners.timeout = 0.3
-    ledger, nominal = TickLedger(state.store.db), at(2).replace(second=0)
+    ledger, nominal = state.store.ticks, at(2).replace(second=0)
     state.store.owners.beat("other-host:7")
     assert ledger.claim("hourly", nominal, "other-host:7")
     ticker(state).look(at(2, 1))
@@ -217,11 +215,11 @@ def test_a_manual_tick_runs_now_even_paused_and_leaves_the_cron_alone(tmp_path: 
     manual = trigger(state.config, state.store, "hourly", at(2, 30))
     ticker(state).look(at(2, 30))
     (record,) = state.store.jobs()
-    (tick,) = TickLedger(state.store.db).recent("hourly")
+    (tick,) = state.store.ticks.recent("hourly")
     assert (tick.nominal, tick.manual, tick.job_id) == (manual, True, record.id)
     set_paused(state.config, state.store, "hourly", False)
     ticker(state).look(at(3))  # the cron's 03:00 tick is not hidden by the 02:30 manual one
-    assert [t.outcome.value for t in TickLedger(state.store.db).recent("hourly")] == [
+    assert [t.outcome.value for t in state.store.ticks.recent("hourly")] == [
         "started",
         "started",
     ]
@@ -231,11 +229,11 @@ def test_a_tenants_schedule_in_the_store_ticks_under_its_own_key(tmp_path: Path)
     state = site(tmp_path)
     config_one = state.config.schedules["hourly"]
     mine = config_one.model_copy(update={"tenant": "globex", "cron": "30 * * * *"})
-    ScheduleTable(state.store.db).create("globex", "hourly", mine.model_dump_json())
+    state.store.schedules.create("globex", "hourly", mine.model_dump_json())
     ticker(state).look(at(2, 30))
     keys = {j.spec.job.schedule: j.tenant for j in state.store.jobs()}
     assert keys == {"globex/hourly": "globex"}
-    assert [t.outcome for t in TickLedger(state.store.db).recent("globex/hourly")] == [
+    assert [t.outcome for t in state.store.ticks.recent("globex/hourly")] == [
         TickOutcome.STARTED
     ]
 

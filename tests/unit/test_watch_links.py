@@ -17,7 +17,6 @@ from thresher.service.config import ServerConfig, prepare
 from thresher.service.state import ServiceState
 from thresher.spec import ModelSection
 from thresher.store import open_store
-from thresher.store.triggers import TriggerLedger
 from thresher.triggers import TriggerSettings, file_digest, list_watch
 from thresher.triggers.listing import HASH_BYTES
 
@@ -77,7 +76,7 @@ def test_a_look_takes_no_link_out_of_the_watched_root_and_returns_promptly(
 
     w = Watcher(state, lambda t, body, key: submission.submit_job(state, t, body, key))
     assert look_within(w, PROMPTLY), "a look over a link to /proc/self/pagemap never ended"
-    taken = TriggerLedger(state.store.db).taken("inbox")
+    taken = state.store.triggers.taken("inbox")
     assert sorted(Path(path).name for path in taken) == ["a.jsonl"]
     (job,) = state.store.jobs(10)
     assert [Path(f).name for f in job.spec.source.files] == ["a.jsonl"]
