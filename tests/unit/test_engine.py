@@ -419,7 +419,7 @@ def test_a_workers_progress_is_sent_at_most_every_quarter_second_and_all_of_it(
 ) -> None:
     """Each chunk's rows add up; a send per chunk woke the coordinator every few ms."""
     from thresher.executors import serve
-    from thresher.executors.tasks import Progress
+    from thresher.worker.tasks import Progress
 
     clock = [100.0]
     monkeypatch.setattr(serve.time, "monotonic", lambda: clock[0])

@@ -40,11 +40,11 @@ from hypothesis.stateful import (
 import thresher.coordinator.commit as commit_module
 import thresher.sinks.files as file_sink_module
 from thresher.coordinator.commit import commit_shard
-from thresher.executors.tasks import ShardResult
 from thresher.sinks.files import FileSink
 from thresher.sinks.parts import FilePartWriter, StagedPart
 from thresher.spec import parse_spec
 from thresher.store import JobState, ShardState, Store, StoreError, open_store
+from thresher.worker.tasks import ShardResult
 
 JOB = "20261130-020304-a1b2c3"
 PREVIOUS = "20261129-020304-d4e5f6"

@@ -27,10 +27,10 @@ and replaces the shard's error part, which is also the input of the round:
 
 from __future__ import annotations
 
-from thresher.executors.tasks import ShardResult
 from thresher.faults import crash_point
 from thresher.sinks import Sink, StagedPart
 from thresher.store import Store
+from thresher.worker.tasks import ShardResult
 
 __all__ = ["commit_retry_shard", "commit_shard"]
 

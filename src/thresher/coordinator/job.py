@@ -19,7 +19,6 @@ from thresher.coordinator.profile_fold import ProfileFold
 from thresher.coordinator.progress import QuietReporter, Reporter
 from thresher.errors import SpecError, ThresherError
 from thresher.executors.base import make_executor
-from thresher.executors.tasks import WorkerSetup
 from thresher.faults import crash_point
 from thresher.models import LoadContext, check_model_section
 from thresher.monitor.setup import profile_setup
@@ -35,6 +34,7 @@ from thresher.sinks.guard import check_sink_place
 from thresher.sources import Plan, open_source
 from thresher.spec import JobSpec
 from thresher.store import JobState, ShardState, Store, beating, open_store, this_owner
+from thresher.worker.tasks import WorkerSetup
 
 
 @dataclass
@@ -146,7 +146,7 @@ def _resume_job(
 def _beating(store: Store) -> AbstractContextManager[None]:
     """A coordinator that owns its job itself beats its heartbeat row while it runs, so a
     `thresher resume` on another host knows when it died; one that runs a service job in
-    its server's name leaves that to the server (`store/owners.py`)."""
+    its server's name leaves that to the server (`store/_owners.py`)."""
     if store.owner != this_owner():
         return nullcontext()
     return beating(store.url, store.owner)

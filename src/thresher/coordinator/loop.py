@@ -18,7 +18,10 @@ from thresher.coordinator.profile_fold import ProfileFold
 from thresher.coordinator.progress import Reporter
 from thresher.errors import JobFailed
 from thresher.executors.base import Executor
-from thresher.executors.tasks import (
+from thresher.sinks import Sink
+from thresher.sources import Shard
+from thresher.store import JobState, Store
+from thresher.worker.tasks import (
     Event,
     Progress,
     ShardDone,
@@ -29,9 +32,6 @@ from thresher.executors.tasks import (
     WorkerBroken,
     WorkerSetup,
 )
-from thresher.sinks import Sink
-from thresher.sources import Shard
-from thresher.store import JobState, Store
 
 HEARTBEAT_SECONDS = 1.0
 

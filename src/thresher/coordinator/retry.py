@@ -3,7 +3,7 @@
 Only rows the model rejected (stage `predict`: it raised, or gave NaN/infinity) are
 retried — say, after the model was fixed. Decode errors are input problems no model can
 fix; they stay in the error file. Each shard with such rows becomes a retry task
-(`executors/tasks.py: RetryTask`) that runs through the job's executor like any shard —
+(`worker/tasks.py: RetryTask`) that runs through the job's executor like any shard —
 local worker processes or Ray, with the shard timeout, attempts and crash isolation — and
 its worker re-reads the shard through the job's own reader and predicts only those rows
 (`worker/retry.py`).
@@ -34,13 +34,13 @@ from thresher.coordinator.loop import ShardLoop
 from thresher.coordinator.progress import QuietReporter, Reporter
 from thresher.errors import JobFailed, SpecError
 from thresher.executors import make_executor
-from thresher.executors.tasks import RetryTask, ShardResult, Task
 from thresher.models import model_fingerprint
 from thresher.plan import check_features, plan_placement
 from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, Shard
 from thresher.spec import JobSpec, apply_override, parse_spec
 from thresher.store import JobState, RetryShard, RetryShardState, ShardState, Store, open_store
+from thresher.worker.tasks import RetryTask, ShardResult, Task
 
 
 def retry_errors(

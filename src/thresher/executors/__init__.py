@@ -1,5 +1,6 @@
 """Executors run shard tasks somewhere (`local` worker processes, a `ray` actor pool) and
-report what happens; what travels between them and the coordinator is in `tasks.py`."""
+report what happens; what travels between the coordinator and the workers they run is
+the worker's (`thresher.worker.tasks`)."""
 
 from __future__ import annotations
 

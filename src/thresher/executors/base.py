@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from thresher.executors.tasks import Event, Task, WorkerSetup
 from thresher.plan.placement import Placement
 from thresher.plugins import Kind, find
 from thresher.spec import RunSection
+from thresher.worker.tasks import Event, Task, WorkerSetup
 
 
 class Executor(Protocol):

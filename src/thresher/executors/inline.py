@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from thresher.executors.serve import serve_tasks
-from thresher.executors.tasks import Event, Progress, ShardDone, ShardFailed, Task, WorkerSetup
+from thresher.worker.tasks import Event, Progress, ShardDone, ShardFailed, Task, WorkerSetup
 
 __all__ = ["InlineExecutor"]
 

@@ -24,11 +24,11 @@ from typing import Any, Protocol
 from thresher.children import child_environment, die_with_parent
 from thresher.executors.inline import InlineExecutor
 from thresher.executors.serve import READY, serve_tasks
-from thresher.executors.tasks import Event, ShardDone, ShardFailed, Task, WorkerSetup
 from thresher.executors.zygote import Zygote
 from thresher.leaving import leave_process
 from thresher.plan.placement import Placement
 from thresher.spec import RunSection
+from thresher.worker.tasks import Event, ShardDone, ShardFailed, Task, WorkerSetup
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",

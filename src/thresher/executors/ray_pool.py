@@ -38,7 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from thresher.errors import ThresherError
-from thresher.executors.tasks import (
+from thresher.models.base import LoadContext
+from thresher.plan.placement import Placement
+from thresher.spec import ModelSection, RunSection
+from thresher.worker.tasks import (
     NOT_RETRYABLE,
     Event,
     Progress,
@@ -48,9 +51,6 @@ from thresher.executors.tasks import (
     Task,
     WorkerSetup,
 )
-from thresher.models.base import LoadContext
-from thresher.plan.placement import Placement
-from thresher.spec import ModelSection, RunSection
 
 log = logging.getLogger("thresher.executors.ray_pool")
 

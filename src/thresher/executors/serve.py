@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from thresher.executors.tasks import (
+from thresher.faults import crash_point
+from thresher.worker.tasks import (
     NOT_RETRYABLE,
     Event,
     Progress,
@@ -21,7 +22,6 @@ from thresher.executors.tasks import (
     WorkerBroken,
     WorkerSetup,
 )
-from thresher.faults import crash_point
 
 if TYPE_CHECKING:
     from thresher.models import Model

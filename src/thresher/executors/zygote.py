@@ -43,8 +43,8 @@ from multiprocessing.process import BaseProcess
 from typing import Any, ClassVar, Literal
 
 from thresher.children import die_with_parent
-from thresher.executors.tasks import WorkerBroken, WorkerSetup
 from thresher.spec import ModelSection
+from thresher.worker.tasks import WorkerBroken, WorkerSetup
 
 __all__ = ["ForkedWorker", "Zygote", "fork_zygotes_here", "preloads"]
 

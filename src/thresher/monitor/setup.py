@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from thresher.executors.tasks import ProfileSetup
 from thresher.profiles.sampling import sample_rate_for
 from thresher.profiles.settings import MonitorSection
 from thresher.sources import Plan
+from thresher.worker.tasks import ProfileSetup
 
 __all__ = ["profile_setup"]
 

@@ -1,5 +1,6 @@
 """The worker's data path: read a shard, batch it, predict, isolate bad rows, stage the
-part. It runs in worker processes or Ray actors and never touches the store."""
+part. It runs in worker processes or Ray actors and never touches the store; what it is
+given and gives back (setup, tasks, results, events) is `tasks.py`."""
 
 from __future__ import annotations
 

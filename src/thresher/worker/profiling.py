@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.arrays import from_numpy
-from thresher.executors.tasks import WorkerSetup
 from thresher.profiles.profiler import ShardProfiler
 from thresher.sources.base import Chunk
+from thresher.worker.tasks import WorkerSetup
 
 __all__ = ["ChunkProfiler"]
 

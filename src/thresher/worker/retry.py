@@ -14,12 +14,12 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from thresher.executors.tasks import RetryTask, ShardResult, WorkerSetup
 from thresher.models.base import Model
 from thresher.sinks.parts import ErrorPart
 from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
 from thresher.worker.autobatch import BatchTuner
 from thresher.worker.shard import ShardWork, read_rows, sorts_by_length, tuner_for
+from thresher.worker.tasks import RetryTask, ShardResult, WorkerSetup
 
 
 def run_retry(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from thresher.executors.tasks import RetryTask, ShardResult, Task, WorkerSetup
 from thresher.models.base import Model
 from thresher.worker.autobatch import BatchTuner
 from thresher.worker.retry import run_retry
 from thresher.worker.shard import run_shard
+from thresher.worker.tasks import RetryTask, ShardResult, Task, WorkerSetup
 
 
 def run_task(

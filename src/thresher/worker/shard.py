@@ -15,7 +15,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.errors import ModelOutputError
-from thresher.executors.tasks import ShardResult, ShardTask, WorkerSetup
 from thresher.models.base import Model, SortsByLength
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import ErrorPart
@@ -25,6 +24,7 @@ from thresher.worker.autobatch import BatchTuner
 from thresher.worker.pipeline import Prefetch, WriteBehind
 from thresher.worker.predict import predict_isolating, row_as_text
 from thresher.worker.profiling import ChunkProfiler
+from thresher.worker.tasks import ShardResult, ShardTask, WorkerSetup
 
 READ_WINDOW = 8192  # rows a text model sorts by length at once (see read_rows)
 
