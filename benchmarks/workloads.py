@@ -270,7 +270,7 @@ def load_predictor(workload: Workload, threads: int, compiled: bool = False) -> 
 def _compiled_lightgbm(workload: Workload, threads: int) -> Predictor:
     import lightgbm
 
-    from thresher.models.features import to_matrix
+    from thresher.arrays import to_matrix
     from thresher.trees.compiled import Trees, fastest
 
     path = Path(workload.model)

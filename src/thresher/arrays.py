@@ -2,12 +2,15 @@
 
 When pandas is installed, pyarrow imports it on the first `pa.array(ndarray)` or
 `Array.to_numpy` (to look for pandas objects): a third of a second and tens of MiB in
-every worker of every job, for nothing when the values are plain numbers. These two move
+every worker of every job, for nothing when the values are plain numbers. These move
 fixed-width integers and floats through the Arrow buffer directly and leave everything
-else (nulls, booleans, text, objects) to pyarrow.
+else (nulls, booleans, text, objects) to pyarrow; `to_matrix` lays a table's columns
+into the dense matrix a model or the tree engine eats.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +62,26 @@ def from_numpy(values: np.ndarray) -> pa.Array:
         buffers = [None, pa.py_buffer(data)]
         return pa.Array.from_buffers(pa.from_numpy_dtype(dtype), len(data), buffers)
     return pa.array(values)
+
+
+def to_matrix(table: pa.Table, dtype: np.dtype[Any] | type = np.float64) -> np.ndarray:
+    """The table as one C-ordered `(rows, columns)` array, columns in table order.
+
+    Nulls become NaN for float dtypes. A value that cannot be cast (text for a float
+    model) raises ValueError, which the engine reports as a bad row.
+
+        >>> to_matrix(pa.table({"a": [1, 2], "b": [0.5, None]})).tolist()
+        [[1.0, 0.5], [2.0, nan]]
+    """
+    # One allocation, then each column (chunk by chunk) copied straight into place:
+    # no per-column temporaries are stacked, and no chunks are concatenated first.
+    matrix = np.empty((table.num_rows, table.num_columns), dtype=dtype)
+    for j, column in enumerate(table.columns):
+        start = 0
+        for chunk in column.chunks:
+            matrix[start : start + len(chunk), j] = to_numpy(chunk)  # no pandas
+            start += len(chunk)
+    return matrix
 
 
 def _numpy_dtype(kind: pa.DataType) -> np.dtype | None:

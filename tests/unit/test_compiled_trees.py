@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 import xgboost
 
+from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError
-from thresher.models.features import to_matrix
 from thresher.trees import compiled as compiled_trees
 from thresher.trees.compiled import Predict, Trees, cache_dir, compile_option, fastest
 

@@ -26,9 +26,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 import thresher.models
+from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError, ModelOutputError
 from thresher.models import ADAPTERS, LoadContext, load_model, model_fingerprint
-from thresher.models.features import to_matrix
 from thresher.models.outputs import as_columns, proba_names
 from thresher.spec import ModelSection
 

@@ -2,7 +2,8 @@
 
 The engine hands every adapter a `pa.Table` holding only the feature columns, in the
 spec's order. These helpers convert it once per batch, without intermediate copies where
-Arrow allows, so the conversion stays small next to the model's own work.
+Arrow allows, so the conversion stays small next to the model's own work; the dense
+matrix itself is `thresher.arrays.to_matrix` (the tree engine takes it too).
 """
 
 from __future__ import annotations
@@ -12,32 +13,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from thresher.arrays import column_to_numpy, to_numpy
+from thresher.arrays import column_to_numpy, to_matrix
 
 if TYPE_CHECKING:
     import pandas as pd
 
 BatchFormat = Literal["pandas", "numpy", "arrow"]
-
-
-def to_matrix(table: pa.Table, dtype: np.dtype[Any] | type = np.float64) -> np.ndarray:
-    """The table as one C-ordered `(rows, columns)` array, columns in table order.
-
-    Nulls become NaN for float dtypes. A value that cannot be cast (text for a float
-    model) raises ValueError, which the engine reports as a bad row.
-
-        >>> to_matrix(pa.table({"a": [1, 2], "b": [0.5, None]})).tolist()
-        [[1.0, 0.5], [2.0, nan]]
-    """
-    # One allocation, then each column (chunk by chunk) copied straight into place:
-    # no per-column temporaries are stacked, and no chunks are concatenated first.
-    matrix = np.empty((table.num_rows, table.num_columns), dtype=dtype)
-    for j, column in enumerate(table.columns):
-        start = 0
-        for chunk in column.chunks:
-            matrix[start : start + len(chunk), j] = to_numpy(chunk)  # no pandas (see arrays)
-            start += len(chunk)
-    return matrix
 
 
 def is_numeric(table: pa.Table) -> bool:

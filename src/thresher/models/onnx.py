@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError, ModelOutputError
 from thresher.models.base import Column, LoadContext, Model
-from thresher.models.features import to_matrix
 from thresher.models.outputs import as_column, proba_columns, proba_names, safe_name
 from thresher.spec import ModelSection
 

@@ -22,9 +22,10 @@ import numpy as np
 import pyarrow as pa
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
+from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError
 from thresher.models.base import Column, LoadContext, Model
-from thresher.models.features import to_frame, to_matrix
+from thresher.models.features import to_frame
 from thresher.models.outputs import as_column, proba_columns, proba_names
 from thresher.spec import ModelSection
 

@@ -32,9 +32,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError, ModelOutputError
 from thresher.models.base import Column, LoadContext, Model
-from thresher.models.features import to_matrix
 from thresher.models.outputs import as_column, safe_name
 from thresher.models.python import import_target
 from thresher.spec import ModelSection

@@ -31,8 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from thresher.arrays import to_numpy
-from thresher.models.features import to_matrix
+from thresher.arrays import to_matrix, to_numpy
 from thresher.trees.forest import Finish
 
 log = logging.getLogger("thresher.models")
