@@ -4,8 +4,11 @@ Every plug-in, built-in or a third party's, is a `Plugin`: its kind, the name a 
 (`source.format = "parquet"`, `sink.format`, `model.kind`, `run.executor`), the dotted
 path of its factory (imported only when a job uses it) and, if it takes options, the
 dotted path of the pydantic model they follow, so a misspelt option is a spec error that
-names its field. Built-ins are listed in `BUILTINS`; a package adds its own with an
-entry point in the `thresher.plugins` group whose value is a Plugin or a list of them:
+names its field; and, if a job using it implies more of the spec (a source that names its
+sink's format, columns an OpenAI batch file's endpoint implies), its `completes` hook,
+so that no plug-in's special needs are written into `spec.py`. Built-ins are listed in
+`BUILTINS`; a package adds its own with an entry point in the `thresher.plugins` group
+whose value is a Plugin or a list of them:
 
     [project.entry-points."thresher.plugins"]
     mysink = "mypkg.sink:PLUGIN"      # PLUGIN = Plugin("sink", "mysink", "mypkg.sink:open")
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.metadata import entry_points
@@ -45,6 +48,8 @@ __all__ = [
     "Plugin",
     "PluginError",
     "check_plugin",
+    "completion_hooks",
+    "default_sink_format",
     "find",
     "lookup",
     "names",
@@ -100,6 +105,12 @@ class Plugin:
     factory: str  # "package.module:callable"
     options: str | None = None  # "package.module:OptionsModel"; None: options unchecked
     extra: str | None = None  # the thresher extra that installs what it imports
+    # "package.module:function", called with the validated JobSpec of a job that uses the
+    # plug-in: fills in what the plug-in implies (columns, options) in place, or raises
+    # ValueError naming the field that contradicts it; run again, it changes nothing.
+    completes: str | None = None
+    # A source's: the sink format of a spec whose sink names none (else: the sink's own).
+    sink_format: str | None = None
 
     def load(self) -> Callable[..., Any]:
         """The factory, imported now. A missing dependency of a registered plug-in says
@@ -122,6 +133,17 @@ class Plugin:
             raise PluginError(f"{field}: {module_name} has no options model {attribute!r}")
         return model  # type: ignore[no-any-return]
 
+    def completion(self) -> Callable[[Any], None] | None:
+        """The `completes` hook, imported now; None if the plug-in has none."""
+        if self.completes is None:
+            return None
+        module_name, _, attribute = self.completes.partition(":")
+        hook = getattr(self._module(module_name), attribute, None)
+        if not callable(hook):
+            field = Kind(self.kind).field
+            raise PluginError(f"{field}: {module_name} has no completion hook {attribute!r}")
+        return hook  # type: ignore[no-any-return]
+
     def _module(self, name: str) -> Any:
         field = Kind(self.kind).field
         try:
@@ -139,27 +161,35 @@ def _builtin(
     return Plugin(kind, name, f"thresher.{factory}", options and f"thresher.{options}", extra)
 
 
+# An OpenAI batch file's job: its answers are an `openai-batch` sink's unless the spec
+# names another, and the endpoint implies its columns (`openai/settings.py`).
+_BATCH_COMPLETES = "thresher.openai.settings:complete_batch_spec"
+
+
 S, K, M, E = Kind.SOURCE, Kind.SINK, Kind.MODEL, Kind.EXECUTOR
 BUILTINS: tuple[Plugin, ...] = (
     _builtin(S, "parquet", "sources.parquet:parquet_source", "sources.base:InputOptions"),
     _builtin(S, "csv", "sources.text_sources:csv_source", "sources.base:InputOptions"),
     _builtin(S, "jsonl", "sources.text_sources:jsonl_source", "sources.base:InputOptions"),
     _builtin(S, "postgresql", "sources.sql:postgres_source", "plugins:NoOptions", extra="postgres"),
-    _builtin(
+    Plugin(
         S,
         "openai-batch",
-        "sources.openai_batch:openai_batch_source",
-        "openai.settings:BatchSourceOptions",
+        "thresher.sources.openai_batch:openai_batch_source",
+        "thresher.openai.settings:BatchSourceOptions",
+        completes=_BATCH_COMPLETES,
+        sink_format="openai-batch",
     ),
     _builtin(K, "parquet", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "csv", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "jsonl", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "sqlite", "sinks.sqlite:sqlite_sink", "plugins:NoOptions", extra="sqlite"),
-    _builtin(
+    Plugin(
         K,
         "openai-batch",
-        "sinks.openai_batch:openai_batch_sink",
-        "openai.settings:BatchSinkOptions",
+        "thresher.sinks.openai_batch:openai_batch_sink",
+        "thresher.openai.settings:BatchSinkOptions",
+        completes=_BATCH_COMPLETES,
     ),
     _builtin(
         K, "postgresql", "sinks.postgresql:postgresql_sink", "plugins:NoOptions", extra="postgres"
@@ -242,6 +272,33 @@ def find(kind: Kind, name: str) -> Plugin:
         f"{kind.field}: unknown {kind} {name!r}; use one of {', '.join(sorted(names(kind)))},"
         " or one of your own as 'package.module:function'"
     )
+
+
+def completion_hooks(used: Iterable[tuple[Kind, str | None]]) -> list[Callable[[Any], None]]:
+    """The `completes` hooks of the registered plug-ins a spec uses, `used` = (kind,
+    name) pairs, each hook once (a source and its sink may share one), in `used`'s
+    order."""
+    hooks: dict[str, Callable[[Any], None]] = {}
+    for kind, name in used:
+        plugin = lookup(kind, name) if name is not None else None
+        hook = plugin.completion() if plugin is not None else None
+        if plugin is not None and plugin.completes is not None and hook is not None:
+            hooks.setdefault(plugin.completes, hook)
+    return list(hooks.values())
+
+
+def default_sink_format(raw: Any) -> Any:
+    """A raw spec whose sink names no format, with the one its source plug-in gives
+    (`Plugin.sink_format`); any other spec as it is."""
+    if not isinstance(raw, dict):
+        return raw
+    source, sink = raw.get("source"), raw.get("sink")
+    if not isinstance(source, dict) or not isinstance(sink, dict) or sink.get("format"):
+        return raw
+    plugin = lookup(Kind.SOURCE, str(source.get("format")))
+    if plugin is None or plugin.sink_format is None:
+        return raw
+    return {**raw, "sink": {**sink, "format": plugin.sink_format}}
 
 
 def option_problems(kind: Kind, name: str, options: Mapping[str, Any], field: str) -> list[str]:

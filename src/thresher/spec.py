@@ -34,9 +34,14 @@ from pydantic import (
 )
 
 from thresher.errors import SpecError, describe_errors
-from thresher.openai.settings import complete_batch_spec, infer_batch_sink
 from thresher.places import check_output_place
-from thresher.plugins import Kind, check_plugin, option_problems
+from thresher.plugins import (
+    Kind,
+    check_plugin,
+    completion_hooks,
+    default_sink_format,
+    option_problems,
+)
 from thresher.profiles.settings import MonitorSection
 from thresher.sizes import MAX_INT64, parse_bytes
 
@@ -257,8 +262,8 @@ class JobSpec(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _batch_sink(cls, data: Any) -> Any:
-        return infer_batch_sink(data)  # an OpenAI batch file's answers: openai-batch
+    def _sink_of_source(cls, data: Any) -> Any:
+        return default_sink_format(data)  # a source plug-in may name its sink's format
 
     @field_validator("sink")
     @classmethod
@@ -278,8 +283,11 @@ class JobSpec(Section):
         return self
 
     @model_validator(mode="after")
-    def _batch_file(self) -> JobSpec:
-        complete_batch_spec(self)  # what a job over an OpenAI batch file implies
+    def _completed_by_plugins(self) -> JobSpec:
+        """What the source and sink plug-ins imply, filled in by their own hooks."""
+        used = [(Kind.SOURCE, self.source.format), (Kind.SINK, self.sink.format)]
+        for complete in completion_hooks(used):
+            complete(self)
         return self
 
 

@@ -23,13 +23,11 @@ unless the spec names another (`parquet` keeps thresher's own rows instead).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 from thresher.openai.lines import ENDPOINTS
 from thresher.plugins import Options
-
-if TYPE_CHECKING:
-    from thresher.spec import JobSpec, ModelSection
+from thresher.spec import JobSpec, ModelSection
 
 __all__ = [
     "ERRORS_FILE",
@@ -39,7 +37,6 @@ __all__ = [
     "BatchSinkOptions",
     "BatchSourceOptions",
     "complete_batch_spec",
-    "infer_batch_sink",
 ]
 
 FORMAT = "openai-batch"
@@ -67,22 +64,10 @@ class BatchSinkOptions(Options):
     endpoint: Endpoint = "/v1/embeddings"
 
 
-def infer_batch_sink(data: Any) -> Any:
-    """A raw spec whose source is an OpenAI batch file and whose sink names no format,
-    with `sink.format = "openai-batch"`; any other spec as it is."""
-    if not isinstance(data, dict):
-        return data
-    source, sink = data.get("source"), data.get("sink")
-    if not isinstance(source, dict) or not isinstance(sink, dict):
-        return data
-    if source.get("format") != FORMAT or sink.get("format") is not None:
-        return data
-    return {**data, "sink": {**sink, "format": FORMAT}}
-
-
 def complete_batch_spec(spec: JobSpec) -> None:
-    """Fill in what a job over an OpenAI batch file implies (see the module docstring);
-    ValueError naming the field that contradicts it. Run again on its own result, it
+    """Fill in what a job over an OpenAI batch file implies (see the module docstring):
+    the `completes` hook of the `openai-batch` source and sink (plugins.py); ValueError
+    naming the field that contradicts it. Run again on its own result, it
     changes nothing (a stored spec is validated again on resume)."""
     source, sink = spec.source, spec.sink
     if source.format != FORMAT:
