@@ -180,6 +180,8 @@ PUBLIC: dict[str, list[str]] = {
         "Plugin",
         "PluginError",
         "check_plugin",
+        "completion_hooks",
+        "default_sink_format",
         "find",
         "lookup",
         "names",
