@@ -105,6 +105,12 @@ class MonitorError(ThresherError):
     stage = "monitor"
 
 
+class StoreError(ThresherError):
+    """The job store cannot be opened or does not hold what was asked for."""
+
+    stage = "store"
+
+
 def describe_errors(exc: ValidationError) -> list[str]:
     """One `field.path: what is wrong` line per problem pydantic found (a validator may
     report several, one a line: a plug-in's options)."""

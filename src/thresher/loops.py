@@ -62,7 +62,7 @@ def store_trouble(exc: BaseException) -> bool:
     """Whether `exc` is the store's trouble rather than the object's: the store error
     thresher raises, or a DB-API `OperationalError` (SQLite's "database is locked", a
     PostgreSQL connection lost). Every object would meet it alike, so it quarantines none."""
-    from thresher.store import StoreError
+    from thresher.errors import StoreError
 
     if isinstance(exc, StoreError):
         return True

@@ -22,7 +22,7 @@ from thresher.store import JobState, Store, open_store
 @pytest.fixture
 def dead_pid() -> int:
     """The pid of a process that has exited and been reaped: an owner killed with
-    SIGKILL, as `store/owners.py` sees it."""
+    SIGKILL, as `store/_owners.py` sees it."""
     process = mp.get_context("spawn").Process(target=int)
     process.start()
     process.join()

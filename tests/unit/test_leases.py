@@ -13,7 +13,7 @@ import pytest
 
 from thresher.spec import JobSpec
 from thresher.store import JobState, SlotRequest, Slots, Store, open_store, this_host
-from thresher.store import leases as leases_module
+from thresher.store import _leases as leases_module
 
 FOUR = Slots(cpu=4, gpu=0)
 

@@ -188,7 +188,7 @@ def test_listing_schedules_and_triggers_writes_nothing(tmp_path: Path) -> None:
     """Listing only looks: no data folder, no secret file, no store made or migrated."""
     import sqlite3
 
-    from thresher.store import schema
+    from thresher.store import _schema as schema  # the store's own, as its tests use it
 
     data, store_file = tmp_path / "data", tmp_path / "store.db"
     store = f"sqlite:///{store_file}"

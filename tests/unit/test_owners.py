@@ -21,7 +21,7 @@ from thresher.store import (
     this_host,
     this_owner,
 )
-from thresher.store import leases as leases_module
+from thresher.store import _leases as leases_module
 
 GHOST = "ghost-host:4242"  # a server on another host
 TIMEOUT = 0.5

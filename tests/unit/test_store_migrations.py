@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from thresher.store import StoreError, open_store
-from thresher.store import schema as store_schema
+from thresher.store import _schema as store_schema
 
 # The tables as the release before migrations made them (store/jobs.py and
 # store/retries.py at open, the service's modules when they first ran), with a job in it.

@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from thresher.store.actuals import NewPart, PartRecord, PredictionInfo
-from thresher.store.batches import BatchRow, BatchStatus
-from thresher.store.counted import AtLimit
-from thresher.store.db import Database, IdempotencyConflict, StoreError, now
-from thresher.store.deliveries import DeliveryState
-from thresher.store.jobs import Store
-from thresher.store.leases import Lease, SlotRequest, Slots
-from thresher.store.owners import (
+from thresher.store._actuals import NewPart, PartRecord, PredictionInfo
+from thresher.store._batches import BatchRow, BatchStatus
+from thresher.store._counted import AtLimit
+from thresher.store._db import Database, IdempotencyConflict, StoreError, now
+from thresher.store._deliveries import DeliveryState
+from thresher.store._jobs import Store
+from thresher.store._leases import Lease, SlotRequest, Slots
+from thresher.store._owners import (
     beat_seconds,
     beating,
     keep_beating,
@@ -25,16 +25,16 @@ from thresher.store.owners import (
     this_host,
     this_owner,
 )
-from thresher.store.queue import RunningJob, WaitingJob
-from thresher.store.records import JobRecord, JobState, ShardRecord, ShardState, Totals
-from thresher.store.requests import BufferedRequest, DuplicateRequest, RequestState, WaitingGroup
-from thresher.store.retries import RetryShard, RetryShardState
-from thresher.store.schedules import ScheduleExists, ScheduleRow, schedule_key
-from thresher.store.ticks import Tick, TickLedger, TickOutcome, tick_key
-from thresher.store.trigger_defs import TriggerDefRow, TriggerExists
-from thresher.store.triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
-from thresher.store.uploads import FileRecord
-from thresher.store.webhook_endpoints import EndpointRow
+from thresher.store._queue import RunningJob, WaitingJob
+from thresher.store._records import JobRecord, JobState, ShardRecord, ShardState, Totals
+from thresher.store._requests import BufferedRequest, DuplicateRequest, RequestState, WaitingGroup
+from thresher.store._retries import RetryShard, RetryShardState
+from thresher.store._schedules import ScheduleExists, ScheduleRow, schedule_key
+from thresher.store._ticks import Tick, TickLedger, TickOutcome, tick_key
+from thresher.store._trigger_defs import TriggerDefRow, TriggerExists
+from thresher.store._triggers import SetOutcome, TakenFile, TriggerLedger, set_job_key
+from thresher.store._uploads import FileRecord
+from thresher.store._webhook_endpoints import EndpointRow
 
 # Every table is an attribute of Store (`store.batches`, `store.ticks`, ...); what is
 # exported here are the rows and records they hand out, and the two ledgers' types.

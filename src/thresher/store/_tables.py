@@ -3,24 +3,24 @@
 
 from __future__ import annotations
 
-from thresher.store.actuals import ActualsTable
-from thresher.store.announced import Announcements
-from thresher.store.batches import BatchTable
-from thresher.store.db import Database
-from thresher.store.deliveries import DeliveryTable
-from thresher.store.leases import SlotLeases
-from thresher.store.owners import OwnerTable
-from thresher.store.profiles import ProfileTable
-from thresher.store.queue import JobQueue
-from thresher.store.requests import RequestTable
-from thresher.store.retries import RetryLog
-from thresher.store.schedules import ScheduleTable
-from thresher.store.ticks import TickLedger
-from thresher.store.trigger_defs import TriggerDefTable
-from thresher.store.triggers import TriggerLedger
-from thresher.store.uploads import FileTable, TokenTable
-from thresher.store.views import JobViews
-from thresher.store.webhook_endpoints import EndpointTable
+from thresher.store._actuals import ActualsTable
+from thresher.store._announced import Announcements
+from thresher.store._batches import BatchTable
+from thresher.store._db import Database
+from thresher.store._deliveries import DeliveryTable
+from thresher.store._leases import SlotLeases
+from thresher.store._owners import OwnerTable
+from thresher.store._profiles import ProfileTable
+from thresher.store._queue import JobQueue
+from thresher.store._requests import RequestTable
+from thresher.store._retries import RetryLog
+from thresher.store._schedules import ScheduleTable
+from thresher.store._ticks import TickLedger
+from thresher.store._trigger_defs import TriggerDefTable
+from thresher.store._triggers import TriggerLedger
+from thresher.store._uploads import FileTable, TokenTable
+from thresher.store._views import JobViews
+from thresher.store._webhook_endpoints import EndpointTable
 
 
 class Tables:

@@ -1,7 +1,7 @@
 """Dataset-arrival triggers: what a watched folder or prefix holds (`listing.py`, paged)
 and which of its new files form a complete set (`sets.py`: settled, or completed by a
 marker file). The manifest of files taken, which makes each file one job's, is the
-store's (`store/triggers.py`); the thread that looks is the service's
+store's (`store/_triggers.py`); the thread that looks is the service's
 (`service/background/watcher.py`).
 """
 

@@ -78,7 +78,7 @@ def start_job_process(
     """Start the process that coordinates job `job_id` (resume its stored plan if it has
     one and `resume` is set; otherwise plan and run it) to its end, with `workers`
     workers when given (the slots its lease holds), in this server's name: the job's
-    owner is the server, whose heartbeat says it lives (`store/owners.py`)."""
+    owner is the server, whose heartbeat says it lives (`store/_owners.py`)."""
     process = children_context.Process(
         target=coordinate,
         args=(store_url, job_id, resume, workers, this_owner()),

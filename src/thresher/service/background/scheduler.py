@@ -8,12 +8,12 @@ starts once. A coordinator that dies (a crash in a native reader, the OOM killer
 its job alone; the job runs again until it has crashed `MAX_CRASHES` times.
 
 Jobs still marked `running` by a server that is dead (killed, crashed, on this host or
-another: `store/owners.py`) are taken over, each by one live server (a conditional update
+another: `store/_owners.py`) are taken over, each by one live server (a conditional update
 in the store), and resumed from their stored plan: committed shards are kept, the rest
 run again, so every row still lands exactly once. A server looks for them when it starts
 and then four times per `owner_timeout` (at least every 5 s) while it runs.
 
-Each job runs on a slot lease (`store/leases.py`): it starts only when the machine's
+Each job runs on a slot lease (`store/_leases.py`): it starts only when the machine's
 `[capacity]` has the worker slots it asks for free (or enough down to a minimum; see
 `slots.py`), and gives them back when its coordinator ends. A server killed with SIGKILL
 leaves its leases behind; the next taker sees their owner is dead and reclaims them.
@@ -46,7 +46,7 @@ log = logging.getLogger("thresher.service.background.scheduler")
 
 POLL_SECONDS = 1.0
 # How long an ended job or batch may wait for its own server to announce it before any
-# server's periodic look does (its own takes about a second; see store/announced.py).
+# server's periodic look does (its own takes about a second; see store/_announced.py).
 ANNOUNCE_GRACE_SECONDS = 30.0
 
 

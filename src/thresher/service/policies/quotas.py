@@ -16,7 +16,7 @@ back (it waits, saying which limit) rather than refusing it here.
 
 What a tenant makes and keeps has limits too, each with a default for every tenant
 (`[tenant_defaults]`), counted in the store in the same transaction as the new row
-(`store/counted.py`) and refused with `over_limit`'s 429: `schedules`, `triggers`,
+(`store/_counted.py`) and refused with `over_limit`'s 429: `schedules`, `triggers`,
 `webhook_endpoints`, `batches_in_flight` (Retry-After 30 s: one will end) and
 `stored_bytes` (its uploaded files and batch results); `trigger_min_poll_seconds`
 refuses a trigger that would poll faster (`check_poll`).

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from thresher.store.db import Cursor, StoreError
+from thresher.store._db import Cursor, StoreError
 
 __all__ = ["AtLimit", "make_room"]
 

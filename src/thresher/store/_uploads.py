@@ -9,8 +9,8 @@ from dataclasses import astuple, dataclass
 from datetime import datetime
 from typing import Any
 
-from thresher.store.counted import make_room
-from thresher.store.db import Database, now
+from thresher.store._counted import make_room
+from thresher.store._db import Database, now
 
 __all__ = ["FileRecord", "FileTable", "TokenTable"]
 

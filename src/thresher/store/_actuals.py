@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher.store.db import Cursor, Database, now
+from thresher.store._db import Cursor, Database, now
 
 __all__ = ["JOINED_COLUMNS", "ActualsTable", "NewPart", "PartRecord", "PredictionInfo"]
 

@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from thresher.store.batches import BatchStatus
-from thresher.store.db import Database, now
-from thresher.store.records import JobState
+from thresher.store._batches import BatchStatus
+from thresher.store._db import Database, now
+from thresher.store._records import JobState
 
 __all__ = ["Announcements"]
 
 ENDED_JOBS = tuple(s.value for s in JobState if s.finished)
 ENDED_BATCHES = tuple(s.value for s in BatchStatus if s.finished)
-# A batch's end is the stamp of the status it ended in (see batches.STAMPS).
+# A batch's end is the stamp of the status it ended in (see _batches.STAMPS).
 BATCH_END = "COALESCE(completed_at, failed_at, expired_at, cancelled_at, created_at)"
 
 

@@ -1,6 +1,6 @@
 """Tenants' own dataset-arrival triggers (`thresher_trigger_defs`), made over HTTP.
 
-A row's `key` is what the trigger ledger (`store/triggers.py`) knows the trigger by:
+A row's `key` is what the trigger ledger (`store/_triggers.py`) knows the trigger by:
 `tenant/name` (`acme/inbox`), never a config trigger's bare name, so a tenant's trigger
 and a config trigger of the same name never share taken files. Deleting a row stops the
 trigger, but its manifest of taken files stays in the ledger: a trigger made again under
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from thresher.store.counted import make_room
-from thresher.store.db import Database, StoreError, now
+from thresher.store._counted import make_room
+from thresher.store._db import Database, StoreError, now
 
 __all__ = ["TriggerDefRow", "TriggerDefTable", "TriggerExists", "trigger_key"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from thresher.store.db import Database, now
+from thresher.store._db import Database, now
 
 __all__ = ["DeliveryState", "DeliveryTable"]
 

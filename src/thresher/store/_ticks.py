@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from thresher.faults import crash_point
-from thresher.store.db import Database, now
+from thresher.store._db import Database, now
 
 __all__ = ["MANUAL", "Tick", "TickLedger", "TickOutcome", "tick_key"]
 

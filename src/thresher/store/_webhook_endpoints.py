@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-from thresher.store.db import Database
+from thresher.store._db import Database
 
 __all__ = ["EndpointRow", "EndpointTable"]
 

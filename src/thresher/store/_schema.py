@@ -13,7 +13,7 @@ an old one: stores in the field have already run those.
 from __future__ import annotations
 
 from thresher.postgres import without_password
-from thresher.store.db import Cursor, Database, StoreError
+from thresher.store._db import Cursor, Database, StoreError
 
 __all__ = ["MIGRATIONS", "expect_current", "migrate", "schema_version"]
 
@@ -185,7 +185,7 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX IF NOT EXISTS thresher_webhook_endpoints_tenant"
         " ON thresher_webhook_endpoints (tenant, id)",
     ],
-    # 15: when an ended job's or batch's end hooks ran (`announced.py`), so one a server
+    # 15: when an ended job's or batch's end hooks ran (`_announced.py`), so one a server
     # died before announcing is announced by the next look. What ended before counts as
     # announced.
     [
@@ -207,8 +207,7 @@ MIGRATIONS: list[list[str]] = [
     # 17: a tenant's schedules, triggers and files are read by tenant (its listings, and
     # the counts and sums its limits are checked against), never by reading every row.
     [
-        "CREATE INDEX IF NOT EXISTS thresher_schedules_tenant"
-        " ON thresher_schedules (tenant, name)",
+        "CREATE INDEX IF NOT EXISTS thresher_schedules_tenant ON thresher_schedules (tenant, name)",
         "CREATE INDEX IF NOT EXISTS thresher_trigger_defs_tenant"
         " ON thresher_trigger_defs (tenant, name)",
         "CREATE INDEX IF NOT EXISTS thresher_files_tenant ON thresher_files (tenant, created_at)",

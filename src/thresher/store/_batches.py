@@ -9,8 +9,8 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
-from thresher.store.counted import make_room
-from thresher.store.db import Database
+from thresher.store._counted import make_room
+from thresher.store._db import Database
 
 __all__ = ["STAMPS", "BatchRow", "BatchStatus", "BatchTable"]
 

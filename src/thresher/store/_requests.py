@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from thresher.store.db import Database, now
+from thresher.store._db import Database, now
 
 
 class RequestState(StrEnum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from thresher.store.db import Database, now
+from thresher.store._db import Database, now
 
 
 class RoundState(StrEnum):

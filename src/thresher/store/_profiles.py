@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thresher.profiles.profile import Profile, merge_profiles
-from thresher.store.db import Database, StoreError, now
+from thresher.store._db import Database, StoreError, now
 
 __all__ = ["ProfileTable"]
 

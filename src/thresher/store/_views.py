@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from thresher.store.db import Database
-from thresher.store.records import JobRecord, JobState, ShardState
+from thresher.store._db import Database
+from thresher.store._records import JobRecord, JobState, ShardState
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from thresher.store.db import Database, now
-from thresher.store.owners import this_owner
-from thresher.store.records import JobState, ShardState
+from thresher.store._db import Database, now
+from thresher.store._owners import this_owner
+from thresher.store._records import JobState, ShardState
 
 WAITING = (JobState.QUEUED.value, JobState.PREEMPTED.value)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from thresher.store.counted import make_room
-from thresher.store.db import Database, StoreError, now
+from thresher.store._counted import make_room
+from thresher.store._db import Database, StoreError, now
 
 __all__ = ["ScheduleExists", "ScheduleRow", "ScheduleTable", "schedule_key"]
 

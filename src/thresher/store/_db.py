@@ -15,19 +15,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from thresher.errors import ThresherError
+from thresher.errors import StoreError
 from thresher.postgres import PgUrl, numbered_placeholders
+
+__all__ = ["Cursor", "Database", "IdempotencyConflict", "StoreError", "now"]
 
 
 def now() -> str:
     """The time a store row records: UTC, ISO 8601."""
     return datetime.now(UTC).isoformat()
-
-
-class StoreError(ThresherError):
-    """The job store cannot be opened or does not hold what was asked for."""
-
-    stage = "store"
 
 
 class IdempotencyConflict(StoreError):

@@ -7,7 +7,7 @@ the check with an advisory lock, SQLite with its write lock, taken before the su
 
 A lease is released when its job's coordinator ends, and reclaimed by the next taker when
 the server that holds it is dead (the same liveness rule as orphaned jobs and tick
-claims: `owners.py`; on another host, a heartbeat older than `owner_timeout`), so a
+claims: `_owners.py`; on another host, a heartbeat older than `owner_timeout`), so a
 server killed with SIGKILL leaks no slot, on this host or any other. Capacity is per
 host: a lease held on another host uses that host's slots, not this one's.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from thresher.store.db import Cursor, Database, now
-from thresher.store.owners import OwnerTable, owner_host, this_host, this_owner
+from thresher.store._db import Cursor, Database, now
+from thresher.store._owners import OwnerTable, owner_host, this_host, this_owner
 
 # Any number, the same in every thresher: PostgreSQL advisory lock of the lease table.
 _LEASE_LOCK = 7305062

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from thresher.store.db import Database, StoreError, now
+from thresher.store._db import Database, StoreError, now
 
 __all__ = [
     "SetOutcome",

@@ -12,10 +12,9 @@ import json
 from typing import Any
 
 from thresher.spec import JobSpec
-from thresher.store._tables import Tables
-from thresher.store.db import Database, IdempotencyConflict, StoreError, now
-from thresher.store.owners import DEFAULT_OWNER_TIMEOUT, this_owner
-from thresher.store.records import (
+from thresher.store._db import Database, IdempotencyConflict, StoreError, now
+from thresher.store._owners import DEFAULT_OWNER_TIMEOUT, this_owner
+from thresher.store._records import (
     AttemptOutcome,
     JobRecord,
     JobState,
@@ -23,7 +22,8 @@ from thresher.store.records import (
     ShardState,
     Totals,
 )
-from thresher.store.schema import expect_current, migrate
+from thresher.store._schema import expect_current, migrate
+from thresher.store._tables import Tables
 
 
 class Store(Tables):
@@ -31,7 +31,7 @@ class Store(Tables):
     is an attribute (`store.batches`, `store.ticks`, ...: `_tables.py`).
 
     `owner` is whom the jobs this store starts or resumes are recorded under: this
-    process, or the server a service job's coordinator runs for (`owners.py`)."""
+    process, or the server a service job's coordinator runs for (`_owners.py`)."""
 
     def __init__(
         self,
@@ -203,7 +203,7 @@ class Store(Tables):
 
     def claim(self, job_id: str, force: bool = False, finished_ok: bool = False) -> JobRecord:
         """Make this process the job's coordinator (to resume it, or with `finished_ok` to
-        retry its failed rows). Refused while another owner that lives (`owners.py`)
+        retry its failed rows). Refused while another owner that lives (`_owners.py`)
         coordinates it, unless forced."""
         job = self.job(job_id)
         if job.state == JobState.SUCCEEDED and not finished_ok:

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from thresher.loops import LoopRegistry, start_loop
-from thresher.store.db import Cursor, Database, now
+from thresher.store._db import Cursor, Database, now
 
 __all__ = [
     "BEAT_SECONDS",
