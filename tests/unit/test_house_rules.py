@@ -314,7 +314,7 @@ def test_no_sql_against_the_stores_tables_outside_store() -> None:
     mention a table are not SQL)."""
     import re
 
-    from thresher.store import schema
+    from thresher.store import _schema as schema
 
     created = re.compile(r"CREATE TABLE IF NOT EXISTS (thresher_\w+)")
     tables = {m for step in schema.MIGRATIONS for s in step for m in created.findall(s)}
