@@ -2,7 +2,7 @@
 the tenants' own (`/v1/schedules`, kept in the store), under one view.
 
 A schedule is known to the tick ledger by its key: a config schedule's name, or
-`tenant/name` for a tenant's (`store/schedules.py`). Pausing works for both: a tenant's
+`tenant/name` for a tenant's (`store/_schedules.py`). Pausing works for both: a tenant's
 schedule keeps `paused` in its settings; a config schedule's switch is a store row that
 outlives restarts (the config's `paused` is what it starts as).
 """
