@@ -5,7 +5,7 @@ and a trigger checked against the server config it runs under: its watch must li
 that matches no file yet is allowed (the files may come later), but said.
 
 A trigger is known to the ledger of taken files by its key: a config trigger's name, or
-`tenant/name` for a tenant's (`store/trigger_defs.py`)."""
+`tenant/name` for a tenant's (`store/_trigger_defs.py`)."""
 
 from __future__ import annotations
 
