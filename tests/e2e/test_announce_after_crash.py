@@ -1,5 +1,5 @@
 """A server killed between a job's (or a batch's) end and its webhooks: the next server
-on the store sends them, once (`thresher.store.announced`)."""
+on the store sends them, once (`store.announced`)."""
 
 from __future__ import annotations
 

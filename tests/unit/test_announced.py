@@ -1,5 +1,5 @@
 """Announcing ended jobs and batches once their hooks ran, and finding those a dead
-server never announced (`thresher.store.announced`, `ServiceState.announce_untold`)."""
+server never announced (`store.announced`, `ServiceState.announce_untold`)."""
 
 from __future__ import annotations
 

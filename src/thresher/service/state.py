@@ -16,7 +16,7 @@ record when a job it ran ends (the cancel route does, for a job cancelled before
 started). A hook that raises is logged and does not stop the others. Once they ran, the
 job is recorded announced; a job a dead server ended and never announced is announced by
 `announce_untold`, which the scheduler calls at its periodic look (see
-`thresher.store.announced`), so every hook must be safe to run twice. The same goes for
+`store.announced`), so every hook must be safe to run twice. The same goes for
 `on_batch_ended` and OpenAI-style batches.
 """
 
