@@ -94,9 +94,9 @@ class WebhookSender:
 
     def batch_ended(self, batch: BatchRow) -> None:
         """Record and queue an ended batch's OpenAI event (`batch.completed`, …) for each
-        of its tenant's endpoints that takes it, once per endpoint
-        (`thresher.service.openai.webhooks`). An endpoint made after the batch ended does
-        not get it (a late announcement, after a server died, must not reach one)."""
+        of its tenant's endpoints that takes it, once per endpoint (`endpoints.py`). An
+        endpoint made after the batch ended does not get it (a late announcement, after a
+        server died, must not reach one)."""
         event = batch_event(batch)
         if event is None:
             return
