@@ -101,8 +101,8 @@ def test_a_stuck_inline_shard_fails_at_the_timeout_not_retried(tmp_path: Path) -
 
 
 def test_a_cancel_stops_an_inline_shard_at_its_next_chunk(tmp_path: Path) -> None:
-    # Chunks of 8,192 rows (worker.shard.READ_WINDOW) in batches of 4,096, half a second each: a chunk a
-    # second, 3 in all, so the cancel lands mid-shard.
+    # Chunks of 8,192 rows (worker.shard.READ_WINDOW) in batches of 4,096, half a second
+    # each: a chunk a second, 3 in all, so the cancel lands mid-shard.
     spec = write_job(tmp_path, batch=4096, per_batch=0.5)
     proc = start_run(tmp_path, spec)
     deadline = time.monotonic() + 60
