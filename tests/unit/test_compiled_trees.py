@@ -396,3 +396,30 @@ def test_a_slow_first_load_says_what_it_is_doing(
         _fastest(path, _native(booster))
         time.sleep(0.1)
     assert "compiling its trees" in caplog.text
+
+
+@pytest.mark.parametrize("llvm", [True, False])
+def test_the_manifest_records_whether_the_trees_ran_compiled(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, llvm: bool
+) -> None:
+    import pyarrow.parquet as pq
+
+    import thresher
+
+    path, _ = _lightgbm(tmp_path)
+    columns = [f"f{i}" for i in range(WIDTH)]
+    table = pa.table({"id": np.arange(500), **dict(zip(columns, _rows(500).T, strict=True))})
+    pq.write_table(table, tmp_path / "in.parquet")
+    if not llvm:
+        monkeypatch.setitem(sys.modules, "llvmlite", None)  # the library's predict instead
+    result = thresher.run(
+        {
+            "source": {"uri": str(tmp_path / "in.parquet"), "id_column": "id", "columns": columns},
+            "model": {"kind": "lightgbm", "uri": str(path)},
+            "sink": {"uri": str(tmp_path / "out")},
+            "run": {"workers": 1},
+        },
+        store=f"sqlite:///{tmp_path / 'store.db'}",
+    )
+    assert result.succeeded, result.problems
+    assert result.manifest["native"] is llvm

@@ -182,6 +182,7 @@ def _drive(job: Job, output: tuple[Sink, str], shards: list[Any], reporter: Repo
         time.perf_counter() - clock,
         outcome.rows_seen,
         sizes[0][0] if sizes else None,
+        outcome.ran_native,
     )
     return _finish(job, output, outcome, facts, profiles)
 

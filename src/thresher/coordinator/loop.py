@@ -47,6 +47,13 @@ class LoopOutcome:
     preempted: bool = False
     rows_seen: int = 0
     batch_sizes: Counter[int] = field(default_factory=Counter)  # rows done at each size
+    native: set[bool] = field(default_factory=set)  # the model's paths its shards ran
+
+    @property
+    def ran_native(self) -> bool | None:
+        """False if any shard ran the model's slower path, True if all ran its native
+        one, None if the model has no such choice."""
+        return min(self.native) if self.native else None
 
 
 class Ledger(Protocol):
@@ -131,6 +138,8 @@ class ShardLoop:
         elif isinstance(event, ShardDone):
             self.ledger.done(event.result)
             self.outcome.batch_sizes[event.result.batch_size] += event.result.rows_in
+            if event.result.native is not None:
+                self.outcome.native.add(event.result.native)
             self.reporter.shard_done()
         elif isinstance(event, ShardFailed):
             self._failed(event)

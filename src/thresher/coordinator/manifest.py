@@ -24,6 +24,7 @@ class RunFacts:
     seconds: float
     rows: int
     batch_size: int | None = None  # the size most rows ran at (tuned, or fixed)
+    native: bool | None = None  # the model's native path ran (None: it has no choice)
 
 
 def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) -> dict[str, Any]:
@@ -50,6 +51,7 @@ def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) ->
         "worker_in_process": run.placement.inline,
         "workers_forked": run.placement.forked,
         "device": run.placement.device,
+        "native": run.native,
         "placement": run.placement.describe(),
         "started_at": run.started.isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),

@@ -41,6 +41,21 @@ class SortsByLength(Protocol):
     def sort_key(self, batch: pa.Table) -> np.ndarray: ...
 
 
+@runtime_checkable
+class RunsNative(Protocol):
+    """Optional: a model with a fast native path and a slower one to fall back on (tree
+    models compiled by LLVM, or run by their library's own predict). `native` says which
+    one this load runs; the job's manifest records it (`"native"`), and the slower path is
+    announced once at WARNING when the model loads."""
+
+    native: bool
+
+
+def runs_native(model: Model) -> bool | None:
+    """Whether `model` runs its native path; None when it has no such choice."""
+    return model.native if isinstance(model, RunsNative) else None
+
+
 class ModelLoader(Protocol):
     """What a `kind` names: turns the `[model]` section into a loaded Model."""
 

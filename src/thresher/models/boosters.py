@@ -124,6 +124,7 @@ class BoosterModel:
         facts = Facts(**trees.facts)
         _check_outputs(facts, spec)
         self._run = trees.predict
+        self.native = trees.native  # compiled by LLVM, or the library's predict (RunsNative)
         self._input_names = _input_names(facts, trees.width, context.features)
         self._classes = facts.classes
         labels = spec.options.get("classes", list(range(facts.classes)))

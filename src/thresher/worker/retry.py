@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from thresher.models.base import Model
+from thresher.models.base import Model, runs_native
 from thresher.sinks.parts import ErrorPart
 from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
 from thresher.worker.autobatch import BatchTuner
@@ -55,6 +55,7 @@ def run_retry(
         rows_error=len(task.rows) - fixed,
         seconds=time.perf_counter() - started,
         batch_size=tuner.batch_rows,
+        native=runs_native(model),
     )
 
 

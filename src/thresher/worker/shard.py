@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thresher.errors import ModelOutputError
-from thresher.models.base import Model, SortsByLength
+from thresher.models.base import Model, SortsByLength, runs_native
 from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import ErrorPart
 from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
@@ -164,6 +164,7 @@ def run_shard(
         rows_error=errors.count,
         seconds=time.perf_counter() - started,
         batch_size=tuner.batch_rows,
+        native=runs_native(model),
         profile=profiler.result() if profiler else None,
     )
 

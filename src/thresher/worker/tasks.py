@@ -80,6 +80,7 @@ class ShardResult:
     rows_error: int
     seconds: float
     batch_size: int = 0  # the model batch size the worker ended the shard with
+    native: bool | None = None  # the model ran its native path (None: it has no choice)
     profile: str | None = None  # the shard's profile (JSON), committed with it
 
 
