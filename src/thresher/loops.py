@@ -29,17 +29,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
 __all__ = [
+    "PATIENCE_SECONDS",
     "QUARANTINE_AFTER",
     "LoopHealth",
     "LoopRegistry",
     "Strikes",
+    "patience",
     "retrying",
     "start_loop",
     "store_trouble",
@@ -56,6 +59,22 @@ QUARANTINE_AFTER = 5
 MAX_BACKOFF = 60.0
 # A pass under way this long counts as hung: the server reports itself degraded.
 STALE_AFTER = 600.0
+# A step that runs longer than this says what it is doing (a model's first load).
+PATIENCE_SECONDS = 1.0
+
+
+@contextmanager
+def patience(doing: str, logger: logging.Logger) -> Iterator[None]:
+    """Log `doing...` at WARNING (which a terminal shows) once the block has run
+    PATIENCE_SECONDS, from a timer thread, so a long first load or compile never looks
+    hung; nothing is said if it ends sooner."""
+    timer = threading.Timer(PATIENCE_SECONDS, logger.warning, (f"{doing}...",))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def store_trouble(exc: BaseException) -> bool:

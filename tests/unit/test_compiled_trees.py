@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 import xgboost
 
+from thresher import loops
 from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError
 from thresher.trees import compiled as compiled_trees
@@ -391,7 +392,7 @@ def test_a_slow_first_load_says_what_it_is_doing(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path, booster = _lightgbm(tmp_path)
-    monkeypatch.setattr(compiled_trees, "PATIENCE_S", 0.0)
+    monkeypatch.setattr(loops, "PATIENCE_SECONDS", 0.0)
     with caplog.at_level(logging.WARNING, logger="thresher.models"):
         _fastest(path, _native(booster))
         time.sleep(0.1)
@@ -423,3 +424,25 @@ def test_the_manifest_records_whether_the_trees_ran_compiled(
     )
     assert result.succeeded, result.problems
     assert result.manifest["native"] is llvm
+
+
+def test_a_model_whose_first_load_is_slow_says_it_is_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from thresher.models import LoadContext, load_model
+    from thresher.spec import ModelSection
+
+    (tmp_path / "slow.py").write_text(
+        "import time\n\nclass Slow:\n    def __init__(self):\n        time.sleep(0.3)\n\n"
+        "    def predict(self, batch):\n        return {'prediction': batch.column(0)}\n"
+    )
+    monkeypatch.setattr(loops, "PATIENCE_SECONDS", 0.05)
+    spec = ModelSection(kind="python", uri=f"{tmp_path / 'slow.py'}:Slow")
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        load_model(spec, LoadContext(features=("x",)))
+    assert "slow.py:Slow: loading the python model..." in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(loops, "PATIENCE_SECONDS", 5.0)
+    with caplog.at_level(logging.WARNING, logger="thresher.models"):
+        load_model(spec, LoadContext(features=("x",)))
+    assert "loading" not in caplog.text  # a load within the patience says nothing

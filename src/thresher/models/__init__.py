@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from importlib.machinery import PathFinder
+import logging
 from pathlib import Path
-from typing import Any
 
 from thresher.errors import ModelLoadError, ThresherError
+from thresher.loops import patience
 from thresher.models.base import LoadContext, Model, ModelLoader
-from thresher.plugins import BUILTINS, Kind, Plugin, PluginError, find, lookup
+from thresher.models.user_code import class_arguments, code_file, module_file
+from thresher.plugins import BUILTINS, Kind, ModelUri, Plugin, PluginError, find, lookup
 from thresher.spec import ModelSection
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "load_model",
     "model_fingerprint",
 ]
+
+log = logging.getLogger("thresher.models")
 
 # The built-in kinds and their loaders (plugins.BUILTINS holds them, with the rest).
 ADAPTERS: dict[str, str] = {p.name: p.factory for p in BUILTINS if p.kind == Kind.MODEL}
@@ -49,7 +52,8 @@ def load_model(spec: ModelSection, context: LoadContext) -> Model:
         raise ModelLoadError("model.outputs: is empty; list 'prediction', 'proba' or both")
     loader = resolve_loader(spec.kind)
     try:
-        model = loader(spec, context)
+        with patience(f"{spec.uri}: loading the {spec.kind} model", log):
+            model = loader(spec, context)
     except ThresherError:
         raise
     except ModuleNotFoundError as exc:
@@ -70,37 +74,49 @@ def load_model(spec: ModelSection, context: LoadContext) -> Model:
     return model
 
 
-# Kinds whose uri is one local file (a folder or a hub name is not checked before loading).
-_FILE_KINDS = frozenset({"sklearn", "onnx", "torch", "xgboost", "lightgbm"})
-
-
 def check_model_section(spec: ModelSection) -> list[str]:
     """What is wrong with a `[model]` section that can be seen without loading it: an
-    unknown kind, a loader module that is not there, a model file that is missing. The
-    coordinator asks before any work, so a typo never costs the previous output."""
+    unknown kind, a loader module that is not there, a model file that is missing, an
+    option a user's class does not take. The coordinator asks before any work, so a typo
+    never costs the previous output."""
     try:
         plugin = find(Kind.MODEL, spec.kind)
     except PluginError as exc:
         return [str(exc)]
     if plugin.factory == spec.kind:  # a loader of the user's own: is its module there?
         module = spec.kind.partition(":")[0]
-        if _module_file(module) is None:
+        if module_file(module) is None:
             return [f"model.kind: no module {module!r} on the path (from {spec.kind!r})"]
-    path = _local_model_file(spec)
+    path = _local_model_file(spec, plugin)
     if path is not None and not Path(path).is_file():
         return [f"model.uri: {path} is not a file; point it at the saved model"]
-    return []
+    return _argument_problems(spec, plugin) if plugin.builds_class(spec.uri) else []
 
 
-def _local_model_file(spec: ModelSection) -> str | None:
-    """The one local file the model's uri must be, if its kind says so."""
+def _local_model_file(spec: ModelSection, plugin: Plugin) -> str | None:
+    """The one local file the model's uri must be, if its plug-in says so."""
     if "://" in spec.uri:
         return None
-    # python, and torch's nn.Module classes: `file.py:Class` or `pkg.module:Class`
-    if spec.kind == "python" or (spec.kind == "torch" and ":" in spec.uri):
-        path = spec.uri.rpartition(":")[0]
-        return path if path.endswith(".py") else None  # pkg.module:Class: the worker finds it
-    return spec.uri if spec.kind in _FILE_KINDS else None
+    if plugin.builds_class(spec.uri):  # `file.py:Class`; for `pkg.module:Class` the worker
+        path = spec.uri.rpartition(":")[0]  # finds the module on its path
+        return path if path.endswith(".py") else None
+    return spec.uri if plugin.model_uri in (ModelUri.FILE, ModelUri.FILE_OR_CLASS) else None
+
+
+def _argument_problems(spec: ModelSection, plugin: Plugin) -> list[str]:
+    """The options of a class-building plug-in that are neither its own nor arguments
+    the class's source declares (`models/user_code.py`)."""
+    accepted = class_arguments(spec.uri)
+    if accepted is None:
+        return []  # the source does not say: the class refuses a wrong one itself
+    own = plugin.options_model()
+    takes = ", ".join([*accepted, *(own.model_fields if own else ())]) or "no options"
+    name = spec.uri.rpartition(":")[2]
+    return [
+        f"model.options.{key}: unknown key (check the spelling); {name} takes {takes}"
+        for key in spec.options
+        if key not in accepted and (own is None or key not in own.model_fields)
+    ]
 
 
 def resolve_loader(kind: str) -> ModelLoader:
@@ -121,34 +137,11 @@ def model_fingerprint(spec: ModelSection) -> dict[str, str | None]:
     without importing it). It is None when there is no local file to hash.
     """
     path: Path | None = Path(spec.uri)
-    if spec.kind == "python" and not Path(spec.uri).is_file():
-        target = spec.uri.rpartition(":")[0]
-        path = Path(target) if target.endswith(".py") else _module_file(target)
+    plugin = lookup(Kind.MODEL, spec.kind)
+    if plugin is not None and plugin.model_uri is ModelUri.CLASS and not path.is_file():
+        path = code_file(spec.uri)
     digest = _sha256(path) if path is not None and path.is_file() else None
     return {"uri": spec.uri, "sha256": digest}
-
-
-def _module_file(dotted: str) -> Path | None:
-    """The file of module `a.b.c`, found package by package without running any of them.
-
-    `importlib.util.find_spec` would import `a` and `a.b` to look inside them.
-    """
-    parts = dotted.split(".")
-    search: list[str] | None = None
-    found: Any = None
-    for depth in range(len(parts)):
-        if depth and search is None:  # `a` is a plain module, so `a.b` cannot exist
-            return None
-        try:
-            found = PathFinder.find_spec(".".join(parts[: depth + 1]), search)
-        except (ImportError, ValueError):
-            return None
-        if found is None:
-            return None
-        locations = found.submodule_search_locations
-        search = list(locations) if locations is not None else None
-    origin = getattr(found, "origin", None)
-    return Path(origin) if isinstance(origin, str) else None
 
 
 def _sha256(path: Path) -> str:

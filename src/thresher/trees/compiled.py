@@ -34,9 +34,7 @@ import hashlib
 import json
 import logging
 import platform
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +45,7 @@ import pyarrow as pa
 
 from thresher.arrays import from_numpy
 from thresher.errors import ModelLoadError
+from thresher.loops import patience
 from thresher.trees import codegen, engine, forest
 from thresher.trees.engine import CompiledForest, EngineError, cache_dir
 from thresher.trees.forest import Finish, Frontend, ReadError, first_line
@@ -59,8 +58,6 @@ PROBE_ROWS = 512
 # Compiled code may sum or finish in another order than the library does; probabilities
 # then differ in the last bits of a float32, never by more.
 RTOL, ATOL = 1e-5, 1e-6
-# A load that takes longer than this says what it is doing, so it never looks hung.
-PATIENCE_S = 1.0
 # The code that writes the compiled forest, for the cache key: a thresher that writes it
 # differently compiles anew.
 WRITERS = b"".join(Path(m.__file__ or "").read_bytes() for m in (codegen, engine, forest))
@@ -193,25 +190,12 @@ def _compile(
 
 
 def _object_code(path: Path, frontend: Frontend) -> tuple[bytes, Finish]:
-    with _patience(f"{path.name}: compiling its trees (once; later loads use the cache)"):
+    with patience(f"{path.name}: compiling its trees (once; later loads use the cache)", log):
         trees = forest.read(path, frontend)
         why = forest.unfit(trees)
         if why is not None:
             raise CannotCompile(why)
         return engine.compile_ir(codegen.module(trees)), trees.finish
-
-
-@contextmanager
-def _patience(doing: str) -> Iterator[None]:
-    """Say what is being done if it takes more than `PATIENCE_S`, so a long compile of a
-    large model never looks hung."""
-    timer = threading.Timer(PATIENCE_S, log.warning, (f"{doing}...",))
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
 
 
 def _check_agrees(compiled: Predict, native: Predict, width: int) -> None:
