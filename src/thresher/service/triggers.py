@@ -12,22 +12,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import ValidationError
 
 from thresher.errors import SourceError
+from thresher.service.config import ConfigError, ServerConfig
+from thresher.service.job_templates import check_job_template
 from thresher.sources.files import confine
 from thresher.store import Store, TriggerDefRow
 from thresher.triggers import candidates, list_watch
 from thresher.triggers.settings import TriggerFields, TriggerSettings
 
-if TYPE_CHECKING:
-    from thresher.service.config import ServerConfig
-
 __all__ = [
     "Watched",
     "check_trigger",
+    "check_triggers",
     "every_trigger",
     "trigger_problems",
     "trigger_warnings",
@@ -98,6 +98,16 @@ def _tenants(row: TriggerDefRow, min_poll: float) -> Watched:
                    row.quarantined)  # fmt: skip
 
 
+def check_triggers(config: ServerConfig) -> list[str]:
+    """Refuse a config whose trigger would watch outside `allowed_roots` or would not
+    make a job (ConfigError naming `triggers.<name>.<field>`); returns warnings, such as
+    a pattern that matches no file yet (allowed: the files may come later)."""
+    problems = [p for n, t in config.triggers.items() for p in trigger_problems(config, n, t)]
+    if problems:
+        raise ConfigError(problems)
+    return [w for n, t in config.triggers.items() for w in trigger_warnings(n, t)]
+
+
 def trigger_problems(config: ServerConfig, name: str, trigger: TriggerFields) -> list[str]:
     """What keeps the trigger from running, each naming `triggers.<name>.<field>`."""
     return [f"triggers.{name}.{p}" for p in check_trigger(config, trigger)]
@@ -111,8 +121,6 @@ def check_trigger(config: ServerConfig, trigger: TriggerFields) -> list[str]:
 
 
 def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
-    from thresher.service.job_templates import check_job_template
-
     source = trigger.job.get("source", {})
     if not isinstance(source, dict):
         return ["job.source: a table with at most `format`"]
