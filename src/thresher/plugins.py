@@ -4,9 +4,11 @@ Every plug-in, built-in or a third party's, is a `Plugin`: its kind, the name a 
 (`source.format = "parquet"`, `sink.format`, `model.kind`, `run.executor`), the dotted
 path of its factory (imported only when a job uses it) and, if it takes options, the
 dotted path of the pydantic model they follow, so a misspelt option is a spec error that
-names its field; and, if a job using it implies more of the spec (a source that names its
-sink's format, columns an OpenAI batch file's endpoint implies), its `completes` hook,
-so that no plug-in's special needs are written into `spec.py`. Built-ins are listed in
+names its field; a model's, what its uri names (`ModelUri`: a file a plan checks is there,
+a class whose other options are its arguments); and, if a job using it implies more of the
+spec (a source that names its sink's format, columns an OpenAI batch file's endpoint
+implies), its `completes` hook, so that no plug-in's special needs are written into
+`spec.py` or `models/`. Built-ins are listed in
 `BUILTINS`; a package adds its own with an entry point in the `thresher.plugins` group
 whose value is a Plugin or a list of them:
 
@@ -43,6 +45,7 @@ __all__ = [
     "BUILTINS",
     "ENTRY_POINT_GROUP",
     "Kind",
+    "ModelUri",
     "NoOptions",
     "Options",
     "Plugin",
@@ -51,6 +54,7 @@ __all__ = [
     "completion_hooks",
     "default_sink_format",
     "find",
+    "is_class_uri",
     "lookup",
     "names",
     "option_problems",
@@ -78,6 +82,17 @@ _FIELDS = {
     Kind.MODEL: "model.kind",
     Kind.EXECUTOR: "run.executor",
 }
+
+
+class ModelUri(StrEnum):
+    """What a model plug-in's `model.uri` names, so a plan checks it without loading it."""
+
+    FILE = "file"  # one local model file
+    # `pkg.module:Class` or `path/file.py:Class`, built with the options its plug-in's
+    # options model does not list as keyword arguments (checked against its source)
+    CLASS = "class"
+    FILE_OR_CLASS = "file-or-class"  # either: a class when the uri reads as one
+    OTHER = "other"  # a folder, a hub name, a URL: the loader checks it
 
 
 class PluginError(ThresherError):
@@ -111,6 +126,14 @@ class Plugin:
     completes: str | None = None
     # A source's: the sink format of a spec whose sink names none (else: the sink's own).
     sink_format: str | None = None
+    model_uri: ModelUri = ModelUri.OTHER  # a model's: what its `model.uri` names
+
+    def builds_class(self, uri: str) -> bool:
+        """Whether this model plug-in reads `uri` as a class to build, whose keyword
+        arguments are the options its options model does not list."""
+        if self.model_uri is ModelUri.CLASS:
+            return True
+        return self.model_uri is ModelUri.FILE_OR_CLASS and is_class_uri(uri)
 
     def load(self) -> Callable[..., Any]:
         """The factory, imported now. A missing dependency of a registered plug-in says
@@ -155,10 +178,27 @@ class Plugin:
             raise PluginError(f"{field}: {self.name} needs {exc.name}; {hint}") from exc
 
 
+def is_class_uri(uri: str) -> bool:
+    """Whether `uri` reads as `pkg.module:Class` or `path/file.py:Class` (`Class` may be
+    dotted), not as a file path or URL."""
+    target, colon, attribute = uri.rpartition(":")
+    if not colon or not target or "://" in uri:
+        return False
+    module = target.endswith(".py") or all(p.isidentifier() for p in target.split("."))
+    return module and all(p.isidentifier() for p in attribute.split("."))
+
+
 def _builtin(
-    kind: Kind, name: str, factory: str, options: str | None = None, extra: str | None = None
+    kind: Kind,
+    name: str,
+    factory: str,
+    options: str | None = None,
+    extra: str | None = None,
+    *,
+    model_uri: ModelUri = ModelUri.OTHER,
 ) -> Plugin:
-    return Plugin(kind, name, f"thresher.{factory}", options and f"thresher.{options}", extra)
+    options = options and f"thresher.{options}"
+    return Plugin(kind, name, f"thresher.{factory}", options, extra, model_uri=model_uri)
 
 
 # An OpenAI batch file's job: its answers are an `openai-batch` sink's unless the spec
@@ -167,6 +207,7 @@ _BATCH_COMPLETES = "thresher.openai.settings:complete_batch_spec"
 
 
 S, K, M, E = Kind.SOURCE, Kind.SINK, Kind.MODEL, Kind.EXECUTOR
+FILE, CLASS = ModelUri.FILE, ModelUri.CLASS
 BUILTINS: tuple[Plugin, ...] = (
     _builtin(S, "parquet", "sources.parquet:parquet_source", "sources.base:InputOptions"),
     _builtin(S, "csv", "sources.text_sources:csv_source", "sources.base:InputOptions"),
@@ -194,10 +235,21 @@ BUILTINS: tuple[Plugin, ...] = (
     _builtin(
         K, "postgresql", "sinks.postgresql:postgresql_sink", "plugins:NoOptions", extra="postgres"
     ),
-    _builtin(M, "sklearn", "models.sklearn:load_sklearn", "plugins:NoOptions", "sklearn"),
-    _builtin(M, "onnx", "models.onnx:load_onnx", "models.options:OnnxOptions", "onnx"),
-    _builtin(M, "python", "models.python:load_python"),  # options: the class's arguments
-    _builtin(M, "torch", "models.torch:load_torch", extra="torch"),  # and the module's
+    _builtin(
+        M, "sklearn", "models.sklearn:load_sklearn", "plugins:NoOptions", "sklearn", model_uri=FILE
+    ),
+    _builtin(
+        M, "onnx", "models.onnx:load_onnx", "models.options:OnnxOptions", "onnx", model_uri=FILE
+    ),
+    _builtin(M, "python", "models.python:load_python", "plugins:NoOptions", model_uri=CLASS),
+    _builtin(
+        M,
+        "torch",
+        "models.torch:load_torch",
+        "models.options:TorchOptions",
+        "torch",
+        model_uri=ModelUri.FILE_OR_CLASS,
+    ),
     _builtin(
         M,
         "sentence-transformers",
@@ -214,16 +266,26 @@ BUILTINS: tuple[Plugin, ...] = (
     ),
     _builtin(M, "llm", "models.llm:load_llm", "models.options:LlmOptions", "text"),
     _builtin(
-        M, "xgboost", "models.boosters:load_xgboost", "models.options:BoosterOptions", "boosters"
+        M,
+        "xgboost",
+        "models.boosters:load_xgboost",
+        "models.options:BoosterOptions",
+        "boosters",
+        model_uri=FILE,
     ),
     _builtin(
-        M, "lightgbm", "models.boosters:load_lightgbm", "models.options:BoosterOptions", "boosters"
+        M,
+        "lightgbm",
+        "models.boosters:load_lightgbm",
+        "models.options:BoosterOptions",
+        "boosters",
+        model_uri=FILE,
     ),
     _builtin(M, "mlflow", "models.mlflow:load_mlflow", "plugins:NoOptions", "mlflow"),
     _builtin(E, "local", "executors.local:local_executor"),
     _builtin(E, "ray", "executors.ray_pool:ray_executor", extra="ray"),
 )
-del S, K, M, E
+del S, K, M, E, FILE, CLASS
 
 
 @functools.cache
@@ -301,14 +363,21 @@ def default_sink_format(raw: Any) -> Any:
     return {**raw, "sink": {**sink, "format": plugin.sink_format}}
 
 
-def option_problems(kind: Kind, name: str, options: Mapping[str, Any], field: str) -> list[str]:
-    """What is wrong with a plug-in's options, each naming its field (`field.key`)."""
+def option_problems(
+    kind: Kind, name: str, options: Mapping[str, Any], field: str, uri: str = ""
+) -> list[str]:
+    """What is wrong with a plug-in's options, each naming its field (`field.key`). A
+    model plug-in that builds the class `uri` names takes the options its model does not
+    list as the class's arguments (`models.check_model_section` checks those)."""
     try:
-        model = find(kind, name).options_model()
+        plugin = find(kind, name)
+        model = plugin.options_model()
     except PluginError:
         return []  # the name itself is reported where it is checked
     if model is None:
         return []
+    if plugin.builds_class(uri):
+        options = {key: value for key, value in options.items() if key in model.model_fields}
     try:
         model.model_validate(dict(options))
     except ValidationError as exc:

@@ -146,9 +146,10 @@ class ModelSection(Section):
 
     @model_validator(mode="after")
     def _known_options(self) -> ModelSection:
-        """Options the adapter does not take are errors; an unknown kind is reported
-        before any work (`models.check_model_section`), not here."""
-        problems = option_problems(Kind.MODEL, self.kind, self.options, "options")
+        """Options the adapter does not take are errors; an unknown kind, and the options
+        a user's class takes as arguments, are checked before any work from the class's
+        source (`models.check_model_section`), not here."""
+        problems = option_problems(Kind.MODEL, self.kind, self.options, "options", self.uri)
         if problems:
             raise ValueError("\n".join(problems))  # one problem a line
         return self

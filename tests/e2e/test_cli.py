@@ -157,6 +157,19 @@ def test_a_missing_model_file_exits_2_before_touching_the_output(workspace: Work
     assert earlier.read_bytes() == b"an earlier job's results"  # overwrite never started
 
 
+def test_a_misspelt_option_of_a_python_model_exits_2(workspace: Workspace) -> None:
+    """The class's arguments are read from its source before any work starts."""
+    source = workspace.write_input(make_table(50), "parquet")
+    spec = spec_for(workspace, source, "HoldsASemaphore", model={"options": {"lock": 1}})
+    result = workspace.run("run", spec, *FAST)
+    assert result.returncode == 2, result.stderr
+    assert (
+        "model.options.lock: unknown key (check the spelling); HoldsASemaphore takes no options"
+        in result.stderr
+    )
+    assert not (workspace.root / "out").exists()
+
+
 # A plain run, looked at from several sides.
 
 

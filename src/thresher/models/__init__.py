@@ -138,7 +138,7 @@ def model_fingerprint(spec: ModelSection) -> dict[str, str | None]:
     """
     path: Path | None = Path(spec.uri)
     plugin = lookup(Kind.MODEL, spec.kind)
-    if plugin is not None and plugin.model_uri is ModelUri.CLASS and not path.is_file():
+    if plugin is not None and plugin.model_uri is ModelUri.CLASS and not Path(spec.uri).is_file():
         path = code_file(spec.uri)
     digest = _sha256(path) if path is not None and path.is_file() else None
     return {"uri": spec.uri, "sha256": digest}

@@ -15,6 +15,7 @@ __all__ = [
     "LlmOptions",
     "OnnxOptions",
     "SentenceTransformerOptions",
+    "TorchOptions",
     "TransformersOptions",
 ]
 
@@ -28,6 +29,14 @@ class OnnxOptions(Options):
 class BoosterOptions(Options):
     classes: list[Any] | None = None
     compile: Any = "auto"  # true, false or "auto" (the adapter explains a bad value)
+
+
+class TorchOptions(Options):
+    """`kind = "torch"`'s own options; a `pkg.module:Class` model's others are its class's
+    keyword arguments, checked against the class's `__init__` (`models/user_code.py`)."""
+
+    device: str | None = None  # "auto", "cpu", "cuda" or "cuda:N"
+    weights: str | None = None  # a `pkg.module:Class` model's state dict file
 
 
 class _TextOptions(Options):

@@ -12,6 +12,9 @@ The contract is one small class:
         def predict(self, batch):             # batch as model.batch_format says
             return {"prediction": batch["x"] > self.threshold}
 
+A misspelt option stops the job before any work: `model.options` are checked against the
+`__init__` parameters in the class's source, read without importing it (`user_code.py`).
+
 `batch_format` is `pandas` (a DataFrame, the default), `numpy` (a dict of 1-D arrays) or
 `arrow` (a `pa.Table`). `predict` may return a dict of columns, a DataFrame, an Arrow
 Table or RecordBatch, or a single array, list or Series, which becomes `prediction`.

@@ -35,13 +35,15 @@ import torch
 from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError, ModelOutputError
 from thresher.models.base import Column, LoadContext, Model
+from thresher.models.options import TorchOptions
 from thresher.models.outputs import as_column, safe_name
 from thresher.models.python import import_target
+from thresher.plugins import is_class_uri
 from thresher.spec import ModelSection
 
 EXPORT_SUFFIXES = (".pt2",)
 SCRIPT_SUFFIXES = (".pt", ".pth", ".ts")
-LOADER_OPTIONS = frozenset({"device", "weights"})
+LOADER_OPTIONS = frozenset(TorchOptions.model_fields)  # the rest: the class's arguments
 
 
 def load_torch(spec: ModelSection, context: LoadContext) -> Model:
@@ -56,7 +58,7 @@ def load_torch(spec: ModelSection, context: LoadContext) -> Model:
     path = Path(spec.uri)
     if path.suffix.lower() in EXPORT_SUFFIXES + SCRIPT_SUFFIXES:
         return TorchModel(_read_file(path, device, spec.trust), device)
-    if ":" not in spec.uri:
+    if not is_class_uri(spec.uri):
         known = ", ".join(EXPORT_SUFFIXES + SCRIPT_SUFFIXES)
         raise ModelLoadError(
             f"model.uri: {spec.uri} is neither a model file ({known}) nor pkg.module:Class"
