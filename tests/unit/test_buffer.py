@@ -372,3 +372,25 @@ def test_one_record_over_a_mebibyte_is_answered_alone(service: Service) -> None:
         got = service.get(custom_id).json()
         assert got["status"] == "done", (got.get("error"), custom_id)
         assert got["output"]["prediction"] == 2 * x
+
+
+def test_a_record_in_both_parts_is_answered_by_its_error(service: Service) -> None:
+    """The exactly-once contract puts a record in one part only; one found in both (here
+    written by hand) failed, as in an OpenAI batch (`sinks.answers`, rule 1). The buffer
+    once answered it with its output row."""
+    service.post(records({"a": 1.0, "b": 2.0}))
+    service.jobs.run_now = False
+    service.flusher.table.claim_batch("acme", "double", "batch-both", 10)
+    service.flusher.submit_batch("batch-both", "acme", "double")
+    service.state.on_job_finished.clear()  # the job ends, its records not settled yet
+    service.jobs.run_queued()
+    job = service.state.store.job(service.get("a").json()["job_id"])
+    errors = Path(job.spec.sink.uri) / "_errors" / "part-99999.jsonl"
+    errors.parent.mkdir(exist_ok=True)
+    bad = {"source": "x", "stage": "predict", "error": "ValueError", "message": "half", "id": "a"}
+    errors.write_text(json.dumps(bad) + "\n")
+    service.flusher.reconcile()
+    got = service.get("a").json()
+    assert got["status"] == "failed" and "output" not in got, got
+    assert got["error"] == {"stage": "predict", "error": "ValueError", "message": "half"}
+    assert service.get("b").json()["output"] == {"prediction": 4.0}

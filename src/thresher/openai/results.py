@@ -14,12 +14,10 @@ Every request line is answered exactly once, in one of the two files:
   (cancelled, expired, a failed job) with `"response": null` and the batch's `unrun`
   code.
 
-How the files survive a crash: `write_answers` writes both under temporary names, from
-the job's committed parts and error records alone (never from memory), and renames them
-into place only when both are whole. A process that dies before leaves the files as
-they were (or none), and the step that writes them (the service's finalize, the sink's
-finish, a retry round's end) runs again from the same parts and writes the same lines;
-only once they are in place is the batch recorded ended or the sink's publish recorded.
+Which file answers a request, and how the files survive a crash, is `sinks.answers`'s
+(the one mechanism, and crash story, of every request's answer): `write_answers` writes
+both files under temporary names from the job's committed parts and error records alone,
+and renames them into place once both are whole.
 
 `partial_lines` answers a running batch's requests the same way from its committed
 shards.
@@ -27,23 +25,25 @@ shards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from thresher.arrays import vector_rows
 from thresher.faults import crash_point
 from thresher.openai.bodies import bad_line, failed_line, request_answer, unrun_line
+from thresher.sinks.answers import Answering, Unanswerable
 from thresher.sinks.parts import move, read_error_records, read_part
 from thresher.sources.files import filesystem
 
 __all__ = [
-    "Answering",
+    "OpenAILines",
     "Written",
+    "answer_lines",
     "output_rows",
     "partial_lines",
-    "request_groups",
     "write_answers",
 ]
 
@@ -73,88 +73,76 @@ class Written:
 
 
 @dataclass
-class Answering:
-    """Which file answers each request, and its line there (see the module docstring).
-    `names` = (batch id, model: "" for each row's own `model`, endpoint); `lines`, where
-    given, each request's 1-based line in the batch file, by custom_id (the job's own
-    bad records count the lines of its input, not the batch's)."""
+class OpenAILines:
+    """Requests answered as OpenAI's lines (`Answering`'s shape): `names` = (batch id,
+    model: "" for each row's own `model`, endpoint); `tokens` counts the usage of the
+    requests answered (prompt, completion)."""
 
     names: tuple[str, str, str]
-    lines: Mapping[str, int] = field(default_factory=dict)
-    failed: dict[str, tuple[int, str]] = field(default_factory=dict)  # id: (line, message)
-    bad: list[tuple[int, str]] = field(default_factory=list)  # (line, error line)
-    answered: set[str] = field(default_factory=set)
-    tokens: list[int] = field(default_factory=lambda: [0, 0])  # prompt, completion
+    tokens: list[int] = field(default_factory=lambda: [0, 0])
 
-    def add_records(self, records: Iterable[dict[str, Any]]) -> None:
-        """Bad records: a request failed alone (one per request, however many of its
-        inputs failed), or a bad line never run."""
-        for record in records:
-            custom_id, message = record.get("id"), str(record.get("message", ""))
-            line = int(self.lines.get(str(custom_id), record.get("line") or 0))
-            if record.get("stage") in FAILED_ALONE and isinstance(custom_id, str):
-                self.failed.setdefault(custom_id, (line, message))
-            else:
-                code = str(record.get("error"))
-                self.bad.append((line, bad_line(self.names[0], custom_id, line, code, message)))
+    def request_of(self, record: dict[str, Any]) -> str | None:
+        """A request failed alone (a bad record of stage `predict` or `request`, one
+        per request however many of its inputs failed); any other is a bad line."""
+        custom_id = record.get("id")
+        if record.get("stage") in FAILED_ALONE and isinstance(custom_id, str):
+            return custom_id
+        return None
 
-    def output(self, rows: Iterator[dict[str, Any]]) -> Iterator[str]:
-        """The output lines of the requests `rows` answer, in order; a request that
-        cannot be answered (its own problem) joins `failed` instead."""
+    def answer(self, custom_id: str, rows: list[dict[str, Any]]) -> str | Unanswerable:
         batch_id, model, endpoint = self.names
-        for custom_id, group in request_groups(rows):
-            if custom_id in self.failed:
-                continue
-            first = group[0]
-            names = (batch_id, model or str(first.get("model")), endpoint)
-            answer = request_answer(custom_id, group, names)
-            if isinstance(answer, str):
-                line = self.lines.get(custom_id, int(first.get("line") or 0))
-                self.failed[custom_id] = (line, answer)
-                continue
-            self.answered.add(custom_id)
-            self.tokens[0] += answer[1]["prompt_tokens"]
-            self.tokens[1] += answer[1].get("completion_tokens", 0)
-            yield answer[0]
+        names = (batch_id, model or str(rows[0].get("model")), endpoint)
+        answer = request_answer(custom_id, rows, names)
+        if isinstance(answer, str):
+            return Unanswerable(answer)
+        self.tokens[0] += answer[1]["prompt_tokens"]
+        self.tokens[1] += answer[1].get("completion_tokens", 0)
+        return answer[0]
 
-    def errors(self, unrun: str | None = None) -> list[str]:
-        """The error lines, in line order: failed requests, bad lines, and (with an
-        `unrun` code) each request in `lines` neither answered nor failed."""
-        batch_id = self.names[0]
-        found = [(line, failed_line(batch_id, cid, m)) for cid, (line, m) in self.failed.items()]
-        found += self.bad
-        if unrun is not None:
-            done = self.answered | self.failed.keys()
-            found += [
-                (line, unrun_line(batch_id, cid, unrun))
-                for cid, line in self.lines.items()
-                if cid not in done
-            ]
-        return [text for _, text in sorted(found, key=lambda item: item[0])]
+    def failure(self, custom_id: str | None, line: int, record: dict[str, Any]) -> str:
+        message = str(record.get("message", ""))
+        if custom_id is not None:
+            return failed_line(self.names[0], custom_id, message)
+        code = str(record.get("error"))
+        return bad_line(self.names[0], record.get("id"), line, code, message)
 
-    def written(self, errors: int) -> Written:
-        return Written(len(self.answered), errors, self.tokens[0], self.tokens[1])
+
+def answer_lines(
+    names: tuple[str, str, str], lines: Mapping[str, int] | None = None
+) -> Answering[str]:
+    """A batch's requests answered as OpenAI's lines; `lines`, where given, each
+    request's 1-based line in the batch file, by custom_id (the job's own bad records
+    count the lines of its input, not the batch's)."""
+    return Answering(OpenAILines(names), lines or {})
 
 
 def write_answers(
     paths: tuple[str, str],
-    answering: Answering,
+    answering: Answering[str],
     rows: Iterator[dict[str, Any]],
     unrun: str | None = None,
 ) -> Written:
     """Write the output and error files at `paths` (local paths or URLs), replacing them
     whole once both are written: the output lines of `rows` (the job's output rows in
-    input order), then the error lines (see `Answering.errors`)."""
+    input order), then the error lines (`Answering.errors`; with an `unrun` code, the
+    job has ended: a request it left out is answered with that code)."""
+    shape = answering.shape
+    assert isinstance(shape, OpenAILines)  # made by `answer_lines`
+    ended = None if unrun is None else partial(_unrun_line, shape.names[0], unrun)
     fs, _ = filesystem(paths[0])
     targets = [filesystem(path)[1] for path in paths]
     with _replacing(fs, targets) as (out, err):
         for line in answering.output(rows):
             out.write(line.encode("utf-8"))
         crash_point("mid_answers")
-        errors = answering.errors(unrun)
+        errors = answering.errors(ended)
         for line in errors:
             err.write(line.encode("utf-8"))
-    return answering.written(len(errors))
+    return Written(len(answering.answered), len(errors), *shape.tokens)
+
+
+def _unrun_line(batch_id: str, code: str, custom_id: str, line: int) -> str:
+    return unrun_line(batch_id, custom_id, code)
 
 
 def partial_lines(
@@ -162,16 +150,16 @@ def partial_lines(
 ) -> Iterator[str]:
     """The lines a running batch's output (or error) file has so far: the requests of
     its committed shards, `parts` = (output parts, error parts)."""
-    answering = Answering(names)
+    requests = answer_lines(names)
     for path in parts[1]:
-        answering.add_records(read_error_records(path))
-    answered = answering.output(output_rows(parts[0], file_format))
+        requests.add_records(read_error_records(path))
+    answered = requests.output(output_rows(parts[0], file_format))
     if not errors:
         yield from answered
         return
     for _ in answered:  # its own problems join `failed` as they are found
         pass
-    yield from answering.errors()
+    yield from requests.errors()
 
 
 def output_rows(parts: list[str], file_format: str) -> Iterator[dict[str, Any]]:
@@ -192,21 +180,6 @@ def _values(column: Any) -> Any:
     if pa.types.is_fixed_size_list(column.type) and pa.types.is_floating(column.type.value_type):
         return vector_rows(column)
     return column.to_pylist()
-
-
-def request_groups(rows: Iterator[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """Rows grouped by request: a request's rows are next to each other, in input order."""
-    current: str | None = None
-    group: list[dict[str, Any]] = []
-    for row in rows:
-        custom_id = str(row["custom_id"])
-        if custom_id != current and group:
-            yield str(current), group
-            group = []
-        current = custom_id
-        group.append(row)
-    if group:
-        yield str(current), group
 
 
 @contextmanager

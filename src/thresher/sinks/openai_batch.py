@@ -7,9 +7,10 @@
                              or generated text and token counts), as a parquet sink's
     answers/_errors/, _SUCCESS, _thresher.json   as a parquet sink's
 
-Both files are written by the service's own writer (`openai.results`, with its crash
-story): an error line for a request the model could not answer (`response.status_code`
-400, its `body.error`), and for a bad line (not JSON, a repeated custom_id, …),
+Both files are written by the service's own writer (`openai.results`, over
+`sinks.answers`, the one mechanism and crash story of every request's answer): an error
+line for a request the model could not answer (`response.status_code` 400, its
+`body.error`), and for a bad line (not JSON, a repeated custom_id, …),
 `"response": null` with `error` = `{code, message, line}`, OpenAI's code and the 1-based
 line. Every request line is in exactly one of the two files, once.
 
@@ -43,7 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 from thresher.errors import SinkError
-from thresher.openai.results import Answering, output_rows
+from thresher.openai.results import answer_lines, output_rows
 from thresher.openai.results import write_answers as write_answers_files
 from thresher.openai.settings import ERRORS_FILE, OUTPUT_FILE
 from thresher.sinks.files import FilePartTarget, FileSink
@@ -136,7 +137,7 @@ def write_answers(
     of request answers (`openai.results`); `names` = (batch id: the job's, endpoint).
     Returns the counts for the manifest."""
     batch_id, endpoint = names
-    answering = Answering((batch_id, "", endpoint))
+    answering = answer_lines((batch_id, "", endpoint))
     for url in parts[1]:
         answering.add_records(read_error_records(url))
     paths = (f"{folder}/{OUTPUT_FILE}", f"{folder}/{ERRORS_FILE}")

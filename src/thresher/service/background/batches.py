@@ -33,7 +33,7 @@ from typing import Any
 from thresher.faults import crash_point
 from thresher.loops import Strikes, start_loop
 from thresher.openai.lines import Prepared, prepare_lines, request_lines
-from thresher.openai.results import Answering, Written, output_rows, write_answers
+from thresher.openai.results import Written, answer_lines, output_rows, write_answers
 from thresher.plan import worker_slots
 from thresher.service import submission
 from thresher.service.background.encoders import counting_tokens
@@ -215,7 +215,7 @@ class BatchWorker:
         files = {kind: uploads / f"file-{batch.id}-{kind}.jsonl" for kind in ("output", "errors")}
         uploads.mkdir(mode=0o700, parents=True, exist_ok=True)
         lines = request_lines(prepared_input(self.state, batch.id))
-        answering = Answering((batch.id, batch.model or "", batch.endpoint), lines)
+        answering = answer_lines((batch.id, batch.model or "", batch.endpoint), lines)
         answering.add_records(_read_rejected(rejected_input(self.state, batch.id)))
         rows: Iterator[dict[str, Any]] = iter(())
         if job is not None:

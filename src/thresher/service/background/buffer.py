@@ -19,8 +19,10 @@ How a record is answered exactly once, whatever crashes when:
 4. **Link**: record the job id on the batch's rows.
 5. **Settle** (the `on_job_finished` hook, one transaction): every row of the batch still
    `batched` becomes `done` with its output row or `failed` with its `_errors/` record (or
-   the job's own error when the job left no answer for it). Rows no longer `batched` are
-   left alone, so running the hook twice changes nothing.
+   the job's own error when the job left no answer for it), answered from the job's
+   parts by `sinks.answers`, the one mechanism (and crash story) of every request's
+   answer. Rows no longer `batched` are left alone, so running the hook twice changes
+   nothing.
 
 A crash after 1 leaves `batched` rows with no job id: at start (and every few seconds)
 the flusher redoes 2-4 for them — the file is rewritten from the store if it is missing,
@@ -39,6 +41,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -51,6 +54,7 @@ from thresher.service.routers.requests import router
 from thresher.service.state import ServiceState
 from thresher.service.submission import submit_job
 from thresher.sinks import open_sink
+from thresher.sinks.answers import Answering
 from thresher.store import JobRecord, RequestState, StoreError, WaitingGroup
 
 __all__ = ["Flusher", "router", "start_flusher"]
@@ -201,29 +205,46 @@ def write_batch_file(path: Path, lines: list[dict[str, Any]]) -> None:
 
 
 Answers = dict[str, tuple[RequestState, dict[str, Any]]]
+Answer = tuple[str | None, RequestState, dict[str, Any]]  # custom_id (None: no record's)
+
+
+@dataclass(frozen=True)
+class RecordAnswers:
+    """Buffered records answered (`sinks.answers.Answering`'s shape): done with the
+    record's output row less the id column, or failed with its bad record's stage, error
+    and message. `line_ids` are the batch file's custom_ids, one per line: a bad record
+    whose id could not be read (it failed decoding) is the record of its line."""
+
+    line_ids: list[str]
+
+    def request_of(self, record: dict[str, Any]) -> str | None:
+        custom_id, line = record.get("id"), record.get("line")
+        if custom_id is None and isinstance(line, int) and 1 <= line <= len(self.line_ids):
+            return self.line_ids[line - 1]
+        return None if custom_id is None else str(custom_id)
+
+    def answer(self, custom_id: str, rows: list[dict[str, Any]]) -> Answer:
+        output = {key: value for key, value in rows[0].items() if key != "custom_id"}
+        return custom_id, RequestState.DONE, output
+
+    def failure(self, custom_id: str | None, line: int, record: dict[str, Any]) -> Answer:
+        error = {key: record.get(key) for key in ("stage", "error", "message")}
+        return custom_id, RequestState.FAILED, error
 
 
 def read_answers(job: JobRecord, line_ids: list[str]) -> Answers:
-    """Each custom_id's answer in a finished job's output, read through its sink: its
-    output row less the id column (done), or its bad record's stage, error and message
-    (failed). A bad record whose id could not be read (it failed decoding) is found by its
-    line: `line_ids` are the batch file's custom_ids, one per line."""
+    """Each record's answer from a finished job's output and error parts, read through
+    its sink, by the one rule of `sinks.answers` (a record with a bad record failed, even
+    if an output row of it is there too); a record the job left out fails with
+    `missing_answer`. `line_ids`: see `RecordAnswers`."""
     sink = open_sink(job.spec.sink)
-    answers: Answers = {}
-    for row in sink.read_errors():
-        custom_id = row.get("id")
-        line = row.get("line")
-        if custom_id is None and isinstance(line, int) and 1 <= line <= len(line_ids):
-            custom_id = line_ids[line - 1]
-        if custom_id is not None:
-            error = {key: row.get(key) for key in ("stage", "error", "message")}
-            answers[str(custom_id)] = (RequestState.FAILED, error)
-    for table in sink.read_output():
-        for row in table.to_pylist():
-            custom_id = row.pop("custom_id", None)
-            if custom_id is not None:
-                answers[str(custom_id)] = (RequestState.DONE, row)
-    return answers
+    lines = {custom_id: line for line, custom_id in enumerate(line_ids, start=1)}
+    records = Answering(RecordAnswers(line_ids), lines)
+    records.add_records(sink.read_errors())
+    answered = list(records.output(row for t in sink.read_output() for row in t.to_pylist()))
+    missing = missing_answer(job)
+    left_out = records.errors(lambda custom_id, _: (custom_id, RequestState.FAILED, missing))
+    return {cid: (state, value) for cid, state, value in answered + left_out if cid is not None}
 
 
 def missing_answer(job: JobRecord) -> dict[str, Any]:
