@@ -55,9 +55,7 @@ id_column = "id" }}
         }
         row = wait_until(
             lambda: (
-                (r := store.schedules.find(schedule_key("evil", "never")))
-                and r.quarantined
-                and r
+                (r := store.schedules.find(schedule_key("evil", "never"))) and r.quarantined and r
             ),
             30,
             "the poison schedule's quarantine",

@@ -233,9 +233,7 @@ def test_a_tenants_schedule_in_the_store_ticks_under_its_own_key(tmp_path: Path)
     ticker(state).look(at(2, 30))
     keys = {j.spec.job.schedule: j.tenant for j in state.store.jobs()}
     assert keys == {"globex/hourly": "globex"}
-    assert [t.outcome for t in state.store.ticks.recent("globex/hourly")] == [
-        TickOutcome.STARTED
-    ]
+    assert [t.outcome for t in state.store.ticks.recent("globex/hourly")] == [TickOutcome.STARTED]
 
 
 def test_missed_and_failed_ticks_are_told_once(tmp_path: Path) -> None:
