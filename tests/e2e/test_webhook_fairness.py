@@ -6,82 +6,21 @@ seconds all the same, and globex's endpoint test is not refused because of acme'
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from receivers import Drip, drip_receiver
+
 from .servers import Server, ServiceSite, wait_for_job, webhook_inbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DEADLINE = 2.0
-
-
-@dataclass
-class Drip:
-    """What the dripping receiver saw: each connection's request path and, for those the
-    sender hung up on, how long they lasted."""
-
-    port: int = 0
-    paths: list[str] = field(default_factory=list)
-    closed: list[float] = field(default_factory=list)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def count(self, path: str) -> int:
-        return self.paths.count(path)
-
-
-@contextmanager
-def drip_receiver(interval: float = 0.5, lasts: float = 40.0) -> Iterator[Drip]:
-    """Answers each connection with `HTTP/1.1 200 OK…`, one byte every `interval` seconds
-    (each read the sender makes gets a byte long before any read timeout), for at most
-    `lasts` seconds."""
-    drip, stop = Drip(), threading.Event()
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
-    drip.port = listener.getsockname()[1]
-
-    def serve(conn: socket.socket) -> None:
-        started = time.monotonic()
-        with conn:
-            conn.settimeout(5)
-            head = conn.recv(65536).split(b" ", 2)
-            drip.paths.append(head[1].decode() if len(head) > 1 else "")
-            for byte in b"HTTP/1.1 200 OK\r\n" * 100:
-                if stop.wait(interval) or time.monotonic() - started > lasts:
-                    return
-                try:
-                    conn.sendall(bytes([byte]))
-                except OSError:
-                    drip.closed.append(time.monotonic() - started)
-                    return
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield drip
-    finally:
-        stop.set()
-        thread.join()
-        listener.close()
 
 
 def wait_until(done: Any, timeout: float, what: str) -> None:
@@ -107,7 +46,7 @@ def test_a_tenants_dripping_receiver_delays_neither_another_tenants_webhooks_nor
     site = ServiceSite(tmp_path, settings=settings)
     (site.shared / "in.jsonl").write_text("".join(f'{{"id": {i}, "x": {i}}}\n' for i in range(5)))
     tokens = {tenant: site.token(tenant) for tenant in ("acme", "globex")}
-    with drip_receiver() as drip, webhook_inbox() as inbox:
+    with drip_receiver(0.5, 40.0) as drip, webhook_inbox() as inbox:
         server = Server(site)
         try:
             with server.client(tokens["acme"]) as acme, server.client(tokens["globex"]) as globex:

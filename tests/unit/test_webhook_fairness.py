@@ -5,12 +5,10 @@ when the receiver answers 2xx."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ import httpx2 as httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from receivers import drip_receiver
 from thresher.notify.attempts import post_webhook, webhook_client
 from thresher.notify.delivery import Delivery, RetryingDispatcher
 from thresher.notify.sender import WebhookSender, WebhookSettings
@@ -33,60 +32,6 @@ pytestmark = pytest.mark.unit
 
 SECRET = "s3cret"
 FAST = (0.05, 0.1, 0.2, 0.4)
-
-
-@dataclass
-class Drip:
-    """A receiver that answers one byte of its status line every `interval` seconds, so no
-    single read ever waits long: `closed` holds how long each connection lasted before
-    the sender hung up."""
-
-    port: int = 0
-    opened: int = 0
-    closed: list[float] = field(default_factory=list)
-
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
-
-
-@contextmanager
-def drip_receiver(interval: float = 0.2, lasts: float = 8.0) -> Iterator[Drip]:
-    """A raw socket server on 127.0.0.1 dripping `HTTP/1.1 200 OK…` for at most `lasts`
-    seconds a connection."""
-    drip, stop = Drip(), threading.Event()
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
-    drip.port = listener.getsockname()[1]
-
-    def serve(conn: socket.socket) -> None:
-        started, answer = time.monotonic(), b"HTTP/1.1 200 OK\r\n" * 100
-        with conn:
-            for byte in answer:
-                if stop.wait(interval) or time.monotonic() - started > lasts:
-                    return
-                try:
-                    conn.sendall(bytes([byte]))
-                except OSError:
-                    drip.closed.append(time.monotonic() - started)
-                    return
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            drip.opened += 1
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield drip
-    finally:
-        stop.set()
-        thread.join()
-        listener.close()
 
 
 @pytest.fixture
@@ -110,7 +55,7 @@ def ended_job(store: Store, webhook: str) -> str:
 
 
 def test_a_dripping_answer_is_cut_off_at_the_deadline() -> None:
-    with drip_receiver() as drip, webhook_client() as client:
+    with drip_receiver(0.2, 8.0) as drip, webhook_client() as client:
         started = time.monotonic()
         with pytest.raises(httpx.TimeoutException, match="deadline"):
             post_webhook(client, drip.url(), b"{}", {}, allow_private=True, deadline=0.6)
@@ -122,7 +67,7 @@ def test_a_dripping_receiver_gets_attempts_that_end_at_the_deadline_and_are_retr
     store: Store,
 ) -> None:
     settings = WebhookSettings(SECRET, allow_private=True, backoff=FAST, timeout=1.0)
-    with drip_receiver(lasts=8.0) as drip:
+    with drip_receiver(0.2, 8.0) as drip:
         sender = WebhookSender(store, settings)
         job_id = ended_job(store, drip.url())
         try:
