@@ -58,14 +58,32 @@ class PartLimits:
 
 class _Counted:
     """A binary stream whose bytes read are counted against the part's byte limit: the
-    limit holds for the decompressed bytes, whatever the compressed file's size."""
+    limit holds for the decompressed bytes, whatever the compressed file's size. `peek`
+    reads ahead; what it read is handed out again by the next reads, counted once."""
 
     def __init__(self, f: Any, limits: PartLimits, name: str) -> None:
         self._f, self._limits, self._name = f, limits, name
         self.count = 0
         self.closed = False
+        self._ahead = b""
+
+    def peek(self, size: int) -> bytes:
+        """The next `size` bytes (fewer at the end), left for the next reads: a reader may
+        look at a file's head before another reads the whole."""
+        if len(self._ahead) < size:
+            self._ahead += self._read(size - len(self._ahead))
+        return self._ahead[:size]
 
     def read(self, size: int = -1) -> bytes:
+        if not self._ahead:
+            return self._read(size)
+        if size < 0:
+            data, self._ahead = self._ahead + self._read(-1), b""
+        else:
+            data, self._ahead = self._ahead[:size], self._ahead[size:]
+        return data
+
+    def _read(self, size: int) -> bytes:
         data = bytes(self._f.read(size))
         self.count += len(data)
         self._limits.check_bytes(self.count, self._name)
@@ -160,7 +178,7 @@ def _csv(f: _Counted, columns: Mapping[str, str], name: str, limits: PartLimits)
     columns it has when one is missing. Ids are kept as written ("007" stays itself)."""
     import pyarrow.csv as pacsv
 
-    head = f.read(CSV_BLOCK)
+    head = f.peek(CSV_BLOCK)
     end = head.find(b"\n")
     header = pacsv.read_csv(io.BytesIO(head if end < 0 else head[: end + 1]))
     _check_present(header.column_names, columns, name)
@@ -169,37 +187,11 @@ def _csv(f: _Counted, columns: Mapping[str, str], name: str, limits: PartLimits)
         column_types={columns["id"]: pa.string()} if "id" in columns else None,
     )
     reader = pacsv.open_csv(
-        _Prefixed(head, f),
+        f,
         read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
         convert_options=options,
     )
     return _gathered(((b, 0) for b in reader), list(columns.values()), name, limits)
-
-
-class _Prefixed:
-    """`head`, then the rest of `f`: the stream whose first bytes were read already."""
-
-    def __init__(self, head: bytes, f: _Counted) -> None:
-        self._head, self._f = head, f
-        self.closed = False
-
-    def read(self, size: int = -1) -> bytes:
-        if not self._head:
-            return self._f.read(size)
-        if size < 0:
-            data, self._head = self._head + self._f.read(), b""
-            return data
-        data, self._head = self._head[:size], self._head[size:]
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def _jsonl(f: _Counted, columns: Mapping[str, str], name: str, limits: PartLimits) -> pa.Table:
