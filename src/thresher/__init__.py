@@ -1,14 +1,21 @@
 """thresher: run a trained model over a large dataset, exactly once per record.
 
+From a notebook, the data and the model in memory:
+
 >>> import thresher
->>> spec = thresher.load_spec("score.toml")            # doctest: +SKIP
->>> result = thresher.run(spec)                          # doctest: +SKIP
->>> result.manifest["rows_out"]                          # doctest: +SKIP
-1000000
+>>> scored = thresher.predict(df, model)                 # doctest: +SKIP
+
+A job with a sink, recorded in the store, from a spec file or from memory:
+
+>>> result = thresher.run(thresher.load_spec("score.toml"))          # doctest: +SKIP
+>>> result = thresher.run(data=df, model=model, sink="scores/")      # doctest: +SKIP
+>>> result.manifest["rows_out"], result.to_pandas()                  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from thresher.errors import (
@@ -50,12 +57,16 @@ __all__ = [
     "drift",
     "load_spec",
     "parse_spec",
+    "predict",
     "profile",
     "quality",
     "resume",
     "run",
 ]
 __version__ = "0.1.0"
+
+# A library's logs are the application's to show: nothing unless it configures logging.
+logging.getLogger("thresher").addHandler(logging.NullHandler())
 
 
 def __getattr__(name: str) -> Any:
@@ -69,28 +80,90 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'thresher' has no attribute {name!r}")
 
 
+def predict(data: Any, model: Any, *, progress: bool | None = None, **options: Any) -> Any:
+    """Run `model` over `data` and return the predictions, in input order, in the input's
+    kind: a pandas DataFrame (on the input's index), a polars DataFrame, or an Arrow
+    Table (for Arrow input, a dataset, or a path or URL any source takes).
+
+    `model` is a fitted object — a scikit-learn estimator or pipeline, a LightGBM or
+    XGBoost model, a `torch.nn.Module`, a SentenceTransformer, a transformers pipeline,
+    an `onnxruntime.InferenceSession`, anything with `predict` or `__call__`, a function
+    of a batch, or a class to build once per worker — or a path with `kind=`. Options are
+    the spec's own: `columns`, `id_column`, `keep_columns`, `batch_size`, `workers`,
+    `device`, `executor`, `outputs`, `kind`, `batch_format`, `model_options`. A small
+    input runs in this process; a large one on every core, the input written once for
+    all workers to share. A row whose value does not fit its column raises BadInputError
+    naming it (its `.errors` and `.predictions` the rest), unless `on_bad_input="skip"`.
+
+    >>> scored = thresher.predict(df, model, outputs=["proba"])   # doctest: +SKIP
+    """
+    from thresher.inmemory.calls import predict as run_predict
+
+    return run_predict(data, model, progress, **options)
+
+
 def run(
-    spec: JobSpec | dict[str, object], store: str | None = None, reporter: Reporter | None = None
+    spec: JobSpec | Mapping[str, object] | None = None,
+    store: str | None = None,
+    reporter: Reporter | None = None,
+    *,
+    data: Any = None,
+    model: Any = None,
+    sink: str | Mapping[str, Any] | None = None,
+    raise_on_failure: bool = True,
+    progress: bool | None = False,
+    **options: Any,
 ) -> JobResult:
     """Run a job to its end and return how it went.
 
-    `spec` is a JobSpec or the same as a mapping (validated here); `store` a store URL
-    (default: `$THRESHER_STORE` or the user's SQLite store). Raises SpecError before any
-    work when the spec or the input's columns do not fit.
+    Either `spec` — a JobSpec or the same as a mapping (validated here) — or `data`,
+    `model` and `sink`: data and model as `predict` takes them, `sink` a path or URL (or
+    a sink section as a mapping), with `predict`'s options. `store` a store URL (default:
+    `$THRESHER_STORE` or the user's SQLite store). Raises SpecError before any work when
+    the spec or the input's columns do not fit, and JobFailed (its `.result` the
+    JobResult) when the job does not succeed, unless `raise_on_failure=False`.
+
+    >>> result = thresher.run(data=df, model=model, sink="scores/")   # doctest: +SKIP
+    >>> result.to_pandas(), result.errors                             # doctest: +SKIP
     """
     from thresher.coordinator.job import run_job
+    from thresher.inmemory.calls import in_memory_run, reporter_for
     from thresher.store import open_store
 
-    job = spec if isinstance(spec, JobSpec) else parse_spec(spec)
-    return run_job(job, open_store(store), reporter)
+    told = reporter or reporter_for(progress)
+    if spec is None:
+        if data is None or model is None or sink is None:
+            raise SpecError(["run: pass a spec, or data, model and sink"])
+        result = in_memory_run(data, model, sink, store=store, reporter=told, options=options)
+    else:
+        if data is not None or model is not None or sink is not None or options:
+            raise SpecError(["run: pass a spec, or data, model and sink, not both"])
+        job = spec if isinstance(spec, JobSpec) else parse_spec(spec)
+        result = run_job(job, open_store(store), told)
+    return result.raise_for_state() if raise_on_failure else result
 
 
-def resume(job_id: str, store: str | None = None, reporter: Reporter | None = None) -> JobResult:
-    """Finish a stopped job from its stored plan (see `thresher resume`)."""
+def resume(
+    job_id: str,
+    store: str | None = None,
+    reporter: Reporter | None = None,
+    *,
+    data: Any = None,
+    model: Any = None,
+    raise_on_failure: bool = True,
+) -> JobResult:
+    """Finish a stopped job from its stored plan (see `thresher resume`). A job run from
+    memory needs its `data` and `model` again; each is checked against the job's by its
+    fingerprint, and a different one is refused, naming which."""
     from thresher.coordinator.job import resume_job
+    from thresher.inmemory.calls import in_memory_resume
     from thresher.store import open_store
 
-    return resume_job(job_id, open_store(store), reporter)
+    if data is not None or model is not None:
+        result = in_memory_resume(job_id, data, model, store, reporter)
+    else:
+        result = resume_job(job_id, open_store(store), reporter)
+    return result.raise_for_state() if raise_on_failure else result
 
 
 def drift(

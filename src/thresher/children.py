@@ -74,3 +74,30 @@ def child_environment(variables: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+_STARTING = threading.Lock()
+
+
+@contextmanager
+def main_left_behind() -> Iterator[None]:
+    """A spawned child started without the caller's main module.
+
+    A spawned child imports the parent's `__main__` again before it runs anything, as
+    `__mp_main__`: a script without an `if __name__ == "__main__":` guard (a notebook
+    saved as a script) runs again in every child, training its model again and starting
+    jobs of its own; `python - < script.py` and `python -c` cannot be imported at all.
+    thresher's children run thresher's code and receive everything else pickled, so
+    they need none of it: while a child starts, `__main__` is a blank module (what
+    `multiprocessing` reads to prepare the child), then the caller's again. The caller's
+    own classes and functions reach workers by value (cloudpickle), not by import."""
+    import types
+
+    with _STARTING:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main

@@ -6,7 +6,7 @@ file and line), and the user-facing ones say what to do next.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -94,7 +94,12 @@ class BadInputError(ThresherError):
 
 
 class JobFailed(ThresherError):
-    """The job ran but did not succeed: shards failed or too many rows were bad."""
+    """The job ran but did not succeed: shards failed or too many rows were bad.
+    `result` is the job's JobResult, when there is one (its id, problems, errors)."""
+
+    def __init__(self, *args: object, result: Any = None, **where: Any) -> None:
+        super().__init__(*args, **where)
+        self.result = result
 
 
 class MonitorError(ThresherError):

@@ -212,6 +212,7 @@ BUILTINS: tuple[Plugin, ...] = (
     _builtin(S, "parquet", "sources.parquet:parquet_source", "sources.base:InputOptions"),
     _builtin(S, "csv", "sources.text_sources:csv_source", "sources.base:InputOptions"),
     _builtin(S, "jsonl", "sources.text_sources:jsonl_source", "sources.base:InputOptions"),
+    _builtin(S, "arrow", "sources.arrow_ipc:arrow_source", "sources.base:InputOptions"),
     _builtin(S, "postgresql", "sources.sql:postgres_source", "plugins:NoOptions", extra="postgres"),
     Plugin(
         S,
@@ -224,6 +225,7 @@ BUILTINS: tuple[Plugin, ...] = (
     _builtin(K, "parquet", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "csv", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "jsonl", "sinks.files:file_sink", "plugins:NoOptions"),
+    _builtin(K, "arrow", "sinks.files:file_sink", "plugins:NoOptions"),
     _builtin(K, "sqlite", "sinks.sqlite:sqlite_sink", "plugins:NoOptions", extra="sqlite"),
     Plugin(
         K,
@@ -281,6 +283,8 @@ BUILTINS: tuple[Plugin, ...] = (
         "boosters",
         model_uri=FILE,
     ),
+    # A Python object handed to `thresher.predict` / `thresher.run` (inmemory/objects.py).
+    _builtin(M, "object", "inmemory.objects:load_object", "inmemory.objects:ObjectOptions"),
     _builtin(M, "mlflow", "models.mlflow:load_mlflow", "plugins:NoOptions", "mlflow"),
     _builtin(E, "local", "executors.local:local_executor"),
     _builtin(E, "ray", "executors.ray_pool:ray_executor", extra="ray"),

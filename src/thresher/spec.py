@@ -45,7 +45,7 @@ from thresher.plugins import (
 from thresher.profiles.settings import MonitorSection
 from thresher.sizes import MAX_INT64, parse_bytes
 
-FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
+FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl", "arrow")
 SUFFIX_FORMATS = {
     ".parquet": "parquet",
     ".pq": "parquet",
@@ -53,6 +53,9 @@ SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
     ".json": "jsonl",
+    ".arrow": "arrow",
+    ".feather": "arrow",
+    ".ipc": "arrow",
 }
 
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
+
 from thresher.coordinator.loop import JobLedger, LoopOutcome, ShardLoop
 from thresher.coordinator.manifest import RunFacts, build_manifest, error_rate_problem
 from thresher.coordinator.profile_fold import ProfileFold
 from thresher.coordinator.progress import QuietReporter, Reporter
-from thresher.errors import SpecError, ThresherError
+from thresher.errors import JobFailed, SpecError, ThresherError
 from thresher.executors.base import make_executor
 from thresher.faults import crash_point
 from thresher.models import LoadContext, check_model_section
@@ -32,25 +34,61 @@ from thresher.plan import (
 from thresher.sinks import Sink, open_sink
 from thresher.sinks.guard import check_sink_place
 from thresher.sources import Plan, open_source
-from thresher.spec import JobSpec
+from thresher.spec import JobSpec, SinkSection
 from thresher.store import JobState, ShardState, Store, beating, open_store, this_owner
 from thresher.worker.tasks import WorkerSetup
 
 
 @dataclass
 class JobResult:
-    """How a job ended: its manifest when it succeeded, its problems when it did not."""
+    """How a job ended: its manifest when it succeeded, its problems when it did not.
+
+    `output` and `errors_uri` say where the predictions and the bad records are
+    published; `to_arrow()` / `to_pandas()` read the predictions back and `errors` the
+    bad records, from any sink that reads back (files, tables)."""
 
     job_id: str
     state: JobState
     manifest: dict[str, Any]
     output: str
-    errors: str
+    errors_uri: str
     problems: list[str] = field(default_factory=list)
+    sink: SinkSection | None = field(default=None, repr=False)
 
     @property
     def succeeded(self) -> bool:
         return self.state == JobState.SUCCEEDED
+
+    def raise_for_state(self) -> JobResult:
+        """This result, or JobFailed (carrying it) when the job did not succeed."""
+        if not self.succeeded:
+            why = "; ".join(self.problems) or "no reason given"
+            raise JobFailed(f"job {self.job_id} {self.state.value}: {why}", result=self)
+        return self
+
+    def to_arrow(self) -> pa.Table:
+        """The published predictions as one table. A job that did not succeed published
+        nothing of its own: reading it raises JobFailed, never an empty or older table."""
+        self.raise_for_state()
+        tables = list(self._sink().read_output())
+        return pa.concat_tables(tables) if tables else pa.table({})
+
+    def to_pandas(self) -> Any:
+        """The published predictions as a pandas DataFrame (see `to_arrow`)."""
+        return self.to_arrow().to_pandas()
+
+    @property
+    def errors(self) -> pa.Table:
+        """The job's bad records, one row each: where (line or row), stage, error,
+        message, the id when known, and the raw record."""
+        records = list(self._sink().read_errors())
+        names = ["source", "line", "row", "id", "stage", "error", "message", "raw"]
+        return pa.table({name: [r.get(name) for r in records] for name in names})
+
+    def _sink(self) -> Sink:
+        if self.sink is None:
+            raise ThresherError("this result was made without its sink; open it with the spec")
+        return open_sink(self.sink)
 
 
 @dataclass(frozen=True)
@@ -204,19 +242,31 @@ def _finish(
             if outcome.cancelled
             else (JobState.PREEMPTED, "the job was preempted; it resumes when slots free")
         )
-        return JobResult(job.id, state, manifest, job.spec.sink.uri, errors_uri, [note])
+        return JobResult(
+            job.id, state, manifest, job.spec.sink.uri, errors_uri, [note], job.spec.sink
+        )
     problems = outcome.failures + error_rate_problem(job.spec, totals)
     if problems:
         sink.abort()
         job.store.finish(job.id, JobState.FAILED, manifest, "; ".join(problems))
-        return JobResult(job.id, JobState.FAILED, manifest, job.spec.sink.uri, errors_uri, problems)
+        return JobResult(
+            job.id,
+            JobState.FAILED,
+            manifest,
+            job.spec.sink.uri,
+            errors_uri,
+            problems,
+            job.spec.sink,
+        )
     profile = profiles.profile() if profiles is not None else None
     if profile is not None:
         job.store.profiles.save(job.id, profile)
         manifest["profile"] = profile.summary()
     sink.finish(manifest)
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
-    return JobResult(job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri)
+    return JobResult(
+        job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri, [], job.spec.sink
+    )
 
 
 def with_workers(spec: JobSpec, workers: int) -> JobSpec:

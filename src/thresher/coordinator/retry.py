@@ -172,4 +172,4 @@ def _conclude(job: Job, sink: Sink, errors: str, manifest: dict[str, Any]) -> Jo
     else:
         sink.finish(manifest)
     job.store.finish(job.id, state, manifest, "; ".join(problems) or None)
-    return JobResult(job.id, state, manifest, job.spec.sink.uri, errors, problems)
+    return JobResult(job.id, state, manifest, job.spec.sink.uri, errors, problems, job.spec.sink)

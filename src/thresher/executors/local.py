@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from thresher.children import child_environment, die_with_parent
+from thresher.children import child_environment, die_with_parent, main_left_behind
 from thresher.executors.inline import InlineExecutor
 from thresher.executors.serve import READY, serve_tasks
 from thresher.executors.zygote import Zygote
@@ -192,7 +192,7 @@ class LocalExecutor:
                 name=_name(),
                 daemon=True,
             )
-            with child_environment(self._variables(slot)):
+            with child_environment(self._variables(slot)), main_left_behind():
                 spawned.start()
             child.close()
             process = spawned

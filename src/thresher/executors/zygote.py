@@ -42,7 +42,8 @@ from multiprocessing.context import ForkContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from typing import Any, ClassVar, Literal
 
-from thresher.children import die_with_parent
+from thresher.children import die_with_parent, main_left_behind
+from thresher.inmemory.objects import TORCH_LIBRARIES
 from thresher.spec import ModelSection
 from thresher.worker.tasks import WorkerBroken, WorkerSetup
 
@@ -66,7 +67,11 @@ def preloads(model: ModelSection) -> bool:
     kind on the CPU. A model pinned to a GPU would initialise CUDA in the zygote, which no
     forked child can use."""
     device = str(model.options.get("device") or "cpu")
-    return model.kind in PRELOADED_KINDS and device in ("cpu", "auto")
+    if device not in ("cpu", "auto"):
+        return False
+    if model.kind == "object":  # a Python object: loaded first when torch's (objects.py)
+        return str(model.options.get("library")) in TORCH_LIBRARIES
+    return model.kind in PRELOADED_KINDS
 
 
 class Zygote:
@@ -88,7 +93,8 @@ class Zygote:
         self.process: BaseProcess = context.Process(
             target=zygote_main, args=(setup, child), name=name, daemon=True
         )
-        self.process.start()
+        with main_left_behind():
+            self.process.start()
         child.close()
         self._pending: deque[ForkedWorker] = deque()
         self._exits: dict[int, int] = {}

@@ -64,21 +64,25 @@ def load_xgboost(spec: ModelSection, context: LoadContext) -> Model:
     def load() -> Trees:
         import xgboost
 
-        booster = xgboost.Booster(model_file=str(path))
-        booster.set_param({"nthread": context.threads})
-        learner = json.loads(booster.save_config())["learner"]
-        objective = learner["objective"]["name"]
-        classes = 0  # class labels (multi:softmax) or margins are a plain value per row
-        if objective in XGBOOST_PROBA:
-            classes = max(int(learner["learner_model_param"].get("num_class", "0")), 2)
-        facts = Facts(objective, classes, booster.feature_names)
-
-        def native(features: pa.Table) -> Any:
-            return booster.inplace_predict(to_matrix(features))
-
-        return Trees(native, booster.num_features(), asdict(facts))
+        return xgboost_trees(xgboost.Booster(model_file=str(path)), context.threads)
 
     return _booster_model(path, "xgboost", load, spec, context)
+
+
+def xgboost_trees(booster: Any, threads: int) -> Trees:
+    """A loaded XGBoost Booster, run by its own predict."""
+    booster.set_param({"nthread": threads})
+    learner = json.loads(booster.save_config())["learner"]
+    objective = learner["objective"]["name"]
+    classes = 0  # class labels (multi:softmax) or margins are a plain value per row
+    if objective in XGBOOST_PROBA:
+        classes = max(int(learner["learner_model_param"].get("num_class", "0")), 2)
+    facts = Facts(objective, classes, booster.feature_names)
+
+    def native(features: pa.Table) -> Any:
+        return booster.inplace_predict(to_matrix(features))
+
+    return Trees(native, booster.num_features(), asdict(facts))
 
 
 def load_lightgbm(spec: ModelSection, context: LoadContext) -> Model:
@@ -88,21 +92,25 @@ def load_lightgbm(spec: ModelSection, context: LoadContext) -> Model:
     def load() -> Trees:
         import lightgbm
 
-        booster = lightgbm.Booster(model_file=str(path))
-        objective = str(booster.params.get("objective", "regression")).split()[0]
-        classes = 0
-        if objective in LIGHTGBM_PROBA:
-            classes = max(int(booster.params.get("num_class", 1)), 2)
-        names = booster.feature_name()
-        # Trained on a bare matrix, LightGBM names the columns Column_0, Column_1, …
-        named = names if names != [f"Column_{i}" for i in range(len(names))] else None
-
-        def native(features: pa.Table) -> Any:
-            return booster.predict(to_matrix(features), num_threads=context.threads)
-
-        return Trees(native, booster.num_feature(), asdict(Facts(objective, classes, named)))
+        return lightgbm_trees(lightgbm.Booster(model_file=str(path)), context.threads)
 
     return _booster_model(path, "lightgbm", load, spec, context)
+
+
+def lightgbm_trees(booster: Any, threads: int) -> Trees:
+    """A loaded LightGBM Booster, run by its own predict."""
+    objective = str(booster.params.get("objective", "regression")).split()[0]
+    classes = 0
+    if objective in LIGHTGBM_PROBA:
+        classes = max(int(booster.params.get("num_class", 1)), 2)
+    names = booster.feature_name()
+    # Trained on a bare matrix, LightGBM names the columns Column_0, Column_1, …
+    named = names if names != [f"Column_{i}" for i in range(len(names))] else None
+
+    def native(features: pa.Table) -> Any:
+        return booster.predict(to_matrix(features), num_threads=threads)
+
+    return Trees(native, booster.num_feature(), asdict(Facts(objective, classes, named)))
 
 
 def _booster_model(

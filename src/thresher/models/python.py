@@ -12,6 +12,12 @@ The contract is one small class:
         def predict(self, batch):             # batch as model.batch_format says
             return {"prediction": batch["x"] > self.threshold}
 
+A class written for Ray Data's `map_batches` works unchanged: without `predict`, the
+instance itself is called with each batch (`__call__(batch)`, its constructor loading the
+model), and the batch it returns with its predictions added gives the predictions alone
+(a returned column named as a model input is the input's, not an output). Ray's default
+batch is a dict of numpy arrays: `batch_format = "numpy"`.
+
 A misspelt option stops the job before any work: `model.options` are checked against the
 `__init__` parameters in the class's source, read without importing it (`user_code.py`).
 
@@ -30,7 +36,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +58,11 @@ def load_python(spec: ModelSection, context: LoadContext) -> Model:
     cls = import_target(spec.uri)
     if not isinstance(cls, type):
         raise ModelLoadError(f"model.uri: {spec.uri} is a {type(cls).__name__}, not a class")
-    if not callable(getattr(cls, "predict", None)):
+    if not callable(getattr(cls, "predict", None)) and "__call__" not in dir(cls):
         raise ModelLoadError(
             f"model.uri: {cls.__name__} has no predict(batch) method; a python model needs"
-            " one (and may have a setup())"
+            " one, or __call__(batch) as a Ray Data map_batches class has (and may have a"
+            " setup())"
         )
     try:
         instance = cls(**spec.options)
@@ -66,20 +73,25 @@ def load_python(spec: ModelSection, context: LoadContext) -> Model:
     setup = getattr(instance, "setup", None)
     if callable(setup):
         setup()
-    return PythonModel(instance, spec.batch_format)
+    return PythonModel(instance, spec.batch_format, context.features)
 
 
 class PythonModel:
-    """A user's model object; `predict` hands it each batch in its format."""
+    """A user's model object or function; `predict` hands it each batch in its format:
+    to its `predict`, else to the object itself (a function, a `__call__`)."""
 
-    def __init__(self, instance: Any, batch_format: BatchFormat) -> None:
-        self._instance = instance
+    def __init__(self, instance: Any, batch_format: BatchFormat, inputs: Sequence[str]) -> None:
+        predict = getattr(instance, "predict", None)
+        self._call = predict if callable(predict) else instance
         self._batch_format = batch_format
+        self._inputs = frozenset(inputs)
 
     def predict(self, batch: pa.Table) -> Mapping[str, Column]:
-        """The user's predict on this batch, its result normalized to named columns."""
-        result = self._instance.predict(to_batch_format(batch, self._batch_format))
-        return as_columns(result)
+        """The user's predict on this batch, its result normalized to named columns,
+        less the input columns it handed back (see the module docstring)."""
+        result = self._call(to_batch_format(batch, self._batch_format))
+        columns = as_columns(result)
+        return {name: column for name, column in columns.items() if name not in self._inputs}
 
 
 def import_target(uri: str) -> Any:

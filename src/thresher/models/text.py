@@ -72,7 +72,7 @@ def load_sentence_transformer(spec: ModelSection, context: LoadContext) -> Model
     if engine == "auto":
         encoder = load_plain(folder, device)
     if encoder is None:
-        encoder = LibraryEncoder(folder, device)
+        encoder = LibraryEncoder.of_folder(folder, device)
     normalize = bool(spec.options.get("normalize", False))
     model = SentenceTransformerModel(encoder, column, normalize, output == "columns")
     model.count_tokens = bool(spec.options.get("tokens", False))
@@ -95,20 +95,25 @@ class Encoder(Protocol):
 
 
 class LibraryEncoder:
-    """Any sentence-transformers folder, through sentence-transformers itself."""
+    """Any sentence-transformers model, through sentence-transformers itself."""
 
-    def __init__(self, folder: Path, device: torch.device) -> None:
+    def __init__(self, model: Any, name: str) -> None:
+        self._model = model
+        self.tokenizer = getattr(model, "tokenizer", None)  # image models have none
+        self.max_seq_length = getattr(model, "max_seq_length", None)
+        # Renamed in sentence-transformers 6 (get_sentence_embedding_dimension before).
+        dimension = getattr(model, "get_embedding_dimension", None)
+        size = (dimension or model.get_sentence_embedding_dimension)()
+        if size is None:
+            raise ModelLoadError(f"model.uri: {name} does not say its embedding size")
+        self.dimension = int(size)
+
+    @classmethod
+    def of_folder(cls, folder: Path, device: torch.device) -> LibraryEncoder:
         from sentence_transformers import SentenceTransformer
 
-        self._model = SentenceTransformer(str(folder), device=str(device), local_files_only=True)
-        self.tokenizer = getattr(self._model, "tokenizer", None)  # image models have none
-        self.max_seq_length = getattr(self._model, "max_seq_length", None)
-        # Renamed in sentence-transformers 6 (get_sentence_embedding_dimension before).
-        dimension = getattr(self._model, "get_embedding_dimension", None)
-        size = (dimension or self._model.get_sentence_embedding_dimension)()
-        if size is None:
-            raise ModelLoadError(f"model.uri: {folder} does not say its embedding size")
-        self.dimension = int(size)
+        model = SentenceTransformer(str(folder), device=str(device), local_files_only=True)
+        return cls(model, str(folder))
 
     def encode(self, texts: list[str], normalize: bool) -> np.ndarray:
         return np.asarray(

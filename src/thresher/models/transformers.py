@@ -73,8 +73,24 @@ def load_transformers(spec: ModelSection, context: LoadContext) -> Model:
     device = torch_device(spec.options.get("device"))
     # `task` is checked against the tasks above; pipeline's overloads want a literal.
     pipe = pipeline(task, model=str(folder), device=device)  # type: ignore[call-overload]
+    return _pipeline_model(pipe, task, spec, column)
+
+
+def pipeline_model(pipe: Any, spec: ModelSection, context: LoadContext) -> Model:
+    """A transformers pipeline already built (given to `thresher.predict`), by its task."""
+    task = str(pipe.task)
+    if task not in CLASSIFICATION_TASKS + FEATURE_TASKS:
+        raise ModelLoadError(
+            f"model: a {task!r} pipeline; thresher runs"
+            f" {', '.join(CLASSIFICATION_TASKS + FEATURE_TASKS)}, or wrap it in a function"
+        )
+    return _pipeline_model(pipe, task, spec, text_column(spec, context))
+
+
+def _pipeline_model(pipe: Any, task: str, spec: ModelSection, column: str | None) -> Model:
     if task in FEATURE_TASKS:
-        return FeatureExtractor(pipe, column, pooling == "mean")
+        refuse_proba(spec, "embeddings")
+        return FeatureExtractor(pipe, column, spec.options.get("pooling", "mean") == "mean")
     return TextClassifier(pipe, column, spec.outputs)
 
 

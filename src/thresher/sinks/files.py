@@ -38,7 +38,7 @@ from thresher.sinks.publish import (
 from thresher.sources.files import as_url, filesystem
 from thresher.spec import SinkSection
 
-SUFFIX = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}
+SUFFIX = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl", "arrow": ".arrow"}
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,12 @@ class FilePartWriter:
 def read_part(path: str | os.PathLike[str], file_format: str) -> pa.Table:
     """One part file (local path or URL) as an Arrow table."""
     fs, where = filesystem(str(path))
+    if file_format == "arrow" and is_local(fs):
+        with pa.memory_map(where) as mapped:  # the table's buffers stay mapped, not copied
+            return pa.ipc.open_file(mapped).read_all()
     with fs.open(where, "rb") as f:
+        if file_format == "arrow":
+            return pa.ipc.open_file(pa.py_buffer(f.read())).read_all()
         if file_format == "parquet":
             return pq.read_table(f)
         if file_format == "csv":
@@ -252,8 +257,13 @@ def _csv_writer(file: Any, schema: pa.Schema) -> TableWriter:
     return pacsv.CSVWriter(file, schema)  # type: ignore[no-any-return]
 
 
+def _arrow_writer(file: Any, schema: pa.Schema) -> TableWriter:
+    return pa.ipc.new_file(file, schema)  # type: ignore[no-any-return]
+
+
 _WRITERS: dict[str, Callable[[Any, pa.Schema], TableWriter]] = {
     "parquet": ParquetPartWriter,
     "csv": _csv_writer,
     "jsonl": JsonlWriter,
+    "arrow": _arrow_writer,
 }

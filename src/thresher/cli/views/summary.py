@@ -19,6 +19,6 @@ def print_result(result: JobResult) -> None:
     )
     click.echo(f"  output: {without_password(result.output)}")
     if m["rows_error"]:
-        click.echo(f"  errors: {result.errors}")
+        click.echo(f"  errors: {result.errors_uri}")
     for problem in result.problems:
         click.echo(f"  problem: {problem}", err=True)

@@ -30,11 +30,12 @@ from thresher.service.uploads import (
     receive_upload,
     record_file,
 )
-from thresher.spec import FILE_FORMATS, infer_format
+from thresher.spec import infer_format
 from thresher.store import FileRecord, now
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
+UPLOAD_FORMATS = ("jsonl", "csv", "parquet")  # what an upload is checked as, line by line
 # What a tenant may upload as (OpenAI's purposes); `batch_output` files are the server's.
 PURPOSES = ("batch", "user_data", "fine-tune", "assistants", "vision", "evals")
 
@@ -79,8 +80,8 @@ async def upload_file(
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit + FRAMING_ALLOWANCE:
         raise TooLarge(f"the upload is larger than this server's limit of {limit:,} bytes")
-    if file_format is not None and file_format not in FILE_FORMATS:
-        raise Unprocessable([f"format: must be one of {', '.join(FILE_FORMATS)}"])
+    if file_format is not None and file_format not in UPLOAD_FORMATS:
+        raise Unprocessable([f"format: must be one of {', '.join(UPLOAD_FORMATS)}"])
     stored_bytes = state.config.limits(tenant).stored_bytes
     await run_in_threadpool(check_stored, state.store, tenant, stored_bytes)
     file_id = new_file_id()
@@ -120,7 +121,7 @@ def _kind_of(received: Received, file_format: str | None, staging: Path) -> tupl
         staging.unlink(missing_ok=True)
         raise BadRequest(f"purpose: {purpose!r} is not one of {', '.join(PURPOSES)}")
     fmt = file_format or ("jsonl" if purpose == "batch" else infer_format(received.filename))
-    if fmt is None:
+    if fmt not in UPLOAD_FORMATS:
         staging.unlink(missing_ok=True)
         raise Unprocessable(
             [

@@ -1,0 +1,264 @@
+"""`thresher.predict` and `thresher.run` / `thresher.resume` with data and models in
+memory: each builds a spec as a user would write one and runs it through the engine, so
+an in-memory job has every guarantee a spec file's has.
+
+`predict` runs in a private folder (on `/dev/shm` where there is one: the input and output
+files are then memory, not disk) with a store of its own, and reads the output back in the
+input's kind; `run` records its job in the user's store, and keeps the input under the
+cache folder named by its content, so that `resume` given the same data and model finds
+the same files and refuses other ones, naming which.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from thresher.errors import BadInputError, SpecError
+from thresher.inmemory.data import ROW_COLUMN, Written, is_in_memory, restore, write_input
+from thresher.inmemory.objects import live, model_section
+
+if TYPE_CHECKING:
+    from thresher.coordinator.job import JobResult
+    from thresher.coordinator.progress import Reporter
+    from thresher.spec import JobSpec
+
+__all__ = ["SPEC_OPTIONS", "in_memory_resume", "in_memory_run", "predict"]
+
+log = logging.getLogger("thresher")
+
+# `predict`'s and `run`'s keyword options: the spec's own fields, by the section they are in.
+SPEC_OPTIONS = {
+    "columns": ("source", "columns"),
+    "id_column": ("source", "id_column"),
+    "keep_columns": ("sink", "keep_columns"),
+    "batch_size": ("batch", "size"),
+    "workers": ("run", "workers"),
+    "device": ("run", "device"),
+    "executor": ("run", "executor"),
+    "outputs": ("model", "outputs"),
+    "kind": ("model", "kind"),
+    "batch_format": ("model", "batch_format"),
+    "model_options": ("model", "options"),
+    "on_bad_input": ("errors", "on_bad_input"),
+    "profile": ("monitor", "profile"),
+}
+INLINE_ROWS = 65_536  # an input this small runs in the calling process (one shard)
+ERRORS_SHOWN = 3
+
+
+def predict(data: Any, model: Any, progress: bool | None = None, **options: Any) -> Any:
+    """See `thresher.predict`."""
+    on_bad_input = options.pop("on_bad_input", "fail")
+    if on_bad_input not in ("fail", "skip"):
+        raise SpecError([f'on_bad_input: {on_bad_input!r}; use "fail" or "skip"'])
+    with _workspace() as folder, live(model) as uri:
+        sections = _sections(options)
+        written = _add_source(sections, data, folder, for_run=False)
+        inline = written is not None and written.rows <= INLINE_ROWS
+        inline = inline and sections.get("run", {}).get("executor", "local") == "local"
+        _add_model(sections, model, folder, uri if inline else None)
+        sections["sink"].update({"uri": str(folder / "out"), "format": "arrow"})
+        sections.setdefault("monitor", {}).setdefault("profile", False)
+        result = _run_spec(sections, f"sqlite:///{folder / 'store.db'}", reporter_for(progress))
+        result.raise_for_state()
+        table, errors = result.to_arrow(), result.errors
+        if written is None:  # a path in: Arrow out, as read
+            return _without_bad(table, errors, on_bad_input)
+        if errors.num_rows:
+            errors = errors.append_column("index", pa.array(_indexes(errors, written)))
+        return _without_bad(restore(table, written), errors, on_bad_input)
+
+
+def _without_bad(output: Any, errors: pa.Table, on_bad_input: str) -> Any:
+    """`output`, or BadInputError when rows were bad and the caller said `fail`."""
+    if not errors.num_rows:
+        return output
+    shown = "; ".join(str(m) for m in errors.column("message").to_pylist()[:ERRORS_SHOWN])
+    more = errors.num_rows - ERRORS_SHOWN
+    message = f"{errors.num_rows} bad row(s): {shown}" + (f"; and {more} more" if more > 0 else "")
+    if on_bad_input == "skip":
+        log.warning("%s (left out of the predictions)", message)
+        return output
+    error = BadInputError(
+        f"{message}. The predictions of the other rows are in this error's .predictions,"
+        ' the bad rows in .errors; on_bad_input="skip" returns the predictions instead'
+    )
+    error.predictions = output  # type: ignore[attr-defined]
+    error.errors = errors  # type: ignore[attr-defined]
+    raise error
+
+
+def _indexes(errors: pa.Table, written: Written) -> list[Any]:
+    """Each bad record's row in the caller's terms: its pandas index label, else its
+    row number."""
+    rows: list[Any] = errors.column("row").to_pylist()
+    if written.index is None:
+        return rows
+    return [None if row is None else written.index[row] for row in rows]
+
+
+def in_memory_run(
+    data: Any,
+    model: Any,
+    sink: Mapping[str, Any] | str,
+    *,
+    store: str | None,
+    reporter: Reporter | None,
+    options: dict[str, Any],
+) -> JobResult:
+    """See `thresher.run`: a job over `data` and `model` to `sink`, in the user's store."""
+    folder = _kept_folder()
+    sections = _sections(options)
+    written = _add_source(sections, data, folder, for_run=True)
+    _add_model(sections, model, folder, None)
+    sections["sink"].update({"uri": sink} if isinstance(sink, str) else dict(sink))
+    try:
+        return _run_spec(sections, store, reporter)
+    finally:
+        if written is not None:
+            written.path.unlink(missing_ok=True)  # `resume` writes it again, from the data
+
+
+def in_memory_resume(
+    job_id: str, data: Any, model: Any, store: str | None, reporter: Reporter | None
+) -> JobResult:
+    """See `thresher.resume`: the job's data and model given again, checked against the
+    ones it was planned with by their fingerprints (the files' names)."""
+    from thresher.coordinator.job import resume_job
+    from thresher.store import open_store
+
+    opened = open_store(store)
+    recorded = opened.job(job_id).spec
+    folder = _kept_folder()
+    written = None
+    try:
+        if data is not None:
+            written = write_input(data, folder)
+            _same("data", str(written.path), recorded.source.uri)
+        if model is not None:
+            given = model_section(model, folder, {})
+            _same("model", given["uri"], recorded.model.uri)
+        return resume_job(job_id, opened, reporter)
+    finally:
+        if written is not None:
+            written.path.unlink(missing_ok=True)
+
+
+def _same(what: str, given: str, recorded: str) -> None:
+    if Path(given).name != Path(recorded).name:
+        raise SpecError(
+            [
+                f"{what}: not the {what} this job was planned with (fingerprint"
+                f" {Path(given).stem[:12]}, the job's {Path(recorded).stem[:12]}); pass the"
+                f" same {what}, or run a new job"
+            ]
+        )
+
+
+def _sections(options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The spec's sections the caller's keyword options fill (`SPEC_OPTIONS`)."""
+    sections: dict[str, dict[str, Any]] = {"source": {}, "model": {}, "sink": {}}
+    for name, value in options.items():
+        if name not in SPEC_OPTIONS:
+            known = ", ".join(sorted(SPEC_OPTIONS))
+            raise SpecError([f"{name}: not an option of thresher.predict / run; use {known}"])
+        section, key = SPEC_OPTIONS[name]
+        sections.setdefault(section, {})[key] = value
+    return sections
+
+
+def _add_source(
+    sections: dict[str, dict[str, Any]], data: Any, folder: Path, for_run: bool
+) -> Written | None:
+    """The source section for `data`: a path as it is, a table in memory written to
+    `folder` (returned) and read from there."""
+    source = sections["source"]
+    if isinstance(data, str | os.PathLike):
+        source["uri"] = str(data)
+        return None
+    if not is_in_memory(data):
+        raise SpecError(
+            [
+                f"data: a {type(data).__name__}; pass a pandas or polars DataFrame, an Arrow"
+                " table, reader or dataset, or a path"
+            ]
+        )
+    written = write_input(data, folder)
+    source.update({"uri": str(written.path), "format": "arrow"})
+    if not source.get("id_column"):
+        source["id_column"] = ROW_COLUMN
+    elif not for_run:  # the row number still puts the output back in input order
+        keep = sections["sink"].get("keep_columns", [])
+        sections["sink"]["keep_columns"] = [*keep, ROW_COLUMN]
+    return written
+
+
+def _add_model(
+    sections: dict[str, dict[str, Any]], model: Any, folder: Path, live_uri: str | None
+) -> None:
+    """The model section for `model`: a path with its kind, or an object (`live_uri`:
+    the object itself, in this process)."""
+    if isinstance(model, str | os.PathLike):
+        if "kind" not in sections["model"]:
+            raise SpecError(["kind: a model given as a path needs its kind (kind='sklearn', …)"])
+        sections["model"]["uri"] = str(model)
+        return
+    sections["model"] = model_section(model, folder / "models", sections["model"], live_uri)
+
+
+def _run_spec(spec: Mapping[str, Any], store: str | None, reporter: Reporter | None) -> JobResult:
+    from thresher.coordinator.job import run_job
+    from thresher.spec import parse_spec
+    from thresher.store import open_store
+
+    job: JobSpec = parse_spec(spec)
+    return run_job(job, open_store(store), reporter)
+
+
+def reporter_for(progress: bool | None) -> Reporter | None:
+    """A progress bar where a person watches (a notebook, IPython, a terminal), unless
+    `progress=False`; nothing otherwise."""
+    from thresher.coordinator.progress import BarReporter
+
+    if progress is False or (progress is None and not _interactive()):
+        return None
+    return BarReporter()
+
+
+def _interactive() -> bool:
+    ipython = sys.modules.get("IPython")
+    if ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None:
+        return True
+    return sys.stderr.isatty()
+
+
+@contextmanager
+def _workspace() -> Iterator[Path]:
+    """A private folder for one call, in memory where the system has one."""
+    shm = Path("/dev/shm")
+    where = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    folder = Path(tempfile.mkdtemp(prefix="thresher-", dir=where))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kept_folder() -> Path:
+    """Where `run` keeps an in-memory job's input and model while it runs (and the model
+    after: a resume finds it by name)."""
+    from thresher.trees.engine import cache_dir
+
+    folder = cache_dir().parent / "inmemory"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder
