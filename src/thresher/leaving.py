@@ -87,4 +87,9 @@ def exit_status(code: object) -> int:
 
 def _leave_if_ended() -> None:
     if _Command.status is not None:
+        # `logging` registers its own handler (flush and close every log handler) when
+        # first imported, which `import thresher` does: before this one, so it would be
+        # skipped. It is run here instead.
+        if "logging" in sys.modules:
+            sys.modules["logging"].shutdown()
         leave(_Command.status)

@@ -8,9 +8,8 @@ names its field; a model's, what its uri names (`ModelUri`: a file a plan checks
 a class whose other options are its arguments); and, if a job using it implies more of the
 spec (a source that names its sink's format, columns an OpenAI batch file's endpoint
 implies), its `completes` hook, so that no plug-in's special needs are written into
-`spec.py` or `models/`. Built-ins are listed in
-`BUILTINS`; a package adds its own with an entry point in the `thresher.plugins` group
-whose value is a Plugin or a list of them:
+`spec.py` or `models/`. Built-ins are listed in `BUILTINS`; a package adds its own with an
+entry point in the `thresher.plugins` group whose value is a Plugin or a list of them:
 
     [project.entry-points."thresher.plugins"]
     mysink = "mypkg.sink:PLUGIN"      # PLUGIN = Plugin("sink", "mysink", "mypkg.sink:open")
@@ -222,10 +221,10 @@ BUILTINS: tuple[Plugin, ...] = (
         completes=_BATCH_COMPLETES,
         sink_format="openai-batch",
     ),
-    _builtin(K, "parquet", "sinks.files:file_sink", "plugins:NoOptions"),
-    _builtin(K, "csv", "sinks.files:file_sink", "plugins:NoOptions"),
-    _builtin(K, "jsonl", "sinks.files:file_sink", "plugins:NoOptions"),
-    _builtin(K, "arrow", "sinks.files:file_sink", "plugins:NoOptions"),
+    *(
+        _builtin(K, name, "sinks.files:file_sink", "plugins:NoOptions")
+        for name in ("parquet", "csv", "jsonl", "arrow")
+    ),
     _builtin(K, "sqlite", "sinks.sqlite:sqlite_sink", "plugins:NoOptions", extra="sqlite"),
     Plugin(
         K,
@@ -283,8 +282,7 @@ BUILTINS: tuple[Plugin, ...] = (
         "boosters",
         model_uri=FILE,
     ),
-    # A Python object handed to `thresher.predict` / `thresher.run` (inmemory/objects.py).
-    _builtin(M, "object", "inmemory.objects:load_object", "inmemory.objects:ObjectOptions"),
+    _builtin(M, "object", "inmemory.objects:load_object", "models.options:ObjectOptions"),
     _builtin(M, "mlflow", "models.mlflow:load_mlflow", "plugins:NoOptions", "mlflow"),
     _builtin(E, "local", "executors.local:local_executor"),
     _builtin(E, "ray", "executors.ray_pool:ray_executor", extra="ray"),

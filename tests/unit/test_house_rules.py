@@ -184,6 +184,7 @@ PUBLIC: dict[str, list[str]] = {
         "drift",
         "load_spec",
         "parse_spec",
+        "predict",
         "profile",
         "quality",
         "resume",
@@ -352,6 +353,7 @@ PUBLIC: dict[str, list[str]] = {
         "tick_key",
     ],
     "thresher.trees": [],
+    "thresher.inmemory": [],
     "thresher.worker": ["run_shard", "run_task"],
 }
 

@@ -404,6 +404,7 @@ def test_public_names_and_lazy_imports() -> None:
         "lightgbm",
         "llm",
         "mlflow",
+        "object",
         "onnx",
         "python",
         "sentence-transformers",

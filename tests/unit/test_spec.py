@@ -157,7 +157,8 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
         (raw_spec(sink={"mode": "upsert"}), "sink.mode: must be one of 'overwrite', 'append'"),
         (
             raw_spec(source={"format": "xml"}),
-            "source.format: must be one of 'parquet', 'csv', 'jsonl', 'postgresql', 'openai-batch'",
+            "source.format: must be one of 'parquet', 'csv', 'jsonl', 'arrow', 'postgresql',"
+            " 'openai-batch'",
         ),
         (raw_spec(run={"executor": "ray2"}), "run.executor: must be one of 'local', 'ray'"),
         (
@@ -310,7 +311,7 @@ def test_explicit_source_format_wins_over_the_suffix() -> None:
 def test_source_without_a_suffix_needs_a_format(uri: str) -> None:
     [problem] = problems(raw_spec(source={"uri": uri}))
     assert problem == (
-        f"source.format: cannot infer it from {uri!r}; set one of parquet, csv, jsonl"
+        f"source.format: cannot infer it from {uri!r}; set one of parquet, csv, jsonl, arrow"
     )
 
 

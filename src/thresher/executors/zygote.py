@@ -43,7 +43,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, ClassVar, Literal
 
 from thresher.children import die_with_parent, main_left_behind
-from thresher.inmemory.objects import TORCH_LIBRARIES
+from thresher.models.options import TORCH_LIBRARIES
 from thresher.spec import ModelSection
 from thresher.worker.tasks import WorkerBroken, WorkerSetup
 

@@ -34,23 +34,13 @@ import pyarrow as pa
 from thresher.errors import ModelLoadError, SpecError
 from thresher.models.base import Column, LoadContext, Model
 from thresher.models.features import to_batch_format
+from thresher.models.options import TORCH_LIBRARIES, ObjectOptions
 from thresher.models.outputs import proba_columns, proba_names
-from thresher.plugins import Options
 from thresher.spec import ModelSection
 
-__all__ = ["TORCH_LIBRARIES", "ObjectOptions", "live", "load_object", "model_section"]
+__all__ = ["live", "load_object", "model_section"]
 
-TORCH_LIBRARIES = frozenset({"torch", "sentence_transformers", "transformers"})
 _LIVE: dict[str, Any] = {}  # `object:<token>` -> the caller's own object, while it runs
-
-
-class ObjectOptions(Options):
-    """`model.options` of `kind = "object"`."""
-
-    library: str = ""  # the object's top-level package (`sklearn`, `torch`, …)
-    text_column: str | None = None  # a text model's input column, if not the only one
-    normalize: bool = False  # a SentenceTransformer's: unit-length embeddings
-    device: str | None = None  # a torch model's: "cpu", "cuda", "cuda:1"
 
 
 def library_of(model: Any) -> str:

@@ -11,13 +11,19 @@ from pydantic import Field, StrictBool
 from thresher.plugins import Options
 
 __all__ = [
+    "TORCH_LIBRARIES",
     "BoosterOptions",
     "LlmOptions",
+    "ObjectOptions",
     "OnnxOptions",
     "SentenceTransformerOptions",
     "TorchOptions",
     "TransformersOptions",
 ]
+
+# The libraries whose objects `kind = "object"` loads in the zygote before it forks the
+# workers, which then share the weights' pages (executors/zygote.py).
+TORCH_LIBRARIES = frozenset({"torch", "sentence_transformers", "transformers"})
 
 
 class OnnxOptions(Options):
@@ -75,3 +81,13 @@ class LlmOptions(Options):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     tensor_parallel_size: int = Field(default=1, ge=1)  # vllm
     gpu_memory_fraction: float = Field(default=0.9, gt=0.0, le=1.0)  # vllm
+
+
+class ObjectOptions(Options):
+    """`model.options` of `kind = "object"`: a model handed to `thresher.predict` or
+    `thresher.run` as a Python object (inmemory/objects.py)."""
+
+    library: str = ""  # the object's top-level package (`sklearn`, `torch`, …)
+    text_column: str | None = None  # a text model's input column, if not the only one
+    normalize: bool = False  # a SentenceTransformer's: unit-length embeddings
+    device: str | None = None  # a torch model's: "cpu", "cuda", "cuda:1"
