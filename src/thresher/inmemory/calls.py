@@ -50,9 +50,11 @@ SPEC_OPTIONS = {
     "batch_format": ("model", "batch_format"),
     "model_options": ("model", "options"),
     "on_bad_input": ("errors", "on_bad_input"),
+    "max_error_rate": ("errors", "max_error_rate"),
     "profile": ("monitor", "profile"),
 }
-INLINE_ROWS = 65_536  # an input this small runs in the calling process (one shard)
+INLINE_ROWS = 65_536  # an input this small runs in the calling process, unless told
+
 ERRORS_SHOWN = 3
 
 
@@ -64,8 +66,11 @@ def predict(data: Any, model: Any, progress: bool | None = None, **options: Any)
     with _workspace() as folder, live(model) as uri:
         sections = _sections(options)
         written = _add_source(sections, data, folder, for_run=False)
-        inline = written is not None and written.rows <= INLINE_ROWS
-        inline = inline and sections.get("run", {}).get("executor", "local") == "local"
+        # A small input runs here, on the object itself, unless the caller chose workers.
+        chosen = sections.get("run", {}).keys() & {"workers", "executor"}
+        inline = written is not None and written.rows <= INLINE_ROWS and not chosen
+        if inline:  # one worker plans one shard: the job's worker is then this process
+            sections.setdefault("run", {})["workers"] = 1
         _add_model(sections, model, folder, uri if inline else None)
         sections["sink"].update({"uri": str(folder / "out"), "format": "arrow"})
         sections.setdefault("monitor", {}).setdefault("profile", False)

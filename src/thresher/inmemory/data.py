@@ -14,7 +14,7 @@ and each other row is marked bad with a message naming the column and the value
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +61,7 @@ def write_input(data: Any, folder: Path) -> Written:
     rows = 0
     with pa.OSFile(str(staging), "wb") as file:
         writer: pa.ipc.RecordBatchFileWriter | None = None
+        schema: pa.Schema | None = None
         for batch in _batches(data, kind):
             if ROW_COLUMN in batch.schema.names:
                 raise SpecError(
@@ -70,9 +71,10 @@ def write_input(data: Any, folder: Path) -> Written:
                 ROW_COLUMN, pa.array(np.arange(rows, rows + batch.num_rows, dtype=np.int64))
             )
             if writer is None:
-                writer = pa.ipc.new_file(file, numbered.schema)
-            elif numbered.schema != writer.schema:
-                numbered = numbered.cast(writer.schema)
+                schema = numbered.schema
+                writer = pa.ipc.new_file(file, schema)
+            elif numbered.schema != schema:
+                numbered = numbered.cast(schema)
             writer.write_batch(numbered)
             rows += batch.num_rows
         if writer is None:
@@ -136,9 +138,24 @@ def _batches(data: Any, kind: InputKind) -> Iterator[pa.RecordBatch]:
         yield from data.combine_chunks().to_batches(max_chunksize=BATCH_ROWS)
         return
     batches = data if isinstance(data, pa.RecordBatchReader) else data.to_batches()
-    for batch in batches:  # a stream: never held whole
-        for start in range(0, batch.num_rows, BATCH_ROWS):
-            yield batch.slice(start, BATCH_ROWS)
+    yield from _rebatched(batches)
+
+
+def _rebatched(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A stream's batches (never held whole) as batches of `BATCH_ROWS` rows: a reader's
+    many small batches would otherwise plan as many shards."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        held.append(batch)
+        rows += batch.num_rows
+        while rows >= BATCH_ROWS:
+            whole = pa.Table.from_batches(held).combine_chunks()
+            yield whole.slice(0, BATCH_ROWS).to_batches()[0]
+            rest = whole.slice(BATCH_ROWS)
+            held, rows = rest.to_batches(), rest.num_rows
+    if rows:
+        yield from pa.Table.from_batches(held).combine_chunks().to_batches()
 
 
 def pandas_batch(frame: Any, first_row: int, marked: bool) -> pa.RecordBatch:

@@ -260,8 +260,9 @@ def _pickle(model: Any, folder: Path) -> Path:
         raise SpecError(
             [
                 f"model: a {type(model).__name__} cannot be sent to worker processes"
-                f" ({type(exc).__name__}: {exc}); pass workers=1 to run it in this process,"
-                " or save it and pass the file's path with kind"
+                f" ({type(exc).__name__}: {exc}); save it and pass the file's path with"
+                " kind=, or leave what cannot be pickled (an open file, a lock, a"
+                " connection) to a setup() method, which runs in each worker"
             ]
         ) from exc
     return _by_content(path)
