@@ -81,9 +81,9 @@ def test_a_path_in_arrow_out_with_the_id(classifier: LogisticRegression, tmp_pat
     scored = thresher.predict(
         tmp_path / "in.parquet", classifier, id_column="customer", columns=["a", "b", "c", "d"]
     )
-    by_id = dict(zip(scored["customer"].to_pylist(), scored["prediction"].to_pylist()))
+    by_id = dict(zip(scored["customer"].to_pylist(), scored["prediction"].to_pylist(), strict=True))
     expected = classifier.predict(data[["a", "b", "c", "d"]])
-    assert by_id == dict(zip(data["customer"].tolist(), expected.tolist()))
+    assert by_id == dict(zip(data["customer"].tolist(), expected.tolist(), strict=True))
 
 
 def test_an_id_column_is_kept_and_the_order_too(classifier: LogisticRegression) -> None:
