@@ -21,6 +21,7 @@ SLOW_UNIT_MODULES = {
     "test_model_zoo.py",
     "test_plain_encoder.py",
     "test_shard_lifecycle.py",
+    "test_predict_models.py",
 }
 
 

@@ -71,7 +71,10 @@ def model_section(
     library = library_of(model)
     section: dict[str, Any] = {k: v for k, v in options.items() if v is not None}
     extra = dict(section.pop("options", None) or {})
-    native = None if uri is not None else _native_file(model, library, folder)
+    # In this process (`uri`) the object itself runs, but for a session: onnx's adapter
+    # reads its file.
+    travels = uri is None or library == "onnxruntime"
+    native = _native_file(model, library, folder) if travels else None
     if native is not None:
         kind, path, implied = native
         return {**section, "kind": kind, "uri": str(path), "options": {**implied, **extra}}
