@@ -127,5 +127,5 @@ def test_an_object_that_cannot_travel_says_what_to_do(data: pd.DataFrame) -> Non
 
     # In this process it needs no travel at all.
     assert len(thresher.predict(data, Locked())) == len(data)
-    with pytest.raises(thresher.SpecError, match="cannot be sent to worker processes.*setup"):
+    with pytest.raises(thresher.SpecError, match=r"cannot be sent to worker processes.*setup"):
         thresher.predict(data, Locked(), workers=2)
