@@ -206,6 +206,13 @@ def test_run_puts_bad_rows_in_errors_and_raises_only_when_the_job_fails(
         raise_on_failure=False,
     )
     assert quiet.state == JobState.FAILED
+    # The folder itself reads as an error too, naming why, until a job publishes there.
+    with pytest.raises(Exception, match="JOB_FAILED"):
+        pd.read_parquet(tmp_path / "broken")
+    assert "ended without publishing" in (tmp_path / "broken" / "JOB_FAILED").read_text()
+    thresher.run(data=frame(), model=classifier, sink=str(tmp_path / "broken"))
+    assert len(pd.read_parquet(tmp_path / "broken")) == 1_000
+    assert not (tmp_path / "broken" / "JOB_FAILED").exists()
 
 
 def test_resume_wants_the_same_data_and_model(

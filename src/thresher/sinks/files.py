@@ -24,6 +24,7 @@ from thresher.sinks.parts import (
 from thresher.sinks.publish import (
     ERRORS,
     MARKER,
+    NOT_PUBLISHED,
     RESERVED,
     SUCCESS,
     PendingOutput,
@@ -145,9 +146,19 @@ class FileSink:
         pending.publish(manifest, overwrite=self.mode == "overwrite")
 
     def abort(self) -> None:
-        """Staging goes; committed parts wait, unpublished, for `thresher resume`."""
+        """Staging goes; committed parts wait, unpublished, for `thresher resume`. A
+        folder no job has published to gets `NOT_PUBLISHED`, saying why it has no output
+        (a previous job's published output stays as it was)."""
         fs, root = filesystem(self.root)
         remove_staging(fs, root)
+        if fs.exists(root) and not fs.exists(f"{root}/{SUCCESS}"):
+            job = f"job {self.pending.job_id}" if self.pending is not None else "a job"
+            with fs.open(f"{root}/{NOT_PUBLISHED}", "w") as note:
+                note.write(
+                    f"thresher: {job} ended without publishing its output here (failed,"
+                    " cancelled or stopped); `thresher status` says why, `thresher resume`"
+                    " finishes it. This folder holds no predictions yet.\n"
+                )
 
     def read_output(self) -> Iterator[pa.Table]:
         """The published output, part by part, in name (= input) order."""

@@ -35,6 +35,10 @@ MARKER = "_thresher.json"  # this folder is thresher's to manage
 ERRORS = "_errors"
 PENDING = "_pending"
 PUBLISH = "_PUBLISH"
+# In a folder where no job has published yet, left by one that ended without publishing:
+# a reader of the folder (pandas, pyarrow, Spark) stops at it with its name in the error,
+# never reads an empty table. The next publish removes it.
+NOT_PUBLISHED = "JOB_FAILED"
 # thresher's own entries in an output folder: never output, never removed as output
 RESERVED = frozenset({SUCCESS, MARKER, PENDING, STAGING})
 # Fields only a thresher manifest has: a `_SUCCESS` holding them was published by
@@ -102,8 +106,9 @@ def finish_publish(fs: Any, root_url: str, folder: str, record: dict[str, Any]) 
     """Steps 2-5 of a publish whose `_PUBLISH` record is written."""
     _, root = filesystem(root_url)
     names = set(record["names"])
-    if fs.exists(f"{root}/{SUCCESS}"):
-        fs.rm(f"{root}/{SUCCESS}")
+    for stale in (SUCCESS, NOT_PUBLISHED):
+        if fs.exists(f"{root}/{stale}"):
+            fs.rm(f"{root}/{stale}")
     if record["overwrite"]:
         for name in sorted(set(_output_names(fs, root)) - names):
             fs.rm(f"{root}/{name}")
