@@ -107,7 +107,7 @@ class FaultJob:
         """Anything in the output that is neither a committed part nor thresher's own;
         with `pending`, that job's committed, unpublished parts are its own too."""
         folder = self.out if self.sink == "parquet" else self.root / "out.db.scores"
-        allowed = {"_SUCCESS", "_thresher.json"}
+        allowed = {"_SUCCESS", "_thresher.json", "JOB_FAILED"}
         waiting = f"_pending/{pending}/" if pending else None
         strays = []
         for path in folder.rglob("*"):
