@@ -111,7 +111,7 @@ def run(
     model: Any = None,
     sink: str | Mapping[str, Any] | None = None,
     raise_on_failure: bool = True,
-    progress: bool | None = False,
+    progress: bool | None = None,
     **options: Any,
 ) -> JobResult:
     """Run a job to its end and return how it went.
@@ -121,7 +121,9 @@ def run(
     a sink section as a mapping), with `predict`'s options. `store` a store URL (default:
     `$THRESHER_STORE` or the user's SQLite store). Raises SpecError before any work when
     the spec or the input's columns do not fit, and JobFailed (its `.result` the
-    JobResult) when the job does not succeed, unless `raise_on_failure=False`.
+    JobResult) when the job does not succeed, unless `raise_on_failure=False`. A
+    progress bar shows in a notebook or a terminal unless `progress=False` (or a
+    `reporter` is given).
 
     >>> result = thresher.run(data=df, model=model, sink="scores/")   # doctest: +SKIP
     >>> result.to_pandas(), result.errors                             # doctest: +SKIP

@@ -139,6 +139,43 @@ class BarReporter:
         self._progress.stop()
 
 
+class NotebookReporter:
+    """A tqdm bar (rows, rows/s, ETA) where a notebook shows it: tqdm's widget in Jupyter
+    when ipywidgets is installed, else its text bar, which a notebook redraws in place
+    (rich's live display needs the widgets to redraw at all)."""
+
+    def __init__(self) -> None:
+        from tqdm.auto import tqdm
+
+        self._tqdm = tqdm
+        self._bar: Any = None
+        self._by_rows = False
+
+    def planned(self, job_id: str, shards: int, rows: int | None, placement: str) -> None:
+        self._by_rows = rows is not None
+        self._bar = self._tqdm(
+            total=rows if rows is not None else shards,
+            desc=f"job {job_id}",
+            unit=" rows" if self._by_rows else " shards",
+            unit_scale=self._by_rows,
+        )
+
+    def advance(self, rows: int) -> None:
+        if self._bar is not None and self._by_rows:
+            self._bar.update(rows)
+
+    def shard_done(self) -> None:
+        if self._bar is not None and not self._by_rows:
+            self._bar.update(1)
+
+    def note(self, message: str) -> None:
+        (self._bar.write if self._bar is not None else print)(message)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
 def reporter_for(stream: TextIO = sys.stderr) -> Reporter:
     """A bar on a terminal, log lines anywhere else."""
     return BarReporter() if stream.isatty() else LogReporter(stream)

@@ -11,6 +11,7 @@ the same files and refuses other ones, naming which.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -231,20 +232,22 @@ def _run_spec(spec: Mapping[str, Any], store: str | None, reporter: Reporter | N
 
 
 def reporter_for(progress: bool | None) -> Reporter | None:
-    """A progress bar where a person watches (a notebook, IPython, a terminal), unless
-    `progress=False`; nothing otherwise."""
-    from thresher.coordinator.progress import BarReporter
+    """A progress bar where a person watches, unless `progress=False`: tqdm's in a
+    notebook or IPython (when tqdm is installed), the CLI's on a terminal; nothing
+    otherwise."""
+    from thresher.coordinator.progress import BarReporter, NotebookReporter
 
-    if progress is False or (progress is None and not _interactive()):
+    in_ipython = _in_ipython()
+    if progress is False or (progress is None and not (in_ipython or sys.stderr.isatty())):
         return None
+    if in_ipython and importlib.util.find_spec("tqdm") is not None:
+        return NotebookReporter()
     return BarReporter()
 
 
-def _interactive() -> bool:
+def _in_ipython() -> bool:
     ipython = sys.modules.get("IPython")
-    if ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None:
-        return True
-    return sys.stderr.isatty()
+    return ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None
 
 
 @contextmanager
