@@ -11,6 +11,8 @@ the same files and refuses other ones, naming which.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import logging
 import os
@@ -70,12 +72,17 @@ def predict(data: Any, model: Any, progress: bool | None = None, **options: Any)
         # A small input runs here, on the object itself, unless the caller chose workers.
         chosen = sections.get("run", {}).keys() & {"workers", "executor"}
         inline = written is not None and written.rows <= INLINE_ROWS and not chosen
-        if inline:  # one worker plans one shard: the job's worker is then this process
+        if inline:  # one shard for one worker: the job's worker is then this process
             sections.setdefault("run", {})["workers"] = 1
+            assert written is not None
+            sections["source"]["shard_bytes"] = max(written.path.stat().st_size + 1, 1024)
+            # and one call of the model, as the caller's own `model.predict(frame)` is
+            # (a model's per-call checks cost more than a small input's rows)
+            sections.setdefault("batch", {}).setdefault("size", max(written.rows, 1))
         _add_model(sections, model, folder, uri if inline else None)
         sections["sink"].update({"uri": str(folder / "out"), "format": "arrow"})
         sections.setdefault("monitor", {}).setdefault("profile", False)
-        result = _run_spec(sections, f"sqlite:///{folder / 'store.db'}", reporter_for(progress))
+        result = _run_spec(sections, _predict_store(), reporter_for(progress))
         result.raise_for_state()
         table, errors = result.to_arrow(), result.errors
         if written is None:  # a path in: Arrow out, as read
@@ -253,13 +260,35 @@ def _in_ipython() -> bool:
 @contextmanager
 def _workspace() -> Iterator[Path]:
     """A private folder for one call, in memory where the system has one."""
-    shm = Path("/dev/shm")
-    where = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-    folder = Path(tempfile.mkdtemp(prefix="thresher-", dir=where))
+    folder = Path(tempfile.mkdtemp(prefix="thresher-", dir=_memory_folder()))
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _predict_store() -> str:
+    """The store `predict`'s jobs are recorded in: one per process, made at the first call
+    (its tables made once, not per call), removed when the process exits. A forked child
+    has its own."""
+    return _process_store(os.getpid())
+
+
+@functools.cache
+def _process_store(pid: int) -> str:
+    folder = Path(tempfile.mkdtemp(prefix="thresher-predict-store-", dir=_memory_folder()))
+    atexit.register(_remove_if_mine, folder, pid)
+    return f"sqlite:///{folder / 'store.db'}"
+
+
+def _remove_if_mine(folder: Path, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child leaving runs its parent's handlers too
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _memory_folder() -> str | None:
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 def _kept_folder() -> Path:
