@@ -43,6 +43,7 @@ log = logging.getLogger("thresher")
 SPEC_OPTIONS = {
     "columns": ("source", "columns"),
     "id_column": ("source", "id_column"),
+    "shard_bytes": ("source", "shard_bytes"),
     "keep_columns": ("sink", "keep_columns"),
     "batch_size": ("batch", "size"),
     "workers": ("run", "workers"),
@@ -71,6 +72,7 @@ def predict(data: Any, model: Any, progress: bool | None = None, **options: Any)
         written = _add_source(sections, data, folder, for_run=False)
         # A small input runs here, on the object itself, unless the caller chose workers.
         chosen = sections.get("run", {}).keys() & {"workers", "executor"}
+        chosen |= sections["source"].keys() & {"shard_bytes"}
         inline = written is not None and written.rows <= INLINE_ROWS and not chosen
         if inline:  # one shard for one worker: the job's worker is then this process
             sections.setdefault("run", {})["workers"] = 1

@@ -14,6 +14,7 @@ and each other row is marked bad with a message naming the column and the value
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ __all__ = ["ROW_COLUMN", "InputKind", "Written", "is_in_memory", "restore", "wri
 
 ROW_COLUMN = "_row"  # the input's row number (0-based): the id when the caller names none
 BATCH_ROWS = 65_536  # rows per IPC record batch: what a shard is cut into, at least
+MIN_BATCH_ROWS = 1_024
 InputKind = Literal["pandas", "polars", "arrow"]
 
 
@@ -121,13 +123,21 @@ def _kind(data: Any) -> InputKind | None:
     return None
 
 
+def batch_rows(rows: int) -> int:
+    """Rows per record batch for an input of `rows`: `BATCH_ROWS`, or fewer where that
+    would leave a core's worker without a batch of its own (a shard is whole batches)."""
+    per_core = -(-rows // (4 * (os.cpu_count() or 1)))
+    return max(MIN_BATCH_ROWS, min(BATCH_ROWS, per_core))
+
+
 def _batches(data: Any, kind: InputKind) -> Iterator[pa.RecordBatch]:
     if kind == "pandas":
         # Only an `object` column can hold a value of the wrong type; where there is one,
         # every batch has the bad-row column, so the file's batches share one schema.
         marked = any(dtype.kind == "O" for dtype in data.dtypes)
-        for start in range(0, max(len(data), 1), BATCH_ROWS):
-            yield pandas_batch(data.iloc[start : start + BATCH_ROWS], start, marked)
+        step = batch_rows(len(data))
+        for start in range(0, max(len(data), 1), step):
+            yield pandas_batch(data.iloc[start : start + step], start, marked)
         return
     if kind == "polars":
         frame = data.collect() if hasattr(data, "collect") else data  # a LazyFrame
@@ -135,7 +145,8 @@ def _batches(data: Any, kind: InputKind) -> Iterator[pa.RecordBatch]:
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
-        yield from data.combine_chunks().to_batches(max_chunksize=BATCH_ROWS)
+        step = batch_rows(data.num_rows)
+        yield from data.combine_chunks().to_batches(max_chunksize=step)
         return
     batches = data if isinstance(data, pa.RecordBatchReader) else data.to_batches()
     yield from _rebatched(batches)
