@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from thresher.coordinator.job import check_model
+from thresher.coordinator.prepare import check_model
 from thresher.errors import SpecError
 from thresher.models import check_model_section
 from thresher.models.user_code import class_arguments

@@ -1,8 +1,8 @@
 """The `thresher` command line: the root group and `main`, the console entry point.
 
 One module per command group: `jobs` (run, resume, status, cancel, tune, retry-errors),
-`demo`, `service` (serve, token), `schedules`, `triggers`, `drift`, `profile`, `report`,
-`quality` (actuals, quality); what they share — `--store`, the exit codes, the error
+`validate`, `demo`, `service` (serve, token), `schedules`, `triggers`, `drift`, `profile`,
+`report`, `quality` (actuals, quality); what they share — `--store`, the exit codes, the error
 printer — is in `options`, what they draw on a terminal in `views/`.
 Exit codes: 0 done, 1 job failed, 2 bad usage or spec.
 """
@@ -24,6 +24,7 @@ from thresher.cli.report import report
 from thresher.cli.schedules import schedules
 from thresher.cli.service import serve, token
 from thresher.cli.triggers import triggers
+from thresher.cli.validate import validate
 from thresher.leaving import ended, leave_when_done
 
 __all__ = ["cli", "main"]
@@ -42,7 +43,7 @@ def cli(store: str | None) -> None:
 
 for command in (
     *(run, resume, status, cancel, tune, retry_errors, demo, serve, token),
-    *(profile, report, schedules, triggers, drift, actuals, quality),
+    *(validate, profile, report, schedules, triggers, drift, actuals, quality),
 ):
     cli.add_command(command)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from thresher.cli.options import EXIT_FAILED, EXIT_USAGE, fail, with_store
 from thresher.errors import SpecError, ThresherError
 
 if TYPE_CHECKING:
+    from thresher.cli.views.events import EventReporter
     from thresher.coordinator.job import JobResult
     from thresher.store import Store
 
@@ -30,25 +32,37 @@ SPEC_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
     metavar="SECTION.KEY=VALUE",
     help="Override a spec value, e.g. --set batch.size=1024 (repeatable).",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the job's start and end as JSON lines on stdout (the log goes to stderr).",
+)
 @with_store
-def run(store_url: str | None, spec_file: Path, overrides: tuple[str, ...]) -> None:
+def run(store_url: str | None, spec_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
     """Run the job that SPEC_FILE (TOML, YAML or JSON) describes."""
+    from thresher.cli.views.events import EventReporter, event_stream
     from thresher.coordinator.job import run_job
     from thresher.coordinator.progress import reporter_for
     from thresher.notify import check_notify
     from thresher.spec import load_spec
     from thresher.store import open_store
 
+    events = EventReporter(reporter_for(sys.stderr), event_stream()) if as_json else None
     try:
         spec = load_spec(spec_file, overrides)
         check_notify(spec)
         store = open_store(store_url)
-        result = run_job(spec, store, reporter_for(sys.stderr))
+        result = run_job(spec, store, events or reporter_for(sys.stderr))
     except SpecError as exc:
+        if events is not None:
+            events.stopped(exc.problems)
         fail(str(exc), EXIT_USAGE)
     except ThresherError as exc:
+        if events is not None:
+            events.stopped([f"{exc.context}: {exc}"])
         fail(f"job failed ({exc.context}): {exc}", EXIT_FAILED)
-    ended(result, store)
+    ended(result, store, events)
 
 
 @click.command()
@@ -72,15 +86,20 @@ def resume(store_url: str | None, job_id: str, force: bool) -> None:
 @click.command()
 @click.argument("job_id", required=False)
 @click.option("--limit", default=20, show_default=True, help="Jobs to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job, or the jobs, as JSON.")
 @with_store
-def status(store_url: str | None, job_id: str | None, limit: int) -> None:
+def status(store_url: str | None, job_id: str | None, limit: int, as_json: bool) -> None:
     """List recent jobs, or show one job's shards, rows, errors and rate."""
-    from thresher.cli.views.status import show_job, show_jobs
+    from thresher.cli.views.status import job_json, jobs_json, show_job, show_jobs
     from thresher.store import open_store
 
     try:
         store = open_store(store_url)
-        show_job(store, job_id) if job_id else show_jobs(store, limit)
+        if as_json:
+            found = job_json(store, job_id) if job_id else jobs_json(store, limit)
+            click.echo(json.dumps(found, indent=2))
+        else:
+            show_job(store, job_id) if job_id else show_jobs(store, limit)
     except ThresherError as exc:
         fail(str(exc), EXIT_FAILED)
 
@@ -164,15 +183,21 @@ def retry_errors(store_url: str | None, job_id: str, overrides: tuple[str, ...])
     ended(result)
 
 
-def ended(result: JobResult, store: Store | None = None) -> None:
+def ended(
+    result: JobResult, store: Store | None = None, events: EventReporter | None = None
+) -> None:
     """Print how the job ended (after sending its webhooks, when `store` is given: a
-    job that ended here is told downstream as the service would); exit 1 if it failed."""
+    job that ended here is told downstream as the service would): as the `ended` event
+    on `events` (`run --json`), else for a person; exit 1 if it failed."""
     from thresher.cli.views.summary import print_result
     from thresher.notify import notify_job_end
     from thresher.store import JobState
 
     if store is not None and result.state in (JobState.SUCCEEDED, JobState.FAILED):
         notify_job_end(store, result.job_id, lambda line: click.echo(line, err=True))
-    print_result(result)
+    if events is not None:
+        events.ended(result)
+    else:
+        print_result(result)
     if not result.succeeded:
         sys.exit(EXIT_FAILED)

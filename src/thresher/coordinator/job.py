@@ -17,23 +17,17 @@ import pyarrow as pa
 
 from thresher.coordinator.loop import JobLedger, LoopOutcome, ShardLoop
 from thresher.coordinator.manifest import RunFacts, build_manifest, error_rate_problem
+from thresher.coordinator.prepare import checked_sink, plan_job
 from thresher.coordinator.profile_fold import ProfileFold
 from thresher.coordinator.progress import QuietReporter, Reporter
-from thresher.errors import JobFailed, SpecError, ThresherError
+from thresher.errors import JobFailed, ThresherError
 from thresher.executors.base import make_executor
 from thresher.faults import crash_point
-from thresher.models import LoadContext, check_model_section
+from thresher.models import LoadContext
 from thresher.monitor.setup import profile_setup
-from thresher.plan import (
-    Placement,
-    check_features,
-    known_rows,
-    place,
-    plan_input,
-)
+from thresher.plan import Placement, check_features, known_rows, place
 from thresher.sinks import Sink, open_sink
-from thresher.sinks.guard import check_sink_place
-from thresher.sources import Plan, open_source
+from thresher.sources import Plan, Shard, open_source
 from thresher.spec import JobSpec, SinkSection
 from thresher.store import JobState, ShardState, Store, beating, open_store, this_owner
 from thresher.worker.tasks import WorkerSetup
@@ -125,10 +119,7 @@ def _run_job(
     spec: JobSpec, store: Store, reporter: Reporter | None, queued_id: str | None
 ) -> JobResult:
     try:
-        check_model(spec)
-        crash_point("plan_input")
-        plan = plan_input(spec)
-        features = check_features(spec, plan)
+        plan, features = plan_job(spec)
     except ThresherError as exc:
         if queued_id:
             store.finish(queued_id, JobState.FAILED, None, str(exc))
@@ -138,14 +129,19 @@ def _run_job(
         store.set_plan(job.id, plan.to_json())
     else:
         store.create_job(job.id, spec.job.name, spec, plan.to_json())
+    told = reporter or QuietReporter()
     try:
-        sink = open_sink(spec.sink)
-        check_sink_place(sink, store.url, (shard.path for shard in plan.shards))
+        # Told as soon as the job is recorded, before its sink starts: whoever watches
+        # (`thresher run --json`) learns the id of every job that ends, even one whose
+        # sink refuses to start.
+        placement = _announce(job, plan.shards, told)
+        sink = checked_sink(spec, store.url, plan)
         errors = sink.start(job.id, len(plan.shards), resume=False)
     except Exception as exc:  # the job is recorded: it must not stay `running` forever
+        told.close()
         store.finish(job.id, JobState.FAILED, None, str(exc) or type(exc).__name__)
         raise
-    return _drive(job, (sink, errors), plan.shards, reporter or QuietReporter())
+    return _drive(job, (sink, errors), plan.shards, placement, told)
 
 
 def resume_job(
@@ -172,13 +168,13 @@ def _resume_job(
     plan = Plan.from_json(record.plan)
     job = Job(job_id, spec, plan, check_features(spec, plan), store)
     done = {s.index for s in store.shards(job_id) if s.state == ShardState.DONE}
-    sink = open_sink(spec.sink)
-    check_sink_place(sink, store.url, (shard.path for shard in plan.shards))
+    sink = checked_sink(spec, store.url, plan)
     # With nothing recorded as committed, the first run may have died before the sink
     # was even prepared: start it afresh (anything it did commit is redone anyway).
     errors = sink.start(job_id, len(plan.shards), resume=bool(done))
     remaining = [s for s in plan.shards if s.index not in done]
-    return _drive(job, (sink, errors), remaining, reporter or QuietReporter())
+    told = reporter or QuietReporter()
+    return _drive(job, (sink, errors), remaining, _announce(job, remaining, told), told)
 
 
 def _beating(store: Store) -> AbstractContextManager[None]:
@@ -190,13 +186,24 @@ def _beating(store: Store) -> AbstractContextManager[None]:
     return beating(store.url, store.owner)
 
 
-def _drive(job: Job, output: tuple[Sink, str], shards: list[Any], reporter: Reporter) -> JobResult:
-    """Run `shards` through the job's executor into `output` (the started sink and where
-    it publishes bad records), then finish the job."""
-    sink = output[0]
-    started, clock = datetime.now(UTC), time.perf_counter()
+def _announce(job: Job, shards: list[Shard], reporter: Reporter) -> Placement:
+    """Where the job's `shards` run (`plan.place`), told to `reporter` with the job's id."""
     placement = place(job.spec, shards, job.store)
     reporter.planned(job.id, len(shards), known_rows(shards), placement.describe())
+    return placement
+
+
+def _drive(
+    job: Job,
+    output: tuple[Sink, str],
+    shards: list[Shard],
+    placement: Placement,
+    reporter: Reporter,
+) -> JobResult:
+    """Run `shards` through the job's executor (as `placement` says) into `output` (the
+    started sink and where it publishes bad records), then finish the job."""
+    sink = output[0]
+    started, clock = datetime.now(UTC), time.perf_counter()
     executor = make_executor(job.spec.run, placement)
     try:
         setup = worker_setup(job, placement, sink)
@@ -272,14 +279,6 @@ def _finish(
 def with_workers(spec: JobSpec, workers: int) -> JobSpec:
     """`spec` run by exactly `workers` workers."""
     return spec.model_copy(update={"run": spec.run.model_copy(update={"workers": workers})})
-
-
-def check_model(spec: JobSpec) -> None:
-    """Raise SpecError for a `[model]` problem seen without loading it, before the sink
-    starts: a misspelt kind must not cost anything."""
-    problems = check_model_section(spec.model)
-    if problems:
-        raise SpecError(problems)
 
 
 def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:

@@ -1,4 +1,5 @@
-"""`thresher status`: what the store knows about jobs, for a person to read.
+"""`thresher status`: what the store knows about jobs, for a person to read, or as JSON
+for a script (`status --json`: `jobs_json`, `job_json`).
 
 Names, messages and errors come from job specs and tenants' requests, so they are shown
 as plain text: never read as rich markup (`[red]`, `[link=…]`), and with every control
@@ -10,13 +11,15 @@ disguise a line.
 from __future__ import annotations
 
 import unicodedata
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from thresher.store import JobRecord, ShardState, Store
+from thresher.store import JobRecord, JobState, ShardRecord, ShardState, Store
 
 
 def show_jobs(store: Store, limit: int, console: Console | None = None) -> None:
@@ -73,6 +76,55 @@ def show_job(store: Store, job_id: str, console: Console | None = None) -> None:
         if shard.state != ShardState.DONE:
             why = f": {shown(shard.error)}" if shard.error else ""
             say(f"  shard {shard.index}: {shard.state.value}, {shard.attempts} attempt(s){why}")
+
+
+def jobs_json(store: Store, limit: int) -> list[dict[str, Any]]:
+    """The recent jobs, newest first, each as `job_json` has it less its shard list."""
+    return [_job_fields(store, job) for job in store.jobs(limit)]
+
+
+def job_json(store: Store, job_id: str) -> dict[str, Any]:
+    """One job as plain JSON data: id, name, state, times, counts, shards by state, its
+    problems (the job's message when it failed, then each failed shard's error), the
+    manifest once it ended, and every shard that is not done."""
+    job = store.job(job_id)
+    shards = store.shards(job_id)
+    unfinished = [
+        {"index": s.index, "state": s.state.value, "attempts": s.attempts, "error": s.error}
+        for s in shards
+        if s.state != ShardState.DONE
+    ]
+    return {**_job_fields(store, job, shards), "manifest": job.manifest, "unfinished": unfinished}
+
+
+def _job_fields(
+    store: Store, job: JobRecord, shards: list[ShardRecord] | None = None
+) -> dict[str, Any]:
+    shards = store.shards(job.id) if shards is None else shards
+    totals = store.totals(job.id)
+    by_state = Counter(s.state for s in shards)
+    problems = [job.message] if job.state == JobState.FAILED and job.message else []
+    problems += [f"shard {s.index}: {s.error}" for s in shards if s.state == ShardState.FAILED]
+    rate = job.manifest.get("rows_per_second") if job.manifest else None
+    return {
+        "id": job.id,
+        "name": job.name,
+        "state": job.state.value,
+        "tenant": job.tenant,
+        "priority": job.priority,
+        "owner": job.owner,
+        "created_at": job.created_at,
+        "finished_at": job.finished_at,
+        "shard_count": job.shard_count,
+        "shards": {state.value: by_state[state] for state in ShardState},
+        "rows_in": totals.rows_in,
+        "rows_out": totals.rows_out,
+        "rows_error": totals.rows_error,
+        "rows_per_second": rate,
+        "message": job.message,
+        "wait_reason": job.wait_reason,
+        "problems": problems,
+    }
 
 
 def shown(text: str) -> Text:
