@@ -90,10 +90,12 @@ def predict(data: Any, model: Any, *, progress: bool | None = None, **options: A
     an `onnxruntime.InferenceSession`, anything with `predict` or `__call__`, a function
     of a batch, or a class to build once per worker — or a path with `kind=`. Options are
     the spec's own: `columns`, `id_column`, `keep_columns`, `batch_size`, `workers`,
-    `device`, `executor`, `outputs`, `kind`, `batch_format`, `model_options`. A small
-    input runs in this process; a large one on every core, the input written once for
-    all workers to share. A row whose value does not fit its column raises BadInputError
-    naming it (its `.errors` and `.predictions` the rest), unless `on_bad_input="skip"`.
+    `device`, `executor`, `outputs`, `kind`, `batch_format`, `model_options`,
+    `shard_bytes`, `max_error_rate`. The model runs in this process on every core (its
+    library's threads; a booster's trees compiled), unless `workers=` asks for worker
+    processes, which share the input written once (and a torch model's weights). A row
+    whose value does not fit its column raises BadInputError naming it (its `.errors`
+    and `.predictions` the rest), unless `on_bad_input="skip"`.
 
     >>> scored = thresher.predict(df, model, outputs=["proba"])   # doctest: +SKIP
     """

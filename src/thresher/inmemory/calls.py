@@ -57,7 +57,7 @@ SPEC_OPTIONS = {
     "max_error_rate": ("errors", "max_error_rate"),
     "profile": ("monitor", "profile"),
 }
-INLINE_ROWS = 65_536  # an input this small runs in the calling process, unless told
+INLINE_ROWS = 65_536  # an input this small is one call of the model, as the caller's
 
 ERRORS_SHOWN = 3
 
@@ -70,17 +70,7 @@ def predict(data: Any, model: Any, progress: bool | None = None, **options: Any)
     with _workspace() as folder, live(model) as uri:
         sections = _sections(options)
         written = _add_source(sections, data, folder, for_run=False)
-        # A small input runs here, on the object itself, unless the caller chose workers.
-        chosen = sections.get("run", {}).keys() & {"workers", "executor"}
-        chosen |= sections["source"].keys() & {"shard_bytes"}
-        inline = written is not None and written.rows <= INLINE_ROWS and not chosen
-        if inline:  # one shard for one worker: the job's worker is then this process
-            sections.setdefault("run", {})["workers"] = 1
-            assert written is not None
-            sections["source"]["shard_bytes"] = max(written.path.stat().st_size + 1, 1024)
-            # and one call of the model, as the caller's own `model.predict(frame)` is
-            # (a model's per-call checks cost more than a small input's rows)
-            sections.setdefault("batch", {}).setdefault("size", max(written.rows, 1))
+        inline = written is not None and _in_process(sections, written, model)
         _add_model(sections, model, folder, uri if inline else None)
         sections["sink"].update({"uri": str(folder / "out"), "format": "arrow"})
         sections.setdefault("monitor", {}).setdefault("profile", False)
@@ -92,6 +82,26 @@ def predict(data: Any, model: Any, progress: bool | None = None, **options: Any)
         if errors.num_rows:
             errors = errors.append_column("index", pa.array(_indexes(errors, written)))
         return _without_bad(restore(table, written), errors, on_bad_input)
+
+
+def _in_process(sections: dict[str, dict[str, Any]], written: Written, model: Any) -> bool:
+    """Whether the job runs here, on the caller's object itself (and if so, set it up to):
+    unless the caller chose workers, always. A model's own threads (BLAS, OpenMP,
+    torch's, compiled trees') use every core here; a copy of the object per worker costs
+    its start and its memory, and measured, more time than it saves: a 1M-row frame took
+    1.6 s here and 2.2 s in two workers for LightGBM, 1.3 s and 2.9 s for an MLP
+    (benchmarks/in_memory.py). A function that holds the GIL gains from `workers=`."""
+    chosen = sections.get("run", {}).keys() & {"workers", "executor"}
+    chosen |= sections["source"].keys() & {"shard_bytes"}
+    if chosen:
+        return False
+    # One shard, so one worker: the job's worker is then a thread of this process.
+    sections.setdefault("run", {})["workers"] = 1
+    sections["source"]["shard_bytes"] = max(written.path.stat().st_size + 1, 1024)
+    if written.rows <= INLINE_ROWS:  # one call, as the caller's own model.predict(frame):
+        # a model's checks per call cost more than a small input's rows
+        sections.setdefault("batch", {}).setdefault("size", max(written.rows, 1))
+    return True
 
 
 def _without_bad(output: Any, errors: pa.Table, on_bad_input: str) -> Any:

@@ -12,8 +12,9 @@ does, a SentenceTransformer as `sentence-transformers`, a transformers pipeline 
 `predict_proba` for `outputs = ["proba"]`), a function of a batch, or a class whose
 instances are (built once per worker: a Ray Data `map_batches` class) as `python`.
 
-A job run in the calling process (a small input) uses the object itself, never a copy:
-`live` holds it under its `object:` uri for as long as the call runs.
+A job run in the calling process (`predict`'s, unless given workers) uses the object
+itself, never a copy: `live` holds it under its `object:` uri for as long as the call
+runs. Boosters and sessions are read from their file there too (the trees compiled).
 
 The zygote loads an object before it forks the workers when its library is torch's
 (`TORCH_LIBRARIES`), so the workers share its weights' pages: a SentenceTransformer given
@@ -40,6 +41,7 @@ from thresher.spec import ModelSection
 
 __all__ = ["live", "load_object", "model_section"]
 
+NATIVE_LIBRARIES = frozenset({"lightgbm", "xgboost", "onnxruntime"})
 _LIVE: dict[str, Any] = {}  # `object:<token>` -> the caller's own object, while it runs
 
 
@@ -71,9 +73,9 @@ def model_section(
     library = library_of(model)
     section: dict[str, Any] = {k: v for k, v in options.items() if v is not None}
     extra = dict(section.pop("options", None) or {})
-    # In this process (`uri`) the object itself runs, but for a session: onnx's adapter
-    # reads its file.
-    travels = uri is None or library == "onnxruntime"
+    # In this process (`uri`) the object itself runs, but for those whose registered
+    # kind reads their file: a session's model, a booster's trees, compiled.
+    travels = uri is None or library in NATIVE_LIBRARIES
     native = _native_file(model, library, folder) if travels else None
     if native is not None:
         kind, path, implied = native
@@ -116,8 +118,6 @@ def adapt(model: Any, spec: ModelSection, context: LoadContext) -> Model:
         setup = getattr(model, "setup", None)
         if callable(setup):
             setup()
-    if library in {"lightgbm", "xgboost"}:
-        return _booster(model, library, spec, context)
     if library in ("sklearn", "imblearn") or _is_estimator(model):
         from thresher.models.sklearn import SklearnModel
 
@@ -141,23 +141,6 @@ def _is_estimator(model: Any) -> bool:
     return callable(getattr(model, "get_params", None)) and callable(
         getattr(model, "predict", None)
     )
-
-
-def _booster(model: Any, library: str, spec: ModelSection, context: LoadContext) -> Model:
-    """A booster run by its library's own predict (a job in this process: too small for
-    compiling its trees to pay)."""
-    from thresher.models import boosters
-
-    booster = _booster_of(model, library)
-    if library == "lightgbm":
-        trees = boosters.lightgbm_trees(booster, context.threads)
-    else:
-        trees = boosters.xgboost_trees(booster, context.threads)
-    classes = getattr(model, "classes_", None)
-    if classes is not None and "classes" not in spec.options:
-        options = {**spec.options, "classes": np.asarray(classes).tolist()}
-        spec = spec.model_copy(update={"options": options})
-    return boosters.BoosterModel(trees, spec, context)
 
 
 def _booster_of(model: Any, library: str) -> Any:
