@@ -71,7 +71,7 @@ def predict(data: Any, model: Any, progress: bool | None = None, **options: Any)
         sections = _sections(options)
         written = _add_source(sections, data, folder, for_run=False)
         inline = written is not None and _in_process(sections, written, model)
-        _add_model(sections, model, folder, uri if inline else None)
+        _add_model(sections, model, _process_folder(), uri if inline else None)
         sections["sink"].update({"uri": str(folder / "out"), "format": "arrow"})
         sections.setdefault("monitor", {}).setdefault("profile", False)
         result = _run_spec(sections, _predict_store(), reporter_for(progress))
@@ -280,17 +280,23 @@ def _workspace() -> Iterator[Path]:
 
 
 def _predict_store() -> str:
-    """The store `predict`'s jobs are recorded in: one per process, made at the first call
-    (its tables made once, not per call), removed when the process exits. A forked child
-    has its own."""
-    return _process_store(os.getpid())
+    """The store `predict`'s jobs are recorded in: one per process (its tables made once,
+    not per call)."""
+    return f"sqlite:///{_process_folder() / 'store.db'}"
+
+
+def _process_folder() -> Path:
+    """`predict`'s folder for this process: its store and its models' files (a booster
+    saved once, not per call), made at the first call and removed when the process
+    exits. A forked child has its own."""
+    return _folder_of(os.getpid())
 
 
 @functools.cache
-def _process_store(pid: int) -> str:
-    folder = Path(tempfile.mkdtemp(prefix="thresher-predict-store-", dir=_memory_folder()))
+def _folder_of(pid: int) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="thresher-predict-", dir=_memory_folder()))
     atexit.register(_remove_if_mine, folder, pid)
-    return f"sqlite:///{folder / 'store.db'}"
+    return folder
 
 
 def _remove_if_mine(folder: Path, pid: int) -> None:

@@ -30,10 +30,12 @@ XGBoost, LightGBM or treelite at all: their imports cost a worker 1.5-2.5 s and 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import platform
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import metadata
@@ -136,11 +138,19 @@ def _cache_key(path: Path, frontend: Frontend) -> str:
     return f"{frontend}-{digest.hexdigest()[:32]}"
 
 
+@functools.cache  # a package's version is looked up on disk: 1 ms each, per load
 def _version(package: str) -> str:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "absent"
+
+
+# Forests loaded in this process, by key, threads and the kept files' state: loading one
+# takes LLVM 10 ms or more, which `thresher.predict` called again and again on small
+# frames would pay each call. A forest's predict may run on several threads at once.
+_LOADED: OrderedDict[tuple[Any, ...], Trees] = OrderedDict()
+LOADED_KEPT = 8
 
 
 def _read_kept(folder: Path | None, key: str, threads: int) -> Trees | None:
@@ -149,6 +159,23 @@ def _read_kept(folder: Path | None, key: str, threads: int) -> Trees | None:
     again)."""
     if folder is None:
         return None
+    try:
+        kept = [(folder / f"{key}{suffix}").stat() for suffix in (".o", ".json")]
+    except OSError:
+        return None
+    loaded = (key, threads, *((s.st_ino, s.st_mtime_ns, s.st_size) for s in kept))
+    if loaded in _LOADED:
+        _LOADED.move_to_end(loaded)
+        return _LOADED[loaded]
+    trees = _load_kept(folder, key, threads)
+    if trees is not None:
+        _LOADED[loaded] = trees
+        while len(_LOADED) > LOADED_KEPT:
+            _LOADED.popitem(last=False)
+    return trees
+
+
+def _load_kept(folder: Path, key: str, threads: int) -> Trees | None:
     code = engine.read_kept(folder / f"{key}.o")
     try:
         kept = json.loads((folder / f"{key}.json").read_text())
