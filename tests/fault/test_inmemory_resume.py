@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from tests.e2e.support import THRESHER
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
