@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from thresher.errors import SourceError
 from thresher.records import BadRecord
-from thresher.sources.base import MAX_COLUMNS, Chunk, InputOptions, Plan, Shard, check_width
+from thresher.sources.base import MAX_COLUMNS, Chunk, Plan, Shard, check_width, file_source_fields
 from thresher.sources.files import filesystem, is_local, list_files
 from thresher.spec import SourceSection
 
@@ -152,12 +152,4 @@ def arrow_source(
     section: SourceSection, keep_columns: Sequence[str], min_shards: int
 ) -> ArrowSource:
     """The `arrow` source plug-in: Arrow IPC (Feather v2) files."""
-    max_columns = InputOptions.model_validate(section.options).max_columns
-    return ArrowSource(
-        section.uri,
-        section.shard_bytes,
-        min_shards,
-        roots=tuple(section.allowed_roots),
-        max_columns=max_columns,
-        files=tuple(section.files),
-    )
+    return ArrowSource(**file_source_fields(section, min_shards))

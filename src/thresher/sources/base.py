@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,9 @@ from pydantic import Field
 from thresher.errors import SourceError
 from thresher.plugins import Options
 from thresher.records import BadRecord
+
+if TYPE_CHECKING:
+    from thresher.spec import SourceSection
 
 MIN_SPLIT_ROWS = 4_096  # rows cut off for a worker of their own, at least
 # Columns one input may have unless its spec says more: planning and reading cost grows
@@ -32,6 +35,18 @@ class InputOptions(Options):
     """`source.options` of the file sources (`csv`, `jsonl`, `parquet`)."""
 
     max_columns: int = Field(default=MAX_COLUMNS, ge=1)
+
+
+def file_source_fields(section: SourceSection, min_shards: int) -> dict[str, Any]:
+    """What a source of whole files (`parquet`, `arrow`) is made of, from its section."""
+    return {
+        "uri": section.uri,
+        "shard_bytes": section.shard_bytes,
+        "min_shards": min_shards,
+        "roots": tuple(section.allowed_roots),
+        "max_columns": InputOptions.model_validate(section.options).max_columns,
+        "files": tuple(section.files),
+    }
 
 
 def check_width(url: str, columns: int, limit: int) -> None:

@@ -22,10 +22,10 @@ from thresher.sources.base import (
     MAX_COLUMNS,
     MIN_SPLIT_ROWS,
     Chunk,
-    InputOptions,
     Plan,
     Shard,
     check_width,
+    file_source_fields,
 )
 from thresher.sources.files import filesystem, is_local, list_files
 from thresher.spec import SourceSection
@@ -205,12 +205,4 @@ def parquet_source(
     section: SourceSection, keep_columns: Sequence[str], min_shards: int
 ) -> ParquetSource:
     """The `parquet` source plug-in."""
-    max_columns = InputOptions.model_validate(section.options).max_columns
-    return ParquetSource(
-        section.uri,
-        section.shard_bytes,
-        min_shards,
-        roots=tuple(section.allowed_roots),
-        max_columns=max_columns,
-        files=tuple(section.files),
-    )
+    return ParquetSource(**file_source_fields(section, min_shards))
