@@ -27,7 +27,7 @@ import thresher
 
 print("TRAINING", os.getpid(), flush=True)
 rng = np.random.default_rng(0)
-X = pd.DataFrame(rng.normal(size=(100_000, 3)), columns=["a", "b", "c"])
+X = pd.DataFrame(rng.normal(size=(20_000, 3)), columns=["a", "b", "c"])
 model = LogisticRegression().fit(X, (X.a > 0).astype(int))
 
 def doubled(batch):
@@ -77,7 +77,7 @@ def run_python(args: list[str], tmp_path: Path, stdin: str | None = None) -> tup
 
 def check(stdout: str) -> None:
     assert stdout.count("TRAINING") == 1, stdout  # the script ran once, in one process
-    assert "OK 100000 100000" in stdout, stdout
+    assert "OK 20000 20000" in stdout, stdout
 
 
 def test_every_entry_point_runs_once_in_about_a_guarded_script_s_time(tmp_path: Path) -> None:
