@@ -205,14 +205,16 @@ def _builtin(
 _BATCH_COMPLETES = "thresher.openai.settings:complete_batch_spec"
 
 
-S, K, M, E = Kind.SOURCE, Kind.SINK, Kind.MODEL, Kind.EXECUTOR
+S, K, M, E, NONE = Kind.SOURCE, Kind.SINK, Kind.MODEL, Kind.EXECUTOR, "plugins:NoOptions"
 FILE, CLASS = ModelUri.FILE, ModelUri.CLASS
 BUILTINS: tuple[Plugin, ...] = (
     _builtin(S, "parquet", "sources.parquet:parquet_source", "sources.base:InputOptions"),
     _builtin(S, "csv", "sources.text_sources:csv_source", "sources.base:InputOptions"),
     _builtin(S, "jsonl", "sources.text_sources:jsonl_source", "sources.base:InputOptions"),
     _builtin(S, "arrow", "sources.arrow_ipc:arrow_source", "sources.base:InputOptions"),
-    _builtin(S, "postgresql", "sources.sql:postgres_source", "plugins:NoOptions", extra="postgres"),
+    _builtin(S, "postgresql", "sources.postgresql:postgres_source", NONE, extra="postgres"),
+    _builtin(S, "sqlite", "sources.sqlite:sqlite_source", NONE),
+    _builtin(S, "duckdb", "sources.duckdb:duckdb_source", NONE, extra="duckdb"),
     Plugin(
         S,
         "openai-batch",
@@ -222,10 +224,10 @@ BUILTINS: tuple[Plugin, ...] = (
         sink_format="openai-batch",
     ),
     *(
-        _builtin(K, name, "sinks.files:file_sink", "plugins:NoOptions")
+        _builtin(K, name, "sinks.files:file_sink", NONE)
         for name in ("parquet", "csv", "jsonl", "arrow")
     ),
-    _builtin(K, "sqlite", "sinks.sqlite:sqlite_sink", "plugins:NoOptions", extra="sqlite"),
+    _builtin(K, "sqlite", "sinks.sqlite:sqlite_sink", NONE, extra="sqlite"),
     Plugin(
         K,
         "openai-batch",
@@ -233,16 +235,13 @@ BUILTINS: tuple[Plugin, ...] = (
         "thresher.openai.settings:BatchSinkOptions",
         completes=_BATCH_COMPLETES,
     ),
-    _builtin(
-        K, "postgresql", "sinks.postgresql:postgresql_sink", "plugins:NoOptions", extra="postgres"
-    ),
-    _builtin(
-        M, "sklearn", "models.sklearn:load_sklearn", "plugins:NoOptions", "sklearn", model_uri=FILE
-    ),
+    _builtin(K, "postgresql", "sinks.postgresql:postgresql_sink", NONE, extra="postgres"),
+    _builtin(K, "duckdb", "sinks.duckdb:duckdb_sink", NONE, extra="duckdb"),
+    _builtin(M, "sklearn", "models.sklearn:load_sklearn", NONE, "sklearn", model_uri=FILE),
     _builtin(
         M, "onnx", "models.onnx:load_onnx", "models.options:OnnxOptions", "onnx", model_uri=FILE
     ),
-    _builtin(M, "python", "models.python:load_python", "plugins:NoOptions", model_uri=CLASS),
+    _builtin(M, "python", "models.python:load_python", NONE, model_uri=CLASS),
     _builtin(
         M,
         "torch",
@@ -283,11 +282,11 @@ BUILTINS: tuple[Plugin, ...] = (
         model_uri=FILE,
     ),
     _builtin(M, "object", "inmemory.objects:load_object", "models.options:ObjectOptions"),
-    _builtin(M, "mlflow", "models.mlflow:load_mlflow", "plugins:NoOptions", "mlflow"),
+    _builtin(M, "mlflow", "models.mlflow:load_mlflow", NONE, "mlflow"),
     _builtin(E, "local", "executors.local:local_executor"),
     _builtin(E, "ray", "executors.ray_pool:ray_executor", extra="ray"),
 )
-del S, K, M, E, FILE, CLASS
+del S, K, M, E, NONE, FILE, CLASS
 
 
 @functools.cache

@@ -57,6 +57,13 @@ SUFFIX_FORMATS = {
     ".feather": "arrow",
     ".ipc": "arrow",
 }
+# The SQL sources and sinks, which a uri's scheme names, and the uri each reads (a sink's
+# adds `?table=name`).
+QUERY_FORMATS = {
+    "postgresql": "postgresql://user@host:port/db",
+    "sqlite": "sqlite:///path/file.db",
+    "duckdb": "duckdb:///path/file.duckdb",
+}
 
 
 class Section(BaseModel):
@@ -104,12 +111,13 @@ class SourceSection(Section):
         return self
 
     def _infer_format(self) -> SourceSection:
-        if is_postgres_uri(self.uri) and self.format in (None, "postgresql"):
-            self.format = "postgresql"
-        if self.format == "postgresql":
-            return self._check_query()
+        by_uri = table_format(self.uri)
+        if by_uri is not None and self.format in (None, by_uri):
+            self.format = by_uri
+        if self.format in QUERY_FORMATS:
+            return self._check_query(self.format)
         if self.query is not None:
-            raise ValueError("query: only a postgresql:// source takes a query")
+            raise ValueError(f"query: only a SQL source ({', '.join(QUERY_FORMATS)}) takes one")
         if self.format is None:
             inferred = infer_format(self.files[0] if self.files else self.uri)
             if inferred is None:
@@ -118,19 +126,20 @@ class SourceSection(Section):
             self.format = inferred
         return self
 
-    def _check_query(self) -> SourceSection:
-        if not is_postgres_uri(self.uri):
-            raise ValueError("uri: a postgresql source needs postgresql://user@host:port/db")
+    def _check_query(self, format: str) -> SourceSection:
+        if table_format(self.uri) != format:
+            raise ValueError(f"uri: a {format} source needs {QUERY_FORMATS[format]}")
         if not self.query or not self.query.strip():
-            raise ValueError("query: required for a postgresql source (SELECT …)")
+            raise ValueError(f"query: required for a {format} source (SELECT …)")
         if not (self.key_column or self.id_column):
-            raise ValueError("key_column: required for a postgresql source (or set id_column)")
+            raise ValueError(f"key_column: required for a {format} source (or set id_column)")
         return self
 
 
-def is_postgres_uri(uri: str) -> bool:
-    """Whether `uri` names a PostgreSQL database (`postgresql://` or `postgres://`)."""
-    return uri.startswith(("postgresql://", "postgres://"))
+def table_format(uri: str) -> str | None:
+    """The SQL source or sink format a uri's scheme names (`sqlite:///x.db` -> `sqlite`)."""
+    scheme = uri.partition("://")[0] if "://" in uri else ""
+    return "postgresql" if scheme == "postgres" else scheme if scheme in QUERY_FORMATS else None
 
 
 def _default_outputs() -> list[Literal["prediction", "proba"]]:
@@ -223,22 +232,18 @@ class SinkSection(Section):
         return self
 
     def _infer_format(self) -> SinkSection:
-        if is_postgres_uri(self.uri):
-            if self.format not in (None, "postgresql"):
-                raise ValueError(f"format: a postgresql:// uri writes a table, not {self.format}")
-            self.format = "postgresql"
-        elif self.format == "postgresql":
-            raise ValueError("uri: a postgresql sink needs postgresql://user@host/db?table=name")
-        elif self.uri.startswith("sqlite://"):
-            if self.format not in (None, "sqlite"):
-                raise ValueError(f"format: a sqlite:// uri writes a table, not {self.format}")
-            self.format = "sqlite"
-        elif self.format == "sqlite":
-            raise ValueError("uri: a sqlite sink needs sqlite:///path/file.db?table=name")
+        by_uri = table_format(self.uri)
+        if by_uri is not None:
+            if self.format not in (None, by_uri):
+                raise ValueError(f"format: a {by_uri}:// uri writes a table, not {self.format}")
+            self.format = by_uri
+        elif self.format in QUERY_FORMATS:
+            example = QUERY_FORMATS[self.format]
+            raise ValueError(f"uri: a {self.format} sink needs {example}?table=name")
         elif self.format is None:
             self.format = "parquet"
-        if self.staging is not None and self.format not in ("sqlite", "postgresql"):
-            raise ValueError("staging: only a SQL sink (sqlite, postgresql) takes a staging folder")
+        if self.staging is not None and self.format not in QUERY_FORMATS:
+            raise ValueError(f"staging: only a SQL sink ({', '.join(QUERY_FORMATS)}) takes one")
         return self
 
 
@@ -382,8 +387,9 @@ def resolve_uri(uri: str, base: Path) -> str:
     """`data/x.parquet` -> `<base>/data/x.parquet`; URLs, absolute paths and modules stay
     (and so does an empty uri: it names nothing, not the spec's folder)."""
     if "://" in uri or not uri.strip():
-        if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-            return "sqlite:///" + os.path.abspath(base / uri[len("sqlite:///") :])
+        for scheme in ("sqlite:///", "duckdb:///"):  # a file beside the spec
+            if uri.startswith(scheme) and not uri.startswith(f"{scheme}/"):
+                return scheme + os.path.abspath(base / uri[len(scheme) :])
         return uri
     target, colon, attr = uri.rpartition(":") if uri.count(":") == 1 else (uri, "", "")
     if colon and not target.endswith(".py"):

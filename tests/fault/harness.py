@@ -9,9 +9,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -30,11 +32,30 @@ class FaultJob:
     root: Path
     spec: Path
     store: str
-    sink: str  # "parquet" or "sqlite"
+    sink: str  # "parquet", "sqlite" or "duckdb"
 
     @property
     def out(self) -> Path:
         return self.root / "out"
+
+    @property
+    def database(self) -> Path:
+        """A SQL sink's database file."""
+        return self.root / ("out.duckdb" if self.sink == "duckdb" else "out.db")
+
+    @property
+    def side(self) -> Path:
+        """Where the sink keeps `_SUCCESS` and `_errors/`: the output folder, or the one
+        beside a SQL sink's database."""
+        return self.out if self.sink == "parquet" else Path(f"{self.database}.scores")
+
+    def table_rows(self, columns: str) -> list[tuple[object, ...]]:
+        """A SQL sink's `SELECT <columns> FROM scores`, read by the database's own library."""
+        if self.sink == "duckdb":
+            with closing(duckdb.connect(str(self.database), read_only=True)) as conn:
+                return conn.execute(f"SELECT {columns} FROM scores").fetchall()
+        with closing(sqlite3.connect(self.database)) as db:
+            return db.execute(f"SELECT {columns} FROM scores").fetchall()
 
     def env(self, fault: str | None = None) -> dict[str, str]:
         env = {**os.environ, "THRESHER_STORE": self.store, "PYTHONWARNINGS": "ignore"}
@@ -87,17 +108,14 @@ class FaultJob:
     def ids(self, pending: str | None = None) -> Counter[int]:
         """The multiset of ids in the output (and, separately, nothing else); with
         `pending`, in that job's committed but unpublished parts instead."""
-        if self.sink == "sqlite":
-            with sqlite3.connect(self.root / "out.db") as db:
-                return Counter(r[0] for r in db.execute("SELECT id FROM scores"))
+        if self.sink != "parquet":
+            return Counter(r[0] for r in self.table_rows("id"))
         folder = self.out / "_pending" / pending if pending else self.out
         parts = sorted(folder.glob("part-*.parquet"))
         return Counter(pq.read_table(parts).column("id").to_pylist()) if parts else Counter()
 
     def error_ids(self) -> Counter[int]:
-        folder = (
-            self.out / "_errors" if self.sink == "parquet" else self.root / "out.db.scores/_errors"
-        )
+        folder = self.side / "_errors"
         ids: Counter[int] = Counter()
         for part in sorted(folder.glob("*.jsonl")) if folder.exists() else []:
             ids.update(json.loads(line)["id"] for line in part.read_text().splitlines())
@@ -106,7 +124,7 @@ class FaultJob:
     def stray_files(self, pending: str | None = None) -> list[str]:
         """Anything in the output that is neither a committed part nor thresher's own;
         with `pending`, that job's committed, unpublished parts are its own too."""
-        folder = self.out if self.sink == "parquet" else self.root / "out.db.scores"
+        folder = self.side
         allowed = {"_SUCCESS", "_thresher.json", "JOB_FAILED"}
         waiting = f"_pending/{pending}/" if pending else None
         strays = []
@@ -125,8 +143,7 @@ class FaultJob:
         return strays
 
     def has_success(self) -> bool:
-        folder = self.out if self.sink == "parquet" else self.root / "out.db.scores"
-        return (folder / "_SUCCESS").exists()
+        return (self.side / "_SUCCESS").exists()
 
 
 def make_job(root: Path, sink: str, source: str = "parquet") -> FaultJob:
@@ -143,7 +160,11 @@ def make_job(root: Path, sink: str, source: str = "parquet") -> FaultJob:
         pacsv.write_csv(table, root / "input.csv")
         uri, shard_bytes = "input.csv", 200_000
     (root / "model.py").write_text(MODEL)
-    sink_uri = 'uri = "out/"' if sink == "parquet" else 'uri = "sqlite:///out.db?table=scores"'
+    sink_uri = {
+        "parquet": 'uri = "out/"',
+        "sqlite": 'uri = "sqlite:///out.db?table=scores"',
+        "duckdb": 'uri = "duckdb:///out.duckdb?table=scores"',
+    }[sink]
     spec = root / "job.toml"
     spec.write_text(
         f'[source]\nuri = "{uri}"\nid_column = "id"\nshard_bytes = {shard_bytes}\n'

@@ -8,7 +8,6 @@ it was; `thresher resume` then publishes the new job's output, complete and once
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -21,17 +20,15 @@ from test_kill import KILLED, check_exact, finish
 def published(job: FaultJob) -> dict[str, bytes]:
     """What a reader of the output sees: every published file's bytes, and the table's
     rows for a SQL sink."""
-    folder = job.out if job.sink == "parquet" else job.root / "out.db.scores"
+    folder = job.side
     skip = ("_pending", "_staging", "_errors/_staging", "_thresher.json")
     seen = {
         p.relative_to(folder).as_posix(): p.read_bytes()
         for p in sorted(folder.rglob("*"))
         if p.is_file() and not p.relative_to(folder).as_posix().startswith(skip)
     }
-    if job.sink == "sqlite":
-        with sqlite3.connect(job.root / "out.db") as db:
-            rows = sorted(db.execute("SELECT * FROM scores").fetchall())
-        seen["table scores"] = repr(rows).encode()
+    if job.sink != "parquet":
+        seen["table scores"] = repr(sorted(job.table_rows("*"))).encode()
     return seen
 
 
@@ -53,7 +50,7 @@ def new_golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[Counter[int], 
     return job.ids(), job.error_ids()
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb"])
 @pytest.mark.parametrize(
     "fault", ["before_commit:3", "mid_commit:3", "after_commit:3", "worker_after_stage:5"]
 )
@@ -94,8 +91,9 @@ def run_with(job: FaultJob, *overrides: str) -> subprocess.CompletedProcess[str]
     )
 
 
-def test_failed_job_leaves_previous_output(tmp_path: Path) -> None:
-    job, before = first_run(tmp_path, "parquet")
+@pytest.mark.parametrize("sink", ["parquet", "duckdb"])
+def test_failed_job_leaves_previous_output(tmp_path: Path, sink: str) -> None:
+    job, before = first_run(tmp_path, sink)
     failed = run_with(job, "errors.max_error_rate=0.0")
     assert failed.returncode == 1, failed.stderr[-2000:]
     assert published(job) == before

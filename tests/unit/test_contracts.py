@@ -4,8 +4,11 @@ checks, the same ones a third party runs against its own plug-in."""
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -54,9 +57,32 @@ def test_builtin_sources_keep_the_source_contract(tmp_path: Path, suffix: str) -
     assert len(plan.shards) > 1
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl", "sqlite"])
+@pytest.mark.parametrize("fmt", ["sqlite", "duckdb"])
+def test_query_sources_keep_the_source_contract(tmp_path: Path, fmt: str) -> None:
+    data = table()
+    db = tmp_path / f"in.{fmt}"
+    if fmt == "sqlite":
+        with closing(sqlite3.connect(db)) as conn:
+            conn.execute("CREATE TABLE t (id INTEGER, f0 REAL, f1 REAL, f2 REAL)")
+            conn.executemany(
+                "INSERT INTO t VALUES (?, ?, ?, ?)",
+                zip(*(c.to_pylist() for c in data.columns), strict=True),
+            )
+            conn.commit()
+    else:
+        with closing(duckdb.connect(str(db))) as conn:
+            conn.execute("CREATE TABLE t AS SELECT * FROM data")
+    query = "SELECT id, f0, f1, f2 FROM t WHERE id % 7 <> 3"
+    section = SourceSection(uri=f"{fmt}:///{db}", query=query, id_column="id", shard_rows=500)
+    plan = check_source(open_source(section, min_shards=2))
+    assert len(plan.shards) > 1
+    assert plan.schema == pa.schema({"id": pa.int64(), **dict.fromkeys(FEATURES, pa.float64())})
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl", "sqlite", "duckdb"])
 def test_builtin_sinks_keep_the_sink_contract(tmp_path: Path, fmt: str) -> None:
-    uri = f"sqlite:///{tmp_path / 'out.db'}?table=scores" if fmt == "sqlite" else str(tmp_path)
+    tables = {"sqlite": "out.db", "duckdb": "out.duckdb"}
+    uri = f"{fmt}:///{tmp_path / tables[fmt]}?table=scores" if fmt in tables else str(tmp_path)
     section = SinkSection(uri=uri, format=fmt)
     check_sink(lambda: open_sink(section))
 

@@ -158,7 +158,7 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
         (
             raw_spec(source={"format": "xml"}),
             "source.format: must be one of 'parquet', 'csv', 'jsonl', 'arrow', 'postgresql',"
-            " 'openai-batch'",
+            " 'sqlite', 'duckdb', 'openai-batch'",
         ),
         (raw_spec(run={"executor": "ray2"}), "run.executor: must be one of 'local', 'ray'"),
         (
@@ -323,6 +323,7 @@ def test_source_without_a_suffix_needs_a_format(uri: str) -> None:
         ({"uri": "out/", "format": "csv"}, "csv"),
         ({"uri": "sqlite:///out.db?table=scores"}, "sqlite"),
         ({"uri": "sqlite:///out.db?table=scores", "format": "sqlite"}, "sqlite"),
+        ({"uri": "duckdb:///out.duckdb?table=scores"}, "duckdb"),
     ],
 )
 def test_sink_format_inference(sink: dict[str, Any], expected: str) -> None:

@@ -33,13 +33,46 @@ def test_spec_keys_for_postgresql() -> None:
     problems = [
         ({"uri": "postgresql://h/db", "id_column": "id"}, "source.query: required"),
         ({"uri": "postgresql://h/db", "query": "SELECT 1"}, "source.key_column: required"),
-        ({"uri": "x.csv", "query": "SELECT 1"}, "source.query: only a postgresql"),
+        ({"uri": "x.csv", "query": "SELECT 1"}, "source.query: only a SQL source"),
     ]
     for source, message in problems:
         with pytest.raises(SpecError, match=message):
             parse_spec({**base, "source": source})
     with pytest.raises(SpecError, match=r"sink\.staging: only a SQL sink"):
         parse_spec({**base, "source": {"uri": "x.csv"}, "sink": {"uri": "o/", "staging": "s"}})
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({"uri": "sqlite:///x.db", "query": "SELECT 1 AS id", "id_column": "id"}, None),
+        ({"uri": "duckdb:///x.duckdb", "query": "SELECT 1 AS k", "key_column": "k"}, None),
+        ({"uri": "duckdb://", "query": "SELECT 1 AS k", "key_column": "k"}, None),
+        ({"uri": "sqlite:///x.db", "id_column": "id"}, "source.query: required for a sqlite"),
+        ({"uri": "duckdb:///x.duckdb", "query": "SELECT 1"}, "source.key_column: required"),
+        ({"uri": "x.duckdb", "format": "duckdb", "query": "SELECT 1"}, "source.uri: a duckdb"),
+        ({"uri": "sqlite:///x.db", "format": "duckdb", "query": "S"}, "source.uri: a duckdb"),
+    ],
+)
+def test_spec_keys_for_sqlite_and_duckdb_sources(
+    source: dict[str, str], message: str | None
+) -> None:
+    base = {"model": {"kind": "sklearn", "uri": "m.skops"}, "sink": {"uri": "out/"}}
+    if message is None:
+        assert parse_spec({**base, "source": source}).source.format == source["uri"][:6]
+    else:
+        with pytest.raises(SpecError, match=message):
+            parse_spec({**base, "source": source})
+
+
+def test_spec_keys_for_a_duckdb_sink() -> None:
+    base = {"model": {"kind": "sklearn", "uri": "m.skops"}, "source": {"uri": "x.csv"}}
+    sink = parse_spec({**base, "sink": {"uri": "duckdb:///o.duckdb?table=t", "staging": "s"}})
+    assert sink.sink.format == "duckdb"
+    with pytest.raises(SpecError, match=r"sink\.uri: a duckdb sink needs duckdb:///"):
+        parse_spec({**base, "sink": {"uri": "out/", "format": "duckdb"}})
+    with pytest.raises(SpecError, match=r"sink\.format: a duckdb:// uri writes a table"):
+        parse_spec({**base, "sink": {"uri": "duckdb:///o.duckdb?table=t", "format": "csv"}})
 
 
 @pytest.mark.parametrize(

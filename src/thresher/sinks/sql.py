@@ -7,8 +7,8 @@ ledger and commits. A commit that finds its shard already recorded ingests nothi
 crash between the commit and the store's bookkeeping never doubles rows.
 
 What differs between databases (connecting, placeholders, finding a table, naming the
-place in messages) is a small `Dialect`; `sqlite.py` and `postgresql.py` hold one each.
-The side folder keeps the staging parts, `_errors/` (pending under `_pending/<job>/` until
+place in messages) is a small `Dialect`; `sqlite.py`, `postgresql.py` and `duckdb.py` hold
+one each. The side folder keeps the staging parts, `_errors/` (pending under `_pending/<job>/` until
 the job finishes, as a file sink's parts) and the `_SUCCESS` manifest.
 """
 
@@ -169,7 +169,10 @@ class SqlSink:
                     parquet = pq.ParquetFile(f)
                     batches = parquet.iter_batches(batch_size=INGEST_BATCH_ROWS)
                     reader = pa.RecordBatchReader.from_batches(parquet.schema_arrow, batches)
-                    cur.adbc_ingest(self.target, reader, mode="create_append")
+                    # A cursor of its own: DuckDB's driver keeps an ingesting statement's
+                    # target, failing the cursor's next statement.
+                    with closing(conn.cursor()) as ingest:
+                        ingest.adbc_ingest(self.target, reader, mode="create_append")
                 cur.execute(
                     sql(f"INSERT INTO {PARTS_TABLE} VALUES (?, ?, ?, ?)"), (*key, staged.rows)
                 )

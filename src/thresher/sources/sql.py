@@ -1,98 +1,116 @@
-"""A PostgreSQL query as input: shards are ranges of an integer key column.
+"""A SQL query as input: shards are ranges of an integer key column, for every database.
 
     [source]
-    uri = "postgresql://user@db.example:5432/shop"
+    uri = "postgresql://user@db.example:5432/shop"    # or sqlite:///…, duckdb:///…
     query = "SELECT customer_id, f0, f1 FROM customers WHERE active"
     id_column = "customer_id"     # key_column defaults to it
     shard_rows = 1000000
 
 Planning runs `SELECT min(key), max(key), count(*) FROM (<query>) q` and cuts [min, max]
 into contiguous ranges `[lo, hi)` of about `shard_rows` rows each, assuming the keys are
-spread roughly evenly (the last range ends at max + 1). The schema comes from the query
-with `LIMIT 0`. A shard reads `… WHERE key >= lo AND key < hi ORDER BY key` through ADBC
-and streams its record batches; keys may repeat, but every row needs one (a null key
-would belong to no shard, so planning refuses it). Error records number a row by its place
-in its shard's key order, which is stable when keys are unique.
+spread roughly evenly (the last range ends at max + 1). A shard reads
+`… WHERE key >= lo AND key < hi ORDER BY key` and streams its record batches; keys may
+repeat, but every row needs one (a null key would belong to no shard, so planning refuses
+it). Error records number a row by its place in its shard's key order, which is stable
+when keys are unique.
 
-PostgreSQL `numeric` columns arrive as text from the driver and are read as float64 (the
-type models take); cast them in the query (`x::text`) to keep exact decimals.
+What differs between databases (connecting, reading a result as Arrow, learning a query's
+column types) is a small `Database`; `postgresql.py`, `sqlite.py` and `duckdb.py` hold one
+each.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import closing
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from thresher.errors import SourceError
-from thresher.postgres import PgUrl, quote_ident
+from thresher.postgres import quote_ident
 from thresher.sources.base import MIN_SPLIT_ROWS, Chunk, Plan, Shard, shard_size
-from thresher.spec import SourceSection
 
 QUERY_SHOWN = 120  # characters of the query in a shard's description
 
 
+class Database(Protocol):
+    """One database's part of a query source; picklable (readers travel to workers)."""
+
+    def describe(self, query: str) -> str:
+        """How error records name the input: `<where> (SELECT …)`, never a password."""
+        ...
+
+    def schema(self, inner: str) -> pa.Schema:
+        """The columns `SELECT * FROM <inner>` returns, typed as `stream` yields them
+        after `conform`: plain Arrow types, no driver metadata."""
+        ...
+
+    def stream(self, sql: str) -> AbstractContextManager[Iterable[pa.RecordBatch]]:
+        """`sql`'s result as record batches (a one-row result in the first), read while
+        the context is open; `conform` casts each to the schema. A query the database
+        refuses raises a SourceError at `source.query`."""
+        ...
+
+
 @dataclass(frozen=True)
-class PostgresSource:
-    uri: str
+class QuerySource:
+    database: Database
     query: str
     key_column: str
     shard_rows: int
     min_shards: int = 1  # the workers the run will have: smaller ranges to give each one
 
     def plan(self) -> Plan:
-        url = PgUrl.parse(self.uri)
-        inner = _subquery(self.query)
+        inner = subquery(self.query)
         key = quote_ident(self.key_column)
-        with closing(url.connect(SourceError, "source.uri")) as conn, closing(conn.cursor()) as cur:
-            schema = _run(url, cur, f"SELECT * FROM {inner} LIMIT 0").fetch_arrow_table().schema
-            _check_key(schema, self.key_column)
-            sql = f"SELECT min({key}), max({key}), count(*), count({key}) FROM {inner}"
-            low, high, rows, keyed = _run(url, cur, sql).fetchone()
+        schema = self.database.schema(inner)
+        _check_key(schema, self.key_column)
+        sql = f"SELECT min({key}), max({key}), count(*), count({key}) FROM {inner}"
+        with self.database.stream(sql) as result:
+            stats = next(iter(result))
+        low, high, rows, keyed = (column[0].as_py() for column in stats.columns)
         if keyed != rows:
             raise SourceError(
                 f"source.key_column: {rows - keyed} row(s) have a null {self.key_column!r}; "
                 "every row needs a key to belong to a shard (filter or coalesce it)"
             )
-        where = describe(url, self.query)
+        where = self.database.describe(self.query)
         size = shard_size(rows, self.shard_rows, self.min_shards, MIN_SPLIT_ROWS)
         ranges = split_key_range(low, high, rows, size)
         shards = [Shard(i, where, lo, hi) for i, (lo, hi) in enumerate(ranges)]
-        return Plan(shards=shards, schema=plain_schema(schema))
+        return Plan(shards=shards, schema=schema)
 
-    def reader(self, schema: pa.Schema, columns: list[str]) -> PostgresReader:
+    def reader(self, schema: pa.Schema, columns: list[str]) -> QueryReader:
         target = pa.schema([schema.field(c) for c in columns])
-        return PostgresReader(self.uri, self.query, self.key_column, target)
+        return QueryReader(self.database, self.query, self.key_column, target)
 
 
 @dataclass(frozen=True)
-class PostgresReader:
-    """Reads key ranges of the query; picklable (plain strings and a schema)."""
+class QueryReader:
+    """Reads key ranges of the query; picklable (a Database, strings and a schema)."""
 
-    uri: str
+    database: Database
     query: str
     key_column: str
     schema: pa.Schema
 
     def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
-        url = PgUrl.parse(self.uri)
         key = quote_ident(self.key_column)
         columns = ", ".join(quote_ident(name) for name in self.schema.names) or "1"
-        # The bounds are integers from the plan, written inline so the driver can stream
-        # the result with COPY rather than a prepared statement.
+        # The bounds are integers from the plan, written inline so a driver can stream
+        # the result (PostgreSQL's with COPY) rather than prepare a statement.
         sql = (
-            f"SELECT {columns} FROM {_subquery(self.query)}"
+            f"SELECT {columns} FROM {subquery(self.query)}"
             f" WHERE {key} >= {int(shard.start)} AND {key} < {int(shard.stop)} ORDER BY {key}"
         )
         position = 0
-        with closing(url.connect(SourceError, "source.uri")) as conn, closing(conn.cursor()) as cur:
-            for batch in _run(url, cur, sql).fetch_record_batch():
+        with self.database.stream(sql) as result:
+            for batch in result:
                 table = conform(pa.Table.from_batches([batch]), self.schema)
                 for offset in range(0, table.num_rows, rows_per_chunk):
                     piece = table.slice(offset, rows_per_chunk)
@@ -120,12 +138,10 @@ def split_key_range(low: Any, high: Any, rows: int, shard_rows: int) -> list[tup
     return [(lo, min(lo + step, high + 1)) for lo in range(low, high + 1, step)]
 
 
-def describe(url: PgUrl, query: str) -> str:
-    """How error records name this input: `postgresql://host/db (SELECT …)`, no password."""
+def shown_query(query: str) -> str:
+    """The query on one line, cut to `QUERY_SHOWN` characters, for descriptions."""
     text = re.sub(r"\s+", " ", query).strip()
-    if len(text) > QUERY_SHOWN:
-        text = text[: QUERY_SHOWN - 1] + "…"
-    return f"{url.redacted} ({url.hide(text)})"
+    return text[: QUERY_SHOWN - 1] + "…" if len(text) > QUERY_SHOWN else text
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
@@ -170,25 +186,13 @@ def _check_key(schema: pa.Schema, key_column: str) -> None:
         )
 
 
-def _subquery(query: str) -> str:
+def subquery(query: str) -> str:
+    """The user's query as a subquery `(…) AS thresher_q`."""
     # The newline ends a trailing `-- comment` before the closing parenthesis.
     return f"({query.strip().rstrip(';')}\n) AS thresher_q"
 
 
-def _run(url: PgUrl, cur: Any, sql: str) -> Any:
-    """Execute `sql`; a database error becomes a SourceError naming the query."""
-    try:
-        cur.execute(sql)
-    except Exception as exc:  # the driver's error classes vary between versions
-        message = url.hide(str(exc)).strip().splitlines()[0]
-        raise SourceError(f"source.query: PostgreSQL refused it: {message}") from None
-    return cur
-
-
-def postgres_source(
-    section: SourceSection, keep_columns: Sequence[str], min_shards: int
-) -> PostgresSource:
-    """The `postgresql` source plug-in: the query, split into key ranges."""
-    key = section.key_column or section.id_column
-    assert section.query and key  # the spec requires them
-    return PostgresSource(section.uri, section.query, key, section.shard_rows, min_shards)
+def refused(database: str, exc: Exception, hide: Any = str) -> SourceError:
+    """A database's error running the query, as a SourceError at `source.query`."""
+    lines = hide(str(exc)).strip().splitlines() or [type(exc).__name__]
+    return SourceError(f"source.query: {database} refused it: {lines[0]}")
