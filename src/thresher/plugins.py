@@ -8,8 +8,9 @@ names its field; a model's, what its uri names (`ModelUri`: a file a plan checks
 a class whose other options are its arguments); and, if a job using it implies more of the
 spec (a source that names its sink's format, columns an OpenAI batch file's endpoint
 implies), its `completes` hook, so that no plug-in's special needs are written into
-`spec.py` or `models/`. Built-ins are listed in `BUILTINS`; a package adds its own with an
-entry point in the `thresher.plugins` group whose value is a Plugin or a list of them:
+`spec.py` or `models/`. Built-ins are listed in `builtin_plugins.py` (`BUILTINS` here); a
+package adds its own with an entry point in the `thresher.plugins` group whose value is a
+Plugin or a list of them:
 
     [project.entry-points."thresher.plugins"]
     mysink = "mypkg.sink:PLUGIN"      # PLUGIN = Plugin("sink", "mysink", "mypkg.sink:open")
@@ -38,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from thresher.builtin_plugins import BUILTIN_PLUGINS
 from thresher.errors import ThresherError, describe_errors
 
 __all__ = [
@@ -187,106 +189,9 @@ def is_class_uri(uri: str) -> bool:
     return module and all(p.isidentifier() for p in attribute.split("."))
 
 
-def _builtin(
-    kind: Kind,
-    name: str,
-    factory: str,
-    options: str | None = None,
-    extra: str | None = None,
-    *,
-    model_uri: ModelUri = ModelUri.OTHER,
-) -> Plugin:
-    options = options and f"thresher.{options}"
-    return Plugin(kind, name, f"thresher.{factory}", options, extra, model_uri=model_uri)
-
-
-# An OpenAI batch file's job: its answers are an `openai-batch` sink's unless the spec
-# names another, and the endpoint implies its columns (`openai/settings.py`).
-_BATCH_COMPLETES = "thresher.openai.settings:complete_batch_spec"
-
-
-S, K, M, E, NONE = Kind.SOURCE, Kind.SINK, Kind.MODEL, Kind.EXECUTOR, "plugins:NoOptions"
-FILE, CLASS = ModelUri.FILE, ModelUri.CLASS
-BUILTINS: tuple[Plugin, ...] = (
-    _builtin(S, "parquet", "sources.parquet:parquet_source", "sources.base:InputOptions"),
-    _builtin(S, "csv", "sources.text_sources:csv_source", "sources.base:InputOptions"),
-    _builtin(S, "jsonl", "sources.text_sources:jsonl_source", "sources.base:InputOptions"),
-    _builtin(S, "arrow", "sources.arrow_ipc:arrow_source", "sources.base:InputOptions"),
-    _builtin(S, "postgresql", "sources.postgresql:postgres_source", NONE, extra="postgres"),
-    _builtin(S, "sqlite", "sources.sqlite:sqlite_source", NONE),
-    _builtin(S, "duckdb", "sources.duckdb:duckdb_source", NONE, extra="duckdb"),
-    Plugin(
-        S,
-        "openai-batch",
-        "thresher.sources.openai_batch:openai_batch_source",
-        "thresher.openai.settings:BatchSourceOptions",
-        completes=_BATCH_COMPLETES,
-        sink_format="openai-batch",
-    ),
-    *(
-        _builtin(K, name, "sinks.files:file_sink", NONE)
-        for name in ("parquet", "csv", "jsonl", "arrow")
-    ),
-    _builtin(K, "sqlite", "sinks.sqlite:sqlite_sink", NONE, extra="sqlite"),
-    Plugin(
-        K,
-        "openai-batch",
-        "thresher.sinks.openai_batch:openai_batch_sink",
-        "thresher.openai.settings:BatchSinkOptions",
-        completes=_BATCH_COMPLETES,
-    ),
-    _builtin(K, "postgresql", "sinks.postgresql:postgresql_sink", NONE, extra="postgres"),
-    _builtin(K, "duckdb", "sinks.duckdb:duckdb_sink", NONE, extra="duckdb"),
-    _builtin(M, "sklearn", "models.sklearn:load_sklearn", NONE, "sklearn", model_uri=FILE),
-    _builtin(
-        M, "onnx", "models.onnx:load_onnx", "models.options:OnnxOptions", "onnx", model_uri=FILE
-    ),
-    _builtin(M, "python", "models.python:load_python", NONE, model_uri=CLASS),
-    _builtin(
-        M,
-        "torch",
-        "models.torch:load_torch",
-        "models.options:TorchOptions",
-        "torch",
-        model_uri=ModelUri.FILE_OR_CLASS,
-    ),
-    _builtin(
-        M,
-        "sentence-transformers",
-        "models.text:load_sentence_transformer",
-        "models.options:SentenceTransformerOptions",
-        "text",
-    ),
-    _builtin(
-        M,
-        "transformers",
-        "models.transformers:load_transformers",
-        "models.options:TransformersOptions",
-        "text",
-    ),
-    _builtin(M, "llm", "models.llm:load_llm", "models.options:LlmOptions", "text"),
-    _builtin(
-        M,
-        "xgboost",
-        "models.boosters:load_xgboost",
-        "models.options:BoosterOptions",
-        "boosters",
-        model_uri=FILE,
-    ),
-    _builtin(
-        M,
-        "lightgbm",
-        "models.boosters:load_lightgbm",
-        "models.options:BoosterOptions",
-        "boosters",
-        model_uri=FILE,
-    ),
-    _builtin(M, "object", "inmemory.objects:load_object", "models.options:ObjectOptions"),
-    _builtin(M, "mlflow", "models.mlflow:load_mlflow", NONE, "mlflow"),
-    _builtin(E, "local", "executors.local:local_executor"),
-    _builtin(E, "ray", "executors.ray_pool:ray_executor", extra="ray"),
+BUILTINS: tuple[Plugin, ...] = tuple(
+    Plugin(**{**fields, "model_uri": ModelUri(fields["model_uri"])}) for fields in BUILTIN_PLUGINS
 )
-del S, K, M, E, NONE, FILE, CLASS
 
 
 @functools.cache
