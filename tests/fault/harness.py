@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 
 THRESHER = str(Path(sys.executable).parent / "thresher")
 FIGURES: list[str] = []  # one line per fault scenario, printed at the end of the run
@@ -32,7 +33,7 @@ class FaultJob:
     root: Path
     spec: Path
     store: str
-    sink: str  # "parquet", "sqlite" or "duckdb"
+    sink: str  # "parquet", "sqlite", "duckdb" or "delta"
 
     @property
     def out(self) -> Path:
@@ -47,10 +48,18 @@ class FaultJob:
     def side(self) -> Path:
         """Where the sink keeps `_SUCCESS` and `_errors/`: the output folder, or the one
         beside a SQL sink's database."""
+        if self.sink == "delta":
+            return self.out / "_thresher"
         return self.out if self.sink == "parquet" else Path(f"{self.database}.scores")
 
     def table_rows(self, columns: str) -> list[tuple[object, ...]]:
-        """A SQL sink's `SELECT <columns> FROM scores`, read by the database's own library."""
+        """A table sink's `SELECT <columns> FROM scores`, read by the table's own library."""
+        if self.sink == "delta":
+            if not DeltaTable.is_deltatable(str(self.out)):
+                return []
+            table = DeltaTable(self.out).to_pyarrow_table()
+            names = table.column_names if columns == "*" else columns.split(", ")
+            return list(zip(*(table.column(n).to_pylist() for n in names), strict=True))
         if self.sink == "duckdb":
             with closing(duckdb.connect(str(self.database), read_only=True)) as conn:
                 return conn.execute(f"SELECT {columns} FROM scores").fetchall()
@@ -164,6 +173,7 @@ def make_job(root: Path, sink: str, source: str = "parquet") -> FaultJob:
         "parquet": 'uri = "out/"',
         "sqlite": 'uri = "sqlite:///out.db?table=scores"',
         "duckdb": 'uri = "duckdb:///out.duckdb?table=scores"',
+        "delta": 'uri = "out"\nformat = "delta"',
     }[sink]
     spec = root / "job.toml"
     spec.write_text(

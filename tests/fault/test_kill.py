@@ -59,7 +59,7 @@ def check_exact(job: FaultJob, golden: tuple[Counter[int], Counter[int]], label:
     assert job.has_success()
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta"])
 @pytest.mark.parametrize("point", ["before_commit", "mid_commit", "after_commit"])
 def test_coordinator_killed_at_commit_step(
     tmp_path: Path, golden: tuple[Counter[int], Counter[int]], point: str, sink: str

@@ -50,7 +50,7 @@ def new_golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[Counter[int], 
     return job.ids(), job.error_ids()
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta"])
 @pytest.mark.parametrize(
     "fault", ["before_commit:3", "mid_commit:3", "after_commit:3", "worker_after_stage:5"]
 )
@@ -66,7 +66,7 @@ def test_killed_run_leaves_previous_output(
     check_exact(job, new_golden, f"previous kept, then resume ({sink}, {fault})")
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "delta"])
 def test_killed_while_publishing_rolls_forward(
     tmp_path: Path, sink: str, new_golden: tuple[Counter[int], Counter[int]]
 ) -> None:
@@ -91,7 +91,7 @@ def run_with(job: FaultJob, *overrides: str) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.mark.parametrize("sink", ["parquet", "duckdb"])
+@pytest.mark.parametrize("sink", ["parquet", "duckdb", "delta"])
 def test_failed_job_leaves_previous_output(tmp_path: Path, sink: str) -> None:
     job, before = first_run(tmp_path, sink)
     failed = run_with(job, "errors.max_error_rate=0.0")

@@ -140,3 +140,18 @@ def test_a_model_that_depends_on_its_batch_fails_the_check() -> None:
 
     with pytest.raises(ContractError, match="row 0 alone predicts"):
         check_model(BatchMean(), table(10).select(["f0"]))
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "append"])
+def test_the_delta_sink_keeps_the_sink_contract(tmp_path: Path, mode: str) -> None:
+    from deltalake import DeltaTable
+
+    section = SinkSection(uri=str(tmp_path / "scores"), format="delta", mode=mode)
+    if mode == "overwrite":
+        check_sink(lambda: open_sink(section))
+        # one commit per job: each replaced the table's content once
+        assert [c["operation"] for c in DeltaTable(tmp_path / "scores").history()] == ["WRITE"] * 2
+        return
+    with pytest.raises(ContractError, match="did not finish changed the published output"):
+        check_sink(lambda: open_sink(section))  # append commits each shard as it finishes
+

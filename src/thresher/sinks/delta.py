@@ -1,0 +1,324 @@
+"""Delta Lake tables (the `deltalake` package: no Spark, no JVM), committed exactly once.
+
+    [sink]
+    format = "delta"
+    uri = "out/scores"            # a table folder, or s3://bucket/scores, ...
+    mode = "append"               # or "overwrite" (the default)
+    options = { partition_by = ["region"] }
+
+Workers stage each shard as a Parquet part under `<table>/_thresher/_staging/`; the
+coordinator commits it. Delta's own idempotent transactions make a commit happen once:
+each commit carries a `txn` action, application id `thresher/<job>/<shard>` (a retry
+round's `thresher/<job>.r<round>/<shard>`, a job's overwrite `thresher/<job>/publish`),
+and a commit whose application id the table already knows writes nothing. One id per
+shard, not one per job with the shard as its version: shards finish in any order, and a
+`txn` version only says how far an application got.
+
+- `append`: each shard is its own Delta commit, as it finishes; a resumed job skips
+  the shards already in the table. Readers see a running job's rows shard by shard.
+- `overwrite`: committed parts wait in `_thresher/_pending/<job>/`; `finish` replaces the
+  table's content in one commit, so readers of the previous version are never disturbed,
+  and a job that fails, is killed or is cancelled leaves that version current.
+
+Every commit's metadata names the job (`thresher.job_id`, and `thresher.shard`); the
+overwrite commit also the model's and spec's sha256. Bad records, the `_SUCCESS`
+manifest (with `delta_version`, the version the job produced) and the publish record
+live in `<table>/_thresher/`, as a SQL sink's side folder: `_`-prefixed, so Delta
+readers and VACUUM leave it alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from pydantic import Field
+
+from thresher.errors import SinkError
+from thresher.faults import crash_point
+from thresher.plugins import Options
+from thresher.sinks.files import FilePartTarget, check_directory
+from thresher.sinks.parts import PartLayout, StagedPart, commit_file
+from thresher.sinks.publish import (
+    ERRORS,
+    MARKER,
+    SUCCESS,
+    PendingOutput,
+    published_by,
+    read_published_errors,
+    recover,
+    remove_staging,
+    write_json,
+)
+from thresher.sources.files import filesystem
+from thresher.spec import SinkSection
+
+SIDE = "_thresher"  # the side folder inside the table: parts, errors, manifest
+READ_BATCH_ROWS = 65_536
+
+
+class DeltaSinkOptions(Options):
+    """`sink.options` of the `delta` sink."""
+
+    partition_by: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class DeltaSink:
+    """A Delta table, written shard by shard (append) or replaced at job end (overwrite)."""
+
+    uri: str
+    mode: str = "overwrite"
+    force: bool = False
+    partition_by: tuple[str, ...] = ()
+    job_id: str = field(default="", init=False)
+    ledger_key: str = field(default="", init=False)
+    retry_round: int | None = field(default=None, init=False)
+    layout: PartLayout | None = field(default=None, init=False)
+
+    @property
+    def root(self) -> str:
+        return self.uri.rstrip("/")
+
+    @property
+    def side_dir(self) -> str:
+        return f"{self.root}/{SIDE}"
+
+    def written_paths(self) -> list[str]:
+        return [self.root]
+
+    def start(
+        self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
+    ) -> str:
+        """A retry round's rows are appended to the table under application ids of the
+        round's own, so they add to a shard's rows, never replace them."""
+        self.job_id = self.ledger_key = job_id
+        self.retry_round = retry_round
+        width = max(5, len(str(max(shard_count - 1, 0))))
+        suffix = ".parquet"
+        if retry_round is not None:
+            self.ledger_key, suffix = f"{job_id}.r{retry_round}", f".r{retry_round}{suffix}"
+        self.layout = PartLayout(self.side_dir, f"part-{job_id}-", suffix, width)
+        fs, side = filesystem(self.side_dir)
+        if resume or retry_round is not None:
+            self._check_still_ours(job_id)
+            fs.makedirs(side, exist_ok=True)
+            remove_staging(fs, side)  # the table's transactions know what was committed
+        else:
+            self._check_table()
+            check_directory(fs, side, self.force, self.side_dir, "sink.uri")
+            if not fs.exists(f"{side}/{MARKER}"):
+                write_json(fs, f"{side}/{MARKER}", {"format": "delta"})
+            PendingOutput(self.side_dir, job_id).create()
+        recover(self.side_dir, skip=job_id, first=self._publish_table)
+        return self._errors().root
+
+    def _check_table(self) -> None:
+        """Refuse a folder that holds something else than a Delta table thresher wrote."""
+        fs, root = filesystem(self.root)
+        if not fs.exists(root):
+            return
+        if not fs.isdir(root):
+            raise SinkError(f"sink.uri: {self.uri} is a file; a delta sink writes a table folder")
+        names = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)}
+        ours = fs.exists(f"{root}/{SIDE}/{MARKER}")
+        if names - {SIDE} and not ours and not self.force:
+            what = "a Delta table" if "_delta_log" in names else "files"
+            raise SinkError(
+                f"sink.uri: {self.uri} holds {what} thresher did not write; choose another"
+                " folder or set sink.force = true to write into it"
+            )
+
+    def _check_still_ours(self, job_id: str) -> None:
+        """In overwrite mode, a later job's published table replaced this job's world."""
+        owner = published_by(self.side_dir)
+        if self.mode == "overwrite" and owner is not None and owner > job_id:
+            raise SinkError(
+                f"sink.uri: {self.uri} now holds job {owner}'s output, a later job than "
+                f"{job_id}; run the job again instead of resuming it"
+            )
+
+    def part_target(self) -> FilePartTarget:
+        return FilePartTarget(self._layout(), self._errors(), "parquet")
+
+    def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
+        """The output part (appended to the table, or into the job's pending folder),
+        then the error part."""
+        if output is not None:
+            if self.mode == "append" or self.retry_round is not None:
+                self._append(output)
+            else:
+                name = self._layout().final(output.shard).removeprefix(self.side_dir + "/")
+                PendingOutput(self.side_dir, self.job_id).commit(output, name)
+        if output is not None and errors is not None:
+            crash_point("mid_commit", output.shard)
+        if errors is not None:
+            if self.retry_round is not None:
+                commit_file(errors, self._errors())
+            else:
+                name = self._errors().final(errors.shard).removeprefix(self.side_dir + "/")
+                PendingOutput(self.side_dir, self.job_id).commit(errors, name)
+
+    def _append(self, staged: StagedPart) -> None:
+        """One Delta commit of the part's rows, carrying its application id: a part the
+        table already has is not appended again."""
+        if staged.path is None:
+            return  # no rows: nothing to append
+        app_id = f"thresher/{self.ledger_key}/{staged.shard}"
+        fs, path = filesystem(staged.path)
+        if not fs.exists(path):
+            return  # appended, and the part removed, by an earlier commit
+        if not self._has_transaction(app_id):
+            metadata = {"thresher.job_id": self.job_id, "thresher.shard": str(staged.shard)}
+            with fs.open(path, "rb") as f:
+                data = _parquet_reader([pq.ParquetFile(f)])
+                assert data is not None
+                self._write(data, "append", app_id, metadata)
+        fs.rm(path)
+
+    def finish(self, manifest: dict[str, Any]) -> None:
+        """Publish: in overwrite mode the one commit that replaces the table's content;
+        then the error parts and `_SUCCESS`. Adds `delta_version`, the table version the
+        job produced, to `manifest` (which the store records)."""
+        fs, side = filesystem(self.side_dir)
+        remove_staging(fs, side)
+        manifest.update(table=self.root)
+        if self.retry_round is not None:
+            manifest.update(delta_version=self._job_version(self.ledger_key))
+            write_json(fs, f"{side}/{SUCCESS}", manifest)
+            return
+        pending = PendingOutput(self.side_dir, self.job_id)
+        if pending.published():
+            manifest.update(delta_version=self._job_version(self.job_id))
+            return  # published before a crash cut the job's own bookkeeping short
+        pending.publish(manifest, self.mode == "overwrite", first=self._publish_table)
+        manifest.update(delta_version=self._job_version(self.job_id))
+
+    def _publish_table(self, job_id: str, record: dict[str, Any]) -> None:
+        """Job `job_id`'s overwrite: its pending parts become the table's whole content in
+        one commit (application id `thresher/<job>/publish`), then the parts go. Run again
+        after it committed (a crash before the publish finished), it writes nothing."""
+        fs, folder = filesystem(PendingOutput(self.side_dir, job_id).folder)
+        parts = sorted(fs.glob(f"{folder}/part-*.parquet"))
+        app_id = f"thresher/{job_id}/publish"
+        if record["overwrite"] and not self._has_transaction(app_id):
+            manifest = record["manifest"]
+            metadata = {
+                "thresher.job_id": job_id,
+                "thresher.model_sha256": str(manifest.get("model", {}).get("sha256")),
+                "thresher.spec_sha256": str(manifest.get("spec_sha256")),
+                "thresher.rows": str(manifest.get("rows_out")),
+            }
+            files = [fs.open(p, "rb") for p in parts]
+            try:
+                data = _parquet_reader([pq.ParquetFile(f) for f in files], self._schema())
+                if data is not None:
+                    self._write(data, "overwrite", app_id, metadata)
+            finally:
+                for f in files:
+                    f.close()
+        for part in parts:
+            fs.rm(part)
+        record["manifest"]["delta_version"] = self._job_version(job_id)
+
+    def _write(self, data: pa.RecordBatchReader, mode: str, app_id: str, meta: Any) -> None:
+        """One Delta commit of `data` ("append", or "overwrite": the table's content and
+        schema replaced), carrying the `txn` action of `app_id` and `meta`."""
+        properties = CommitProperties(
+            custom_metadata=meta, app_transactions=[Transaction(app_id, 1)]
+        )
+        partition_by = list(self.partition_by) or None
+        try:
+            if mode == "overwrite":
+                write_deltalake(
+                    self.root,
+                    data,
+                    mode="overwrite",
+                    schema_mode="overwrite",
+                    partition_by=partition_by,
+                    commit_properties=properties,
+                )
+            else:
+                write_deltalake(
+                    self.root,
+                    data,
+                    mode="append",
+                    partition_by=partition_by,
+                    commit_properties=properties,
+                )
+        except Exception as exc:  # deltalake's errors: a schema that does not match, I/O
+            raise SinkError(f"sink.uri: cannot write the Delta table {self.uri}: {exc}") from exc
+
+    def _table(self) -> DeltaTable | None:
+        """The table at its latest version; None if there is none yet."""
+        if not DeltaTable.is_deltatable(self.root):
+            return None
+        return DeltaTable(self.root)
+
+    def _has_transaction(self, app_id: str) -> bool:
+        table = self._table()
+        return table is not None and table.transaction_version(app_id) is not None
+
+    def _schema(self) -> pa.Schema | None:
+        """The table's schema: what an overwrite with no rows leaves."""
+        table = self._table()
+        return None if table is None else pa.schema(table.schema().to_arrow())
+
+    def _job_version(self, job_id: str) -> int | None:
+        """The latest table version a commit of job `job_id` (or of its retry round)
+        made; None if it made none."""
+        table = self._table()
+        if table is None:
+            return None
+        for commit in table.history():
+            if commit.get("thresher.job_id") == job_id.split(".r", maxsplit=1)[0]:
+                return int(commit["version"])
+        return None
+
+    def abort(self) -> None:
+        """Staging goes; pending parts wait for `thresher resume`."""
+        fs, side = filesystem(self.side_dir)
+        remove_staging(fs, side)
+
+    def read_output(self) -> Iterator[pa.Table]:
+        """The table's rows at its latest version (a table has no order)."""
+        table = self._table()
+        if table is not None:
+            yield pa.table(table.to_pyarrow_table())
+
+    def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
+        """The published bad records: one shard's (after `start`), or all, in order."""
+        part = None if shard is None else self._errors().final(shard)
+        return read_published_errors(self.side_dir, part)
+
+    def _errors(self) -> PartLayout:
+        layout = self._layout()
+        return PartLayout(f"{self.side_dir}/{ERRORS}", layout.prefix, ".jsonl", layout.width)
+
+    def _layout(self) -> PartLayout:
+        if self.layout is None:
+            raise SinkError("the sink was not started")
+        return self.layout
+
+
+def _parquet_reader(
+    files: list[pq.ParquetFile], schema: pa.Schema | None = None
+) -> pa.RecordBatchReader | None:
+    """The parts' rows as one stream, never all in memory; None if there are no parts and
+    no schema to write an empty table with."""
+    if files:
+        schema = files[0].schema_arrow
+    if schema is None:
+        return None
+    batches = (b for f in files for b in f.iter_batches(batch_size=READ_BATCH_ROWS))
+    return pa.RecordBatchReader.from_batches(schema, batches)
+
+
+def delta_sink(section: SinkSection) -> DeltaSink:
+    """The `delta` sink plug-in."""
+    options = DeltaSinkOptions.model_validate(section.options)
+    return DeltaSink(section.uri, section.mode, section.force, tuple(options.partition_by))
