@@ -46,6 +46,7 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
     _builtin(S, "postgresql", "sources.postgresql:postgres_source", NONE, extra="postgres"),
     _builtin(S, "sqlite", "sources.sqlite:sqlite_source", NONE),
     _builtin(S, "duckdb", "sources.duckdb:duckdb_source", NONE, extra="duckdb"),
+    _builtin(S, "delta", "sources.delta:delta_source", "sources.delta:DeltaSourceOptions", "delta"),
     {
         **_builtin(S, "openai-batch", "sources.openai_batch:openai_batch_source"),
         "options": "thresher.openai.settings:BatchSourceOptions",

@@ -155,3 +155,13 @@ def test_the_delta_sink_keeps_the_sink_contract(tmp_path: Path, mode: str) -> No
     with pytest.raises(ContractError, match="did not finish changed the published output"):
         check_sink(lambda: open_sink(section))  # append commits each shard as it finishes
 
+
+def test_the_delta_source_keeps_the_source_contract(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    data = table().append_column("region", pa.array(["eu", "us", "ap"] * 1_000))
+    write_deltalake(str(tmp_path / "t"), data, partition_by=["region"])
+    section = SourceSection(uri=str(tmp_path / "t"), format="delta", id_column="id")
+    plan = check_source(open_source(section, min_shards=2))
+    assert len(plan.shards) > 1
+    assert plan.schema.names == [*data.schema.names]

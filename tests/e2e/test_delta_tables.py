@@ -1,0 +1,68 @@
+"""Delta Lake through the real CLI: a Delta table in, a Delta table out, appended shard by
+shard and then overwritten in one commit. Every row once, read back by deltalake itself
+and, when its delta extension is at hand offline, by DuckDB; the history holds one commit
+per shard (append) or per job (overwrite), each naming its job."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import duckdb
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from .support import FAST, ID, KEEP, Workspace, make_table
+from .test_sql_tables import check_scores
+
+pytestmark = pytest.mark.e2e
+
+ROWS = 3000
+
+
+def test_a_delta_table_into_a_delta_table(workspace: Workspace) -> None:
+    table = make_table(ROWS, seed=3)
+    for start in range(0, ROWS, 1000):  # three files: three shards at least
+        write_deltalake(str(workspace.root / "customers"), table.slice(start, 1000), mode="append")
+    trained = workspace.sklearn_skops(table)
+    source = {"uri": "customers", "format": "delta", "id_column": ID, "shard_bytes": 1024}
+    sink = {"uri": "scores", "format": "delta", "mode": "append", "keep_columns": [KEEP]}
+    spec = workspace.spec({"source": source, "model": trained.section, "sink": sink})
+    result = workspace.run("run", spec, *FAST)
+    assert result.returncode == 0, result.stderr
+
+    out = DeltaTable(workspace.root / "scores")
+    rows = table.sort_by(ID)
+    check_scores(pa.table(out.to_pyarrow_table()), rows, trained.expect(rows))
+    history = out.history()
+    job_id = history[0]["thresher.job_id"]
+    shards = Counter(h["thresher.shard"] for h in history)
+    assert len(history) > 1 and set(shards.values()) == {1}  # one commit per shard, once
+    assert all(h["thresher.job_id"] == job_id for h in history)
+
+    again = workspace.run("run", spec, "--set", 'sink.mode="overwrite"', *FAST)
+    assert again.returncode == 0, again.stderr
+    out = DeltaTable(workspace.root / "scores")
+    check_scores(pa.table(out.to_pyarrow_table()), rows, trained.expect(rows))
+    newest = out.history(1)[0]
+    assert newest["operation"] == "WRITE" and newest["thresher.job_id"] != job_id
+    assert len(out.history()) == len(history) + 1  # the overwrite is one commit
+    assert newest["thresher.model_sha256"] and newest["thresher.spec_sha256"]
+
+
+def test_duckdb_reads_a_table_thresher_wrote(workspace: Workspace) -> None:
+    """DuckDB's `delta_scan`, when its extension loads without the network."""
+    conn = duckdb.connect()
+    try:
+        conn.execute("LOAD delta")
+    except duckdb.Error:
+        pytest.skip("DuckDB's delta extension is not installed (it is not fetched in tests)")
+    table = make_table(ROWS, seed=3)
+    table.to_pandas().to_parquet(workspace.root / "in.parquet")
+    trained = workspace.sklearn_skops(table)
+    source = {"uri": "in.parquet", "id_column": ID}
+    sink = {"uri": "scores", "format": "delta"}
+    spec = workspace.spec({"source": source, "model": trained.section, "sink": sink})
+    assert workspace.run("run", spec, *FAST).returncode == 0
+    got = conn.sql(f"SELECT {ID} FROM delta_scan('{workspace.root / 'scores'}')").fetchall()
+    assert sorted(r[0] for r in got) == sorted(table.column(ID).to_pylist())

@@ -1,0 +1,73 @@
+"""The Delta source: a table at its latest or a pinned version, its partitions added back
+to the rows, filters on them, and the version frozen in the plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from thresher.errors import SourceError
+from thresher.sources import open_source
+from thresher.sources.base import Plan
+from thresher.sources.delta import VERSION_KEY
+from thresher.spec import SourceSection
+
+
+def rows(root: Path, plan: Plan, **options: object) -> list[dict[str, object]]:
+    source = open_source(SourceSection(uri=str(root), format="delta", options=options))
+    reader = source.reader(plan.schema, plan.schema.names)
+    got = [row for s in plan.shards for c in reader.read(s, 100) for row in c.table.to_pylist()]
+    return sorted(got, key=lambda row: row["id"])  # type: ignore[arg-type, return-value]
+
+
+def make(root: Path) -> pa.Table:
+    data = pa.table({"id": list(range(6)), "day": [1, 1, 2, 2, 3, 3], "x": [0.5] * 6})
+    write_deltalake(str(root), data, partition_by=["day"])
+    write_deltalake(str(root), pa.table({"id": [6], "day": [4], "x": [1.5]}), mode="append")
+    return data
+
+
+def plan_of(root: Path, **options: object) -> Plan:
+    return open_source(SourceSection(uri=str(root), format="delta", options=options)).plan()
+
+
+def test_latest_version_with_partition_values_typed(tmp_path: Path) -> None:
+    make(tmp_path / "t")
+    plan = plan_of(tmp_path / "t")
+    assert plan.schema.metadata[VERSION_KEY] == b"1"
+    got = rows(tmp_path / "t", plan)
+    assert [r["id"] for r in got] == list(range(7))
+    assert [r["day"] for r in got] == [1, 1, 2, 2, 3, 3, 4]
+
+
+def test_pinned_version_and_partition_filter(tmp_path: Path) -> None:
+    make(tmp_path / "t")
+    assert [r["id"] for r in rows(tmp_path / "t", plan_of(tmp_path / "t", version=0))] == [
+        *range(6)
+    ]
+    plan = plan_of(tmp_path / "t", partitions=[["day", "in", [2, 4]]])
+    assert [r["id"] for r in rows(tmp_path / "t", plan)] == [2, 3, 6]
+    with pytest.raises(SourceError, match="not a partition column"):
+        plan_of(tmp_path / "t", partitions=[["x", "=", 1]])
+
+
+def test_the_plan_reads_its_version_after_writers_moved_on(tmp_path: Path) -> None:
+    make(tmp_path / "t")
+    plan = Plan.from_json(plan_of(tmp_path / "t").to_json())  # as stored with the job
+    write_deltalake(
+        str(tmp_path / "t"), pa.table({"id": [9], "day": [1], "x": [0.0]}), mode="append"
+    )
+    DeltaTable(tmp_path / "t").delete("id = 0")
+    assert [r["id"] for r in rows(tmp_path / "t", plan)] == list(range(7))
+
+
+def test_no_table_and_both_pins_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="cannot open the Delta table"):
+        plan_of(tmp_path / "none")
+    with pytest.raises(ValueError, match="version or timestamp"):
+        SourceSection(
+            uri="t", format="delta", options={"version": 1, "timestamp": "2026-01-01T00:00:00Z"}
+        )
