@@ -1,5 +1,5 @@
-"""The Delta sink: one Delta commit per shard (append) or per job (overwrite), each
-carrying its application id, so a commit redone after a crash writes nothing twice."""
+"""The Delta sink: one Delta commit per job (append or overwrite) at its end, carrying
+its application id, so a publish redone after a crash writes nothing twice."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def stage(made: DeltaSink, shard: int, attempt: str) -> StagedPart:
     return writer.close()
 
 
-def test_append_commits_each_shard_once_even_when_redone(tmp_path: Path) -> None:
+def test_append_commits_the_job_once_even_when_shards_are_redone(tmp_path: Path) -> None:
     root = tmp_path / "scores"
     first = sink(root)
     first.start("20260101-000000-000001", 3, resume=False)
@@ -39,6 +39,8 @@ def test_append_commits_each_shard_once_even_when_redone(tmp_path: Path) -> None
         part = stage(first, shard, "a1")
         first.commit(part, None)
         first.commit(part, None)  # redone after a crash between commit and bookkeeping
+    first.abort()  # stopped: nothing is in the table before the job's end
+    assert not DeltaTable.is_deltatable(str(root))
     # a resumed job redoes shard 1 (its commit was not recorded): the table has it already
     again = sink(root)
     again.start("20260101-000000-000001", 3, resume=True)
@@ -48,14 +50,12 @@ def test_append_commits_each_shard_once_even_when_redone(tmp_path: Path) -> None
     table = DeltaTable(root)
     ids = sorted(table.to_pyarrow_table().column("id").to_pylist())
     assert ids == sorted(s * 10 + i for s in range(3) for i in range(3))
-    history = table.history()
-    assert len(history) == 3  # one commit per shard
-    assert {h["thresher.shard"] for h in history} == {"0", "1", "2"}
-    assert all(h["thresher.job_id"] == "20260101-000000-000001" for h in history)
-    assert table.transaction_version("thresher/20260101-000000-000001/1") == 1
-    assert manifest["delta_version"] == table.version() == 2
+    (commit,) = table.history()  # one commit for the job, at its end
+    assert commit["thresher.job_id"] == "20260101-000000-000001"
+    assert table.transaction_version("thresher/20260101-000000-000001/publish") is not None
+    assert manifest["delta_version"] == table.version() == 0
     success = json.loads((root / "_thresher" / "_SUCCESS").read_text())
-    assert success["delta_version"] == 2
+    assert success["delta_version"] == 0
 
 
 def test_overwrite_is_one_commit_with_the_jobs_identity(tmp_path: Path) -> None:

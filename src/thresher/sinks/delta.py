@@ -9,19 +9,20 @@
 Workers stage each shard as a Parquet part under `<table>/_thresher/_staging/`; the
 coordinator commits it. Delta's own idempotent transactions make a commit happen once:
 each commit carries a `txn` action, application id `thresher/<job>/<shard>` (a retry
-round's `thresher/<job>.r<round>/<shard>`, a job's overwrite `thresher/<job>/publish`),
+round's `thresher/<job>.r<round>/<shard>`, a job's publish `thresher/<job>/publish`),
 and a commit whose application id the table already knows writes nothing. One id per
 shard, not one per job with the shard as its version: shards finish in any order, and a
 `txn` version only says how far an application got.
 
-- `append`: each shard is its own Delta commit, as it finishes; a resumed job skips
-  the shards already in the table. Readers see a running job's rows shard by shard.
-- `overwrite`: committed parts wait in `_thresher/_pending/<job>/`; `finish` replaces the
-  table's content in one commit, so readers of the previous version are never disturbed,
-  and a job that fails, is killed or is cancelled leaves that version current.
+Committed parts wait in `_thresher/_pending/<job>/`, and `finish` makes them the table's
+in one commit: `append` adds them to its rows, `overwrite` replaces its content. Readers
+of the previous version are never disturbed, and a job that fails, is killed or is
+cancelled leaves that version current and the table as it was, in either mode (as every
+sink: nothing is published before the job's end). A retry round appends its fixed rows
+shard by shard, to a job that did publish.
 
-Every commit's metadata names the job (`thresher.job_id`, and `thresher.shard`); the
-overwrite commit also the model's and spec's sha256. Bad records, the `_SUCCESS`
+Every commit's metadata names the job (`thresher.job_id`; a retry round's, the shard);
+a job's commit also the model's and spec's sha256. Bad records, the `_SUCCESS`
 manifest (with `delta_version`, the version the job produced) and the publish record
 live in `<table>/_thresher/`, as a SQL sink's side folder: `_`-prefixed, so Delta
 readers and VACUUM leave it alone.
@@ -149,7 +150,7 @@ class DeltaSink:
         """The output part (appended to the table, or into the job's pending folder),
         then the error part."""
         if output is not None:
-            if self.mode == "append" or self.retry_round is not None:
+            if self.retry_round is not None:
                 self._append(output)
             else:
                 name = self._layout().final(output.shard).removeprefix(self.side_dir + "/")
@@ -181,9 +182,9 @@ class DeltaSink:
         fs.rm(path)
 
     def finish(self, manifest: dict[str, Any]) -> None:
-        """Publish: in overwrite mode the one commit that replaces the table's content;
-        then the error parts and `_SUCCESS`. Adds `delta_version`, the table version the
-        job produced, to `manifest` (which the store records)."""
+        """Publish: the one commit that appends the job's rows or replaces the table's
+        content with them; then the error parts and `_SUCCESS`. Adds `delta_version`,
+        the table version the job produced, to `manifest` (which the store records)."""
         fs, side = filesystem(self.side_dir)
         remove_staging(fs, side)
         manifest.update(table=self.root)
@@ -199,13 +200,14 @@ class DeltaSink:
         manifest.update(delta_version=self._job_version(self.job_id))
 
     def _publish_table(self, job_id: str, record: dict[str, Any]) -> None:
-        """Job `job_id`'s overwrite: its pending parts become the table's whole content in
-        one commit (application id `thresher/<job>/publish`), then the parts go. Run again
-        after it committed (a crash before the publish finished), it writes nothing."""
+        """Job `job_id`'s publish: its pending parts appended to the table, or made its
+        whole content, in one commit (application id `thresher/<job>/publish`), then the
+        parts go. Run again after it committed (a crash before the publish finished), it
+        writes nothing."""
         fs, folder = filesystem(PendingOutput(self.side_dir, job_id).folder)
         parts = sorted(fs.glob(f"{folder}/part-*.parquet"))
         app_id = f"thresher/{job_id}/publish"
-        if record["overwrite"] and not self._has_transaction(app_id):
+        if not self._has_transaction(app_id):
             manifest = record["manifest"]
             metadata = {
                 "thresher.job_id": job_id,
@@ -216,8 +218,9 @@ class DeltaSink:
             files = [fs.open(p, "rb") for p in parts]
             try:
                 data = _parquet_reader([pq.ParquetFile(f) for f in files], self._schema())
+                mode = "overwrite" if record["overwrite"] else "append"
                 if data is not None:
-                    self._write(data, "overwrite", app_id, metadata)
+                    self._write(data, mode, app_id, metadata)
             finally:
                 for f in files:
                     f.close()
