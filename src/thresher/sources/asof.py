@@ -54,7 +54,8 @@ class TableRead:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TableRead:
         tuples = ("files", "key", "entity_key", "columns", "outputs")
-        return cls(**{k: tuple(v) if k in tuples else v for k, v in data.items()})
+        fields: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in data.items()}
+        return cls(**fields)
 
 
 def _relation(read: TableRead) -> str:

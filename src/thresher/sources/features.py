@@ -136,7 +136,9 @@ def complete_features_spec(spec: Any) -> None:
     if source.columns or any(t.columns is None for t in options.tables):
         return
     source.columns = [
-        f"{t.table_name()}__{c}" if t.full_names else c for t in options.tables for c in t.columns
+        f"{t.table_name()}__{c}" if t.full_names else c
+        for t in options.tables
+        for c in t.columns or ()
     ]
 
 
@@ -156,7 +158,9 @@ class FeaturesSource:
             read, types = self._resolve(index, table, entity, taken)
             tables.append(asdict(read))
             fields += [pa.field(n, t) for n, t in zip(read.outputs, types, strict=True)]
-        metadata = {METADATA_KEY: json.dumps({"timestamp": self.options.timestamp, "tables": tables})}
+        metadata = {
+            METADATA_KEY: json.dumps({"timestamp": self.options.timestamp, "tables": tables})
+        }
         return Plan(shards=plan.shards, schema=pa.schema(fields, metadata=metadata))
 
     def reader(self, schema: pa.Schema, columns: list[str]) -> FeaturesReader:
@@ -168,12 +172,11 @@ class FeaturesSource:
         field = f"source.options.tables[{index}]"
         read = self._located(table)
         schema = describe(read, field)
-        where = f"{field} ({table.uri})"
         entity_key = table.entity_key or table.key
         for ours, theirs in zip(entity_key, table.key, strict=True):
-            _check_key(entity, schema, ours, theirs, where)
+            _check_key(entity, schema, (ours, theirs), field, table.uri)
         _check_temporal(schema, table.timestamp, f"{field}.timestamp", table.uri)
-        _check_same_zone(entity.field(self.options.timestamp).type, schema, table, where)
+        _check_same_zone(entity.field(self.options.timestamp).type, schema, table, field)
         if table.tie_break is not None:
             _need(schema, [table.tie_break], f"{field}.tie_break", table.uri)
         reserved = {*table.key, table.timestamp, table.tie_break}
@@ -238,7 +241,8 @@ def _check_same_zone(ours: pa.DataType, schema: pa.Schema, table: FeatureTable, 
     zoned = [pa.types.is_timestamp(t) and t.tz is not None for t in (ours, theirs)]
     if zoned[0] != zoned[1]:
         raise SourceError(
-            f"{where}.timestamp: {table.timestamp!r} is {theirs} but the entities' as-of "
+            f"{where}.timestamp: {table.timestamp!r} in {table.uri} is {theirs} but the "
+            f"entities' as-of "
             f"column is {ours}; both need a time zone or neither"
         )
 
@@ -253,13 +257,16 @@ def _key_family(kind: pa.DataType) -> str:
     return str(kind)
 
 
-def _check_key(entity: pa.Schema, schema: pa.Schema, ours: str, theirs: str, where: str) -> None:
-    _need(entity, [ours], f"{where}.entity_key", "the entities")
-    _need(schema, [theirs], f"{where}.key", where)
+def _check_key(
+    entity: pa.Schema, schema: pa.Schema, names: tuple[str, str], field: str, uri: str
+) -> None:
+    ours, theirs = names
+    _need(entity, [ours], f"{field}.entity_key", "the entities")
+    _need(schema, [theirs], f"{field}.key", uri)
     a, b = entity.field(ours).type, schema.field(theirs).type
     if _key_family(a) != _key_family(b):
         raise SourceError(
-            f"{where}.key: {theirs!r} is {b} but the entities' {ours!r} is {a}; "
+            f"{field}.key: {theirs!r} in {uri} is {b} but the entities' {ours!r} is {a}; "
             "keys must be of one type (cast one of them)"
         )
 
