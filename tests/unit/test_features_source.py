@@ -17,7 +17,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from thresher.errors import SourceError, SpecError
+from thresher.errors import SpecError
 from thresher.sources import open_source
 from thresher.spec import SourceSection, load_spec, parse_spec
 from thresher.testing import check_source
@@ -154,7 +154,7 @@ def test_ties_and_late_rows_in_detail(tmp_path: Path) -> None:
 def test_a_name_clash_is_an_error_unless_full_names(tmp_path: Path, data: dict[str, Any]) -> None:
     uri = str(tmp_path / "spend" / "*.parquet")
     twice = [table_spec(uri, name="a"), table_spec(uri, name="b")]
-    with pytest.raises(SourceError, match=r"tables\[1\].columns: 'spend'.*full_names"):
+    with pytest.raises(SpecError, match=r"tables\[1\].columns: 'spend'.*full_names"):
         open_source(section(tmp_path / "entities.parquet", twice)).plan()
     twice[1]["full_names"] = True
     got = read_all(section(tmp_path / "entities.parquet", twice))
@@ -178,14 +178,14 @@ def test_bad_tables_fail_the_plan_naming_the_field(
     tmp_path: Path, data: dict[str, Any], change: dict[str, Any], message: str
 ) -> None:
     table = {**table_spec(str(tmp_path / "spend" / "*.parquet")), **change}
-    with pytest.raises(SourceError, match=message):
+    with pytest.raises(SpecError, match=message):
         open_source(section(tmp_path / "entities.parquet", [table])).plan()
 
 
 def test_the_entities_need_a_timestamp(tmp_path: Path, data: dict[str, Any]) -> None:
     sec = section(tmp_path / "entities.parquet", [table_spec(str(tmp_path / "visits.csv"))])
     sec.options["timestamp"] = "region"
-    with pytest.raises(SourceError, match=r"source.options.timestamp: 'region'.* not a timestamp"):
+    with pytest.raises(SpecError, match=r"source.options.timestamp: 'region'.* not a timestamp"):
         open_source(sec).plan()
 
 
@@ -243,6 +243,6 @@ def test_tables_stay_under_allowed_roots(tmp_path: Path, data: dict[str, Any]) -
         [table_spec(str(outside))],
         allowed_roots=[str(tmp_path)],
     )
-    with pytest.raises(SourceError, match="allowed"):
+    with pytest.raises(SpecError, match="allowed"):
         open_source(sec).plan()
     outside.unlink()

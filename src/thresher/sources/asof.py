@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher.errors import SourceError
+from thresher.errors import SourceError, SpecError
 from thresher.postgres import quote_ident
 from thresher.sources.base import Chunk, Shard
 from thresher.sources.parquet import ParquetReader
@@ -86,7 +86,7 @@ def describe(read: TableRead, field: str) -> pa.Schema:
             schema: pa.Schema = conn.sql(sql).to_arrow_table().schema
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0]
-        raise SourceError(f"{field}.uri: cannot read {read.uri}: {first}") from None
+        raise SpecError([f"{field}.uri: cannot read {read.uri}: {first}"]) from None
     return pa.schema([f for f in schema if f.name != "file_row_number"])
 
 

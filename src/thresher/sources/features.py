@@ -45,7 +45,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
-from thresher.errors import SourceError
+from thresher.errors import SourceError, SpecError
 from thresher.plugins import Options
 from thresher.sources.asof import METADATA_KEY, FeaturesReader, TableRead, describe
 from thresher.sources.base import MAX_COLUMNS, Plan
@@ -170,7 +170,7 @@ class FeaturesSource:
         self, index: int, table: FeatureTable, entity: pa.Schema, taken: set[str]
     ) -> tuple[TableRead, list[pa.DataType]]:
         field = f"source.options.tables[{index}]"
-        read = self._located(table)
+        read = self._located(table, field)
         schema = describe(read, field)
         entity_key = table.entity_key or table.key
         for ours, theirs in zip(entity_key, table.key, strict=True):
@@ -185,9 +185,11 @@ class FeaturesSource:
         outputs = [f"{read.name}__{c}" if table.full_names else c for c in columns]
         for name in outputs:
             if name in taken:
-                raise SourceError(
-                    f"{field}.columns: {name!r} from {table.uri} is already a column of the "
-                    "entities or of another table; set full_names = true on this table"
+                raise SpecError(
+                    [
+                        f"{field}.columns: {name!r} from {table.uri} is already a column of the "
+                        "entities or of another table; set full_names = true on this table"
+                    ]
                 )
             taken.add(name)
         done = replace(
@@ -195,16 +197,22 @@ class FeaturesSource:
         )
         return done, [schema.field(c).type for c in columns]
 
-    def _located(self, table: FeatureTable) -> TableRead:
+    def _located(self, table: FeatureTable, field: str) -> TableRead:
         """The table with its files listed (and confined to the allowed roots) now."""
         if table.table is not None:
             path = "/" + table.uri.removeprefix("duckdb://").lstrip("/")
-            files = confine([path], self.roots) if self.roots else [path]
+            try:
+                files = confine([path], self.roots) if self.roots else [path]
+            except SourceError as exc:
+                raise SpecError([f"{field}.uri: {str(exc).removeprefix('source.uri: ')}"]) from None
             kind = "duckdb"
         else:
             kind = _kind(table.uri) or "parquet"
             suffixes = (".csv",) if kind == "csv" else (".parquet", ".pq")
-            files = list_files(table.uri, suffixes, self.roots)
+            try:
+                files = list_files(table.uri, suffixes, self.roots)
+            except SourceError as exc:
+                raise SpecError([f"{field}.uri: {str(exc).removeprefix('source.uri: ')}"]) from None
         ttl = None if table.ttl is None else int(table.ttl / timedelta(microseconds=1))
         return TableRead(
             name=table.table_name(),
@@ -226,24 +234,26 @@ def _need(schema: pa.Schema, names: Sequence[str], field: str, where: str) -> No
     missing = [n for n in names if n not in schema.names]
     if missing:
         have = ", ".join(schema.names[:8]) + (", …" if len(schema.names) > 8 else "")
-        raise SourceError(f"{field}: {where} has no column {missing[0]!r} (it has {have})")
+        raise SpecError([f"{field}: {where} has no column {missing[0]!r} (it has {have})"])
 
 
 def _check_temporal(schema: pa.Schema, name: str, field: str, where: str) -> None:
     _need(schema, [name], field, where)
     kind = schema.field(name).type
     if not (pa.types.is_timestamp(kind) or pa.types.is_date(kind)):
-        raise SourceError(f"{field}: {name!r} in {where} is {kind}, not a timestamp or date")
+        raise SpecError([f"{field}: {name!r} in {where} is {kind}, not a timestamp or date"])
 
 
 def _check_same_zone(ours: pa.DataType, schema: pa.Schema, table: FeatureTable, where: str) -> None:
     theirs = schema.field(table.timestamp).type
     zoned = [pa.types.is_timestamp(t) and t.tz is not None for t in (ours, theirs)]
     if zoned[0] != zoned[1]:
-        raise SourceError(
-            f"{where}.timestamp: {table.timestamp!r} in {table.uri} is {theirs} but the "
-            f"entities' as-of "
-            f"column is {ours}; both need a time zone or neither"
+        raise SpecError(
+            [
+                f"{where}.timestamp: {table.timestamp!r} in {table.uri} is {theirs} but the "
+                f"entities' as-of "
+                f"column is {ours}; both need a time zone or neither"
+            ]
         )
 
 
@@ -265,9 +275,11 @@ def _check_key(
     _need(schema, [theirs], f"{field}.key", uri)
     a, b = entity.field(ours).type, schema.field(theirs).type
     if _key_family(a) != _key_family(b):
-        raise SourceError(
-            f"{field}.key: {theirs!r} in {uri} is {b} but the entities' {ours!r} is {a}; "
-            "keys must be of one type (cast one of them)"
+        raise SpecError(
+            [
+                f"{field}.key: {theirs!r} in {uri} is {b} but the entities' {ours!r} is {a}; "
+                "keys must be of one type (cast one of them)"
+            ]
         )
 
 
