@@ -48,6 +48,11 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
     _builtin(S, "duckdb", "sources.duckdb:duckdb_source", NONE, extra="duckdb"),
     _builtin(S, "delta", "sources.delta:delta_source", "sources.delta:DeltaSourceOptions", "delta"),
     {
+        **_builtin(S, "features", "sources.features:features_source", extra="duckdb"),
+        "options": "thresher.sources.features:FeaturesOptions",
+        "completes": "thresher.sources.features:complete_features_spec",
+    },
+    {
         **_builtin(S, "openai-batch", "sources.openai_batch:openai_batch_source"),
         "options": "thresher.openai.settings:BatchSourceOptions",
         "completes": _BATCH_COMPLETES,

@@ -1,4 +1,5 @@
-"""Which places an output may name: a folder, never nothing or a whole filesystem.
+"""The places a spec names: inputs relative to the spec's folder, and outputs that must
+be a folder, never nothing or a whole filesystem.
 
 A sink's overwrite replaces what its folder holds; an empty path would be the working
 directory and a root the machine's, so the spec refuses both (`sink.uri`,
@@ -10,8 +11,10 @@ the sink's question (`sinks/publish.written_by_thresher`); which may never be a 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
-__all__ = ["check_output_place"]
+__all__ = ["check_output_place", "resolve_option_uris", "resolve_uri"]
 
 
 def check_output_place(uri: str) -> str:
@@ -25,3 +28,32 @@ def check_output_place(uri: str) -> str:
     elif uri.strip() and os.path.normpath(rest if sep else uri).strip("/"):
         return uri
     raise ValueError(f"names no folder or a filesystem root ({uri!r}); name the output's folder")
+
+
+def resolve_uri(uri: str, base: Path) -> str:
+    """`data/x.parquet` -> `<base>/data/x.parquet`; URLs, absolute paths and modules stay
+    (and so does an empty uri: it names nothing, not the spec's folder)."""
+    if "://" in uri or not uri.strip():
+        for scheme in ("sqlite:///", "duckdb:///"):  # a file beside the spec
+            if uri.startswith(scheme) and not uri.startswith(f"{scheme}/"):
+                return scheme + os.path.abspath(base / uri[len(scheme) :])
+        return uri
+    target, colon, attr = uri.rpartition(":") if uri.count(":") == 1 else (uri, "", "")
+    if colon and not target.endswith(".py"):
+        return uri  # pkg.module:Class
+    path = Path(target)
+    resolved = str(path) if path.is_absolute() else os.path.abspath(base / path)
+    trailing = "/" if uri.endswith("/") and not resolved.endswith("/") else ""
+    return f"{resolved}{trailing}{colon}{attr}"
+
+
+def resolve_option_uris(options: dict[str, Any] | list[Any], base: Path) -> None:
+    """Resolve, in place, every `uri` key's value (a string) at any depth of a plug-in's
+    options, as `resolve_uri` does a section's own: a plug-in that reads more than one
+    input (a features source's tables) names each like a source's `uri`."""
+    items = options.items() if isinstance(options, dict) else enumerate(options)
+    for key, value in list(items):
+        if key == "uri" and isinstance(value, str) and isinstance(options, dict):
+            options[key] = resolve_uri(value, base)
+        elif isinstance(value, dict | list):
+            resolve_option_uris(value, base)

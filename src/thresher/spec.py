@@ -17,7 +17,6 @@ data can move together.
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from pydantic import (
 )
 
 from thresher.errors import SpecError, describe_errors
-from thresher.places import check_output_place
+from thresher.places import check_output_place, resolve_option_uris, resolve_uri
 from thresher.plugins import (
     Kind,
     check_plugin,
@@ -373,28 +372,14 @@ def _read_mapping(path: Path) -> dict[str, Any]:
 
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
-    """Make relative local paths in uri fields relative to the spec file's folder."""
+    """Make relative local paths in uri fields relative to the spec file's folder: a
+    section's own, and any `uri` in its plug-in's options (a features source's tables)."""
     for section in ("source", "model", "sink"):
         node = raw.get(section)
         if isinstance(node, dict) and isinstance(node.get("uri"), str):
             node["uri"] = resolve_uri(node["uri"], base)
+        if isinstance(node, dict) and isinstance(node.get("options"), dict):
+            resolve_option_uris(node["options"], base)
     sink = raw.get("sink")
     if isinstance(sink, dict) and isinstance(sink.get("staging"), str):
         sink["staging"] = resolve_uri(sink["staging"], base)
-
-
-def resolve_uri(uri: str, base: Path) -> str:
-    """`data/x.parquet` -> `<base>/data/x.parquet`; URLs, absolute paths and modules stay
-    (and so does an empty uri: it names nothing, not the spec's folder)."""
-    if "://" in uri or not uri.strip():
-        for scheme in ("sqlite:///", "duckdb:///"):  # a file beside the spec
-            if uri.startswith(scheme) and not uri.startswith(f"{scheme}/"):
-                return scheme + os.path.abspath(base / uri[len(scheme) :])
-        return uri
-    target, colon, attr = uri.rpartition(":") if uri.count(":") == 1 else (uri, "", "")
-    if colon and not target.endswith(".py"):
-        return uri  # pkg.module:Class
-    path = Path(target)
-    resolved = str(path) if path.is_absolute() else os.path.abspath(base / path)
-    trailing = "/" if uri.endswith("/") and not resolved.endswith("/") else ""
-    return f"{resolved}{trailing}{colon}{attr}"

@@ -79,6 +79,27 @@ def test_query_sources_keep_the_source_contract(tmp_path: Path, fmt: str) -> Non
     assert plan.schema == pa.schema({"id": pa.int64(), **dict.fromkeys(FEATURES, pa.float64())})
 
 
+def test_the_features_source_keeps_the_source_contract(tmp_path: Path) -> None:
+    data = table()
+    days = pa.array(np.arange(data.num_rows) % 30, pa.int32()).cast(pa.date32())
+    write(data.append_column("as_of", days).select(["id", "as_of"]), tmp_path / "e.parquet")
+    write(data.append_column("t", days), tmp_path / "f.parquet")
+    options = {
+        "timestamp": "as_of",
+        "tables": [{"uri": str(tmp_path / "f.parquet"), "key": "id", "timestamp": "t"}],
+    }
+    section = SourceSection(
+        uri=str(tmp_path / "e.parquet"),
+        format="features",
+        id_column="id",
+        shard_bytes=8_192,
+        options=options,
+    )
+    plan = check_source(open_source(section, min_shards=2))
+    assert len(plan.shards) > 1
+    assert plan.schema.names == ["id", "as_of", *FEATURES]
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl", "sqlite", "duckdb"])
 def test_builtin_sinks_keep_the_sink_contract(tmp_path: Path, fmt: str) -> None:
     tables = {"sqlite": "out.db", "duckdb": "out.duckdb"}

@@ -57,9 +57,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from thresher.errors import ThresherError, describe_errors
+from thresher.places import resolve_uri
 from thresher.plan.devices import visible_gpus
 from thresher.schedules.settings import ScheduleSettings, valid_name
-from thresher.spec import ModelSection, RunSection, resolve_uri
+from thresher.spec import ModelSection, RunSection
 from thresher.triggers.settings import TriggerSettings
 
 SECRET_FILE = "webhook_secret"

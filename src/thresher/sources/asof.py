@@ -1,0 +1,227 @@
+"""Reading a shard of the `features` source (`features.py`): one DuckDB `ASOF JOIN` per
+feature table, of the shard's entities against the table's files.
+
+The shard's entity rows are read with the Parquet reader and only their keys, as-of
+times and row numbers go to DuckDB (registered as an Arrow table), so entity columns come
+back exactly as they were. DuckDB reads the feature files itself, filtered before the
+join to the shard's key range, the keys the shard has (a semi-join) and the times that
+can match (≤ the latest as-of, ≥ the earliest as-of less the ttl): zone maps skip row
+groups outside them, and no feature table is ever held whole. Each result comes back in
+entity order and is put beside the entity columns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from thresher.errors import SourceError, SpecError
+from thresher.postgres import quote_ident
+from thresher.sources.base import Chunk, Shard
+from thresher.sources.parquet import ParquetReader
+from thresher.sources.sql import conform
+
+METADATA_KEY = b"thresher.features"
+PROBE = "thresher_entities"
+
+
+@dataclass(frozen=True)
+class TableRead:
+    """One feature table as planned: its files frozen, its columns checked."""
+
+    name: str
+    uri: str
+    kind: Literal["parquet", "csv", "duckdb"] | str
+    files: tuple[str, ...]  # a duckdb table's: its database file
+    table: str | None
+    key: tuple[str, ...]
+    entity_key: tuple[str, ...]
+    timestamp: str
+    columns: tuple[str, ...]
+    outputs: tuple[str, ...]  # the joined names of `columns`
+    ttl_us: int | None
+    tie_break: str | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TableRead:
+        tuples = ("files", "key", "entity_key", "columns", "outputs")
+        fields: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in data.items()}
+        return cls(**fields)
+
+
+def _relation(read: TableRead) -> str:
+    files = "[" + ", ".join(_literal(f) for f in read.files) + "]"
+    if read.kind == "duckdb":
+        assert read.table is not None
+        return ".".join(["thresher_db", *map(quote_ident, read.table.split("."))])
+    if read.kind == "csv":
+        return f"read_csv({files}, filename = true)"
+    return f"read_parquet({files}, filename = true, file_row_number = true)"
+
+
+def _connect(read: TableRead) -> Any:
+    conn = duckdb.connect()
+    conn.execute("SET TimeZone = 'UTC'")
+    if read.kind == "duckdb":
+        conn.execute(f"ATTACH {_literal(read.files[0])} AS thresher_db (READ_ONLY)")
+    return conn
+
+
+def describe(read: TableRead, field: str) -> pa.Schema:
+    """The table's columns as DuckDB reads them; SourceError naming `field` and the uri."""
+    try:
+        with closing(_connect(read)) as conn:
+            sql = f"SELECT * EXCLUDE (filename) FROM {_relation(read)} LIMIT 0"
+            if read.kind == "duckdb":
+                sql = f"SELECT * FROM {_relation(read)} LIMIT 0"
+            schema: pa.Schema = conn.sql(sql).to_arrow_table().schema
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise SpecError([f"{field}.uri: cannot read {read.uri}: {first}"]) from None
+    return pa.schema([f for f in schema if f.name != "file_row_number"])
+
+
+def _tie_order(read: TableRead) -> str:
+    """Which row of a (key, timestamp) tie wins: first in this order."""
+    order = [f"{quote_ident(read.tie_break)} DESC NULLS LAST"] if read.tie_break else []
+    if read.kind == "duckdb":
+        return ", ".join([*order, "rowid DESC"])
+    order.append("filename DESC")
+    if read.kind == "csv":
+        order += [f"{quote_ident(c)} DESC NULLS LAST" for c in read.columns]
+    else:
+        order.append("file_row_number DESC")
+    return ", ".join(order)
+
+
+def join_sql(read: TableRead, probe: pa.Table) -> str:
+    """The query giving `read`'s columns for each row of `probe` (`__row`, `__k0`…,
+    `__ts`), ordered by `__row`."""
+    keys = [quote_ident(k) for k in read.key]
+    ts = quote_ident(read.timestamp)
+    bounds = [f"{ts} <= {_bound(probe['__ts'], 'max')}"]
+    earliest = _bound(probe["__ts"], "min")
+    if read.ttl_us is not None and earliest != "NULL":
+        bounds.append(f"{ts} >= {earliest} - to_microseconds({read.ttl_us})")
+    for i, key in enumerate(keys):
+        low, high = _bound(probe[f"__k{i}"], "min"), _bound(probe[f"__k{i}"], "max")
+        if "NULL" not in (low, high):
+            bounds.append(f"{key} BETWEEN {low} AND {high}")
+    same = " AND ".join(f"p.__k{i} = src.{k}" for i, k in enumerate(keys))
+    bounds.append(f"EXISTS (SELECT 1 FROM {PROBE} p WHERE {same})")
+    picked = ", ".join(f"{k} AS __k{i}" for i, k in enumerate(keys))
+    values = ", ".join(f"{quote_ident(c)} AS __c{j}" for j, c in enumerate(read.columns))
+    fresh = "" if read.ttl_us is None else f"f.__fts >= p.__ts - to_microseconds({read.ttl_us})"
+    out = ", ".join(
+        f"CASE WHEN {fresh} THEN f.__c{j} END" if fresh else f"f.__c{j}"
+        for j in range(len(read.columns))
+    )
+    on = " AND ".join(f"p.__k{i} = f.__k{i}" for i in range(len(keys)))
+    return (
+        f"WITH f AS (SELECT {picked}, {ts} AS __fts, {values}"
+        f" FROM {_relation(read)} AS src WHERE {' AND '.join(bounds)}"
+        f" QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)}, {ts}"
+        f" ORDER BY {_tie_order(read)}) = 1)"
+        f" SELECT p.__row, {out} FROM {PROBE} p ASOF LEFT JOIN f"
+        f" ON {on} AND p.__ts >= f.__fts ORDER BY p.__row"
+    )
+
+
+def _bound(column: pa.ChunkedArray, which: str) -> str:
+    """The column's min or max as a SQL literal (a timestamp widened to whole µs), or
+    NULL when it has no value or no literal form (then no bound is pushed down)."""
+    scalar = pc.min_max(column)[which]
+    if pa.types.is_timestamp(column.type):
+        micro = pc.cast(scalar, pa.int64()).as_py()
+        if micro is None:
+            return "NULL"
+        per = {"s": 10**-6, "ms": 10**-3, "us": 1, "ns": 10**3}[column.type.unit]
+        micro = micro // per if which == "min" else -(-micro // per)
+        text = f"make_timestamp({int(micro)})"
+        return f"{text}::TIMESTAMPTZ" if column.type.tz else text
+    return _literal(scalar.as_py())
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "NULL"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return f"DATE '{value.isoformat()}'"
+    return "NULL"
+
+
+@dataclass(frozen=True)
+class FeaturesReader:
+    """Reads a shard of entities joined with its feature tables; picklable."""
+
+    entity_columns: tuple[str, ...]  # what is read from the entity files
+    timestamp: str
+    tables: tuple[TableRead, ...]  # those with a requested column
+    schema: pa.Schema  # the requested columns, in order
+
+    @classmethod
+    def for_plan(cls, schema: pa.Schema, columns: list[str]) -> FeaturesReader:
+        frozen = json.loads((schema.metadata or {})[METADATA_KEY])
+        tables = tuple(TableRead.from_json(t) for t in frozen["tables"])
+        outputs = {name for t in tables for name in t.outputs}
+        wanted = [t for t in tables if set(t.outputs) & set(columns)]
+        need = [c for c in columns if c not in outputs]
+        for table in wanted:
+            need += [*table.entity_key, frozen["timestamp"]]
+        target = pa.schema([schema.field(c) for c in columns])
+        return cls(tuple(dict.fromkeys(need)), frozen["timestamp"], tuple(wanted), target)
+
+    def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
+        entities, first = self._entities(shard)
+        columns = {name: entities.column(name) for name in entities.column_names}
+        for table in self.tables:
+            columns |= self._joined(table, entities, shard)
+        joined = pa.table(
+            [columns[n] for n in self.schema.names], schema=self.schema.remove_metadata()
+        )
+        for offset in range(0, joined.num_rows, rows_per_chunk):
+            piece = joined.slice(offset, rows_per_chunk)
+            start = first + offset
+            yield Chunk(piece, np.arange(start, start + piece.num_rows, dtype=np.int64))
+
+    def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
+        return "row", position
+
+    def _entities(self, shard: Shard) -> tuple[pa.Table, int]:
+        reader = ParquetReader(columns=self.entity_columns)
+        tables = [chunk.table for chunk in reader.read(shard, 1 << 20)]
+        return pa.concat_tables(tables), shard.first_row
+
+    def _joined(self, read: TableRead, entities: pa.Table, shard: Shard) -> dict[str, Any]:
+        rows = entities.num_rows
+        probe = {"__row": pa.array(np.arange(rows, dtype=np.int64))}
+        probe |= {f"__k{i}": entities.column(k) for i, k in enumerate(read.entity_key)}
+        probe["__ts"] = entities.column(self.timestamp)
+        probe_table = pa.table(probe)
+        types = pa.schema([self.schema.field(o) for o in read.outputs if o in self.schema.names])
+        try:
+            with closing(_connect(read)) as conn:
+                conn.register(PROBE, probe_table)
+                result = conn.sql(join_sql(read, probe_table)).to_arrow_table()
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise SourceError(
+                f"feature table {read.name} ({read.uri}): DuckDB refused the join: {first}",
+                shard=shard.index,
+            ) from None
+        assert result.num_rows == rows  # an ASOF LEFT JOIN keeps each entity row once
+        named = result.rename_columns(["__row", *read.outputs])
+        return dict(zip(types.names, conform(named, types).columns, strict=True))
