@@ -35,6 +35,9 @@ def test_a_delta_table_into_a_delta_table(workspace: Workspace) -> None:
     history = out.history()
     (commit,) = history  # the job's rows, appended in one commit at its end
     job_id = commit["thresher.job_id"]
+    assert "table version: 0" in result.stdout
+    status = workspace.run("status", job_id)
+    assert "at version 0" in status.stdout, status.stdout
 
     again = workspace.run("run", spec, "--set", 'sink.mode="overwrite"', *FAST)
     assert again.returncode == 0, again.stderr

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from thresher.postgres import without_password
 from thresher.store import JobRecord, JobState, ShardRecord, ShardState, Store
 
 
@@ -68,6 +69,9 @@ def show_job(store: Store, job_id: str, console: Console | None = None) -> None:
         f"  rate: {_rate(job)} rows/s"
     )
     say(f"  created: {job.created_at}  finished: {job.finished_at or '-'}  owner: {job.owner}")
+    if job.manifest and job.manifest.get("delta_version") is not None:
+        table = without_password(str(job.manifest.get("table", "")))
+        say(f"  table: {shown(table)} at version {job.manifest['delta_version']}")
     if job.message:
         say(f"  message: {shown(job.message)}")
     if job.wait_reason:

@@ -18,6 +18,8 @@ def print_result(result: JobResult) -> None:
         f"{m['rows_error']:,} errors in {m['seconds']:.1f}s ({rate:,.0f} rows/s)"
     )
     click.echo(f"  output: {without_password(result.output)}")
+    if m.get("delta_version") is not None:  # a table sink's new version (sinks/delta.py)
+        click.echo(f"  table version: {m['delta_version']}")
     if m["rows_error"]:
         click.echo(f"  errors: {result.errors_uri}")
     for problem in result.problems:
