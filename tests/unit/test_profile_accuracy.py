@@ -1,5 +1,6 @@
-"""A profile's figures from a sample: what Arrow counts stays exact, and every estimate
-lies within the error its profile states (`monitor.accuracy`), on known distributions."""
+"""A profile's figures from a sample: what Arrow knows of every chunk stays exact, and every
+estimate lies within the error its profile states (`profiles.accuracy`), on known
+distributions."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from test_profile import profile_of
 
 from thresher.errors import MonitorError
-from thresher.profiles.profile import ColumnProfile, Profile
+from thresher.profiles.profile import VERSION, ColumnProfile, Profile
 from thresher.profiles.sampling import sample_rate_for
 
 ROWS = 400_000
@@ -51,9 +52,7 @@ def test_arrow_counts_stay_exact_under_a_sample(
     profile, raw = sampled
     x, values = profile.columns["x"], raw["x"]
     assert (x.rows, x.nulls) == (ROWS, ROWS - len(values))
-    assert (x.nan, x.inf) == (int(np.isnan(values).sum()), int(np.isinf(values).sum()))
-    assert x.describe()["count"] == int(np.isfinite(values).sum())
-    for figure in ("rows", "nulls", "nan", "inf", "count"):
+    for figure in ("rows", "nulls"):
         assert errors(x)[figure] == "exact"
     label = profile.columns["label"]  # an output's class labels: every value counted
     assert dict(label.top()) == {str(v): int((raw["label"] == v).sum()) for v in (0, 1)}
@@ -98,6 +97,26 @@ def test_shares_of_categories_and_histogram_bins_are_within_their_stated_error(
     assert np.abs(shares - true_shares).max() <= bound
 
 
+def test_nan_and_inf_of_floats_are_the_samples_within_their_stated_error(
+    sampled: tuple[Profile, dict[str, np.ndarray]],
+) -> None:
+    """Nothing reads every value of an input: a float column's nan and inf are counted in
+    the sample and scaled, within Hoeffding's bound of their share; the finite count
+    within the same share of the non-null values."""
+    profile, raw = sampled
+    x, values = profile.columns["x"], raw["x"]
+    assert 0 < x.scanned < len(values)
+    stated = errors(x)
+    for figure, truth in (("nan", np.isnan(values)), ("inf", np.isinf(values))):
+        bound = stated[figure]["share_error"]
+        assert bound == pytest.approx(math.sqrt(math.log(200) / (2 * x.scanned)))
+        assert abs(getattr(x, figure) - int(truth.sum())) <= bound * len(values), figure
+    count = x.describe()["count"]
+    assert abs(count - int(np.isfinite(values).sum())) <= stated["count"]["plus_minus"]
+    region = profile.columns["region"]  # text holds no nan: every value is known to be none
+    assert region.nan_exact and errors(region)["nan"] == "exact"
+
+
 def test_every_figure_is_exact_where_the_sample_is_every_row() -> None:
     inputs, outputs, _ = data()
     profile = profile_of(inputs.slice(0, 9_000), outputs.slice(0, 9_000), rate=1.0)
@@ -117,6 +136,7 @@ def test_a_profile_of_version_1_reads_with_its_moments_and_counts_exact() -> Non
     data_["version"] = 1
     for column in data_["columns"].values():
         column.pop("counted")
+        _as_version_2_counts(column)
         column["moments"]["count"] = column["rows"] - column["nulls"] - column["nan"]
         column["moments"]["count"] -= column["inf"]
     old = Profile.from_json(data_)
@@ -125,10 +145,29 @@ def test_a_profile_of_version_1_reads_with_its_moments_and_counts_exact() -> Non
     assert errors(old.columns["x"])["mean"] == "exact"
 
 
+def _as_version_2_counts(column: dict[str, Any]) -> None:
+    """Versions 1 and 2 held nan and inf of every value, and no `scanned`."""
+    column["nan"], column["inf"] = column.pop("sampled_nan"), column.pop("sampled_inf")
+    del column["scanned"]
+
+
+def test_a_profile_of_version_2_reads_its_nan_and_inf_as_exact(
+    sampled: tuple[Profile, dict[str, np.ndarray]],
+) -> None:
+    data_ = sampled[0].to_json()
+    data_["version"] = 2
+    for column in data_["columns"].values():
+        _as_version_2_counts(column)
+        column["nan"], column["inf"] = 7, 3
+    x = Profile.from_json(data_).columns["x"]
+    assert (x.nan, x.inf, x.nan_exact) == (7, 3, True)
+    assert errors(x)["nan"] == errors(x)["inf"] == errors(x)["count"] == "exact"
+
+
 def test_a_profile_of_a_later_version_is_refused_with_a_message() -> None:
     data_ = Profile(rows=1).to_json()
-    data_["version"] = 3
-    with pytest.raises(MonitorError, match=r"version 3.*newer thresher.*upgrade"):
+    data_["version"] = VERSION + 1
+    with pytest.raises(MonitorError, match=rf"version {VERSION + 1}.*newer thresher.*upgrade"):
         Profile.from_json(data_)
 
 
@@ -154,7 +193,7 @@ def test_thresher_profile_refuses_a_later_version_with_its_message(
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with monkeypatch.context() as later:
-        later.setattr(profile_module, "VERSION", 3)
+        later.setattr(profile_module, "VERSION", VERSION + 1)
         open_store(url).profiles.save("j", Profile(rows=1))
     result = CliRunner().invoke(cli, ["--store", url, "profile", "j"])
     assert result.exit_code == 1, result.output

@@ -1,10 +1,14 @@
 """How far each figure of a column's profile may be from the column's own: exact, or an
 estimate with its error at 99% confidence (alpha = 0.01).
 
-What is exact: `rows`, `nulls`, `nan` and `inf` (Arrow counts every chunk), the count of
-finite values they leave, and an output's class counts while the frequent-items sketch
-holds every value. The rest comes from a uniform Bernoulli sample of the rows
-(`monitor.sampling`), so it is exact where the sample was every row, else:
+What is exact: `rows` and `nulls` (Arrow's metadata of every chunk), and an output's class
+counts while the frequent-items sketch holds every value. The rest comes from a uniform
+Bernoulli sample of the rows (`profiles.sampling`), so it is exact where the sample was
+every row, else:
+
+- nan and inf (of floats; other types hold neither, exactly): their share of the non-null
+  values within Hoeffding's √(ln(2/alpha)/2n) of n sampled values, and the count of finite
+  values they leave within that share of the non-null values;
 
 - mean: ± z·s/√n·√(1 - n/N), the sample mean's normal interval (n sampled of N values);
 - std: ± z·s/√(2n)·√(1 - n/N), its normal-theory interval (for data far from normal,
@@ -41,10 +45,11 @@ class _Moments(Protocol):
 
 
 class Profiled(Protocol):
-    """What `column_errors` reads of a column (`monitor.profile.ColumnProfile`)."""
+    """What `column_errors` reads of a column (`profiles.profile.ColumnProfile`)."""
 
     rows: int
     nulls: int
+    scanned: int
     counted: int
     quantiles: ds.kll_doubles_sketch | None
     frequent: ds.frequent_strings_sketch | None
@@ -57,6 +62,9 @@ class Profiled(Protocol):
     @property
     def population(self) -> int: ...
 
+    @property
+    def nan_exact(self) -> bool: ...
+
 
 def dkw(n: int) -> float:
     """The DKW bound: how far a sample of `n` values' CDF may be from its population's."""
@@ -67,6 +75,10 @@ def column_errors(column: Profiled, of: str = "") -> dict[str, Any]:
     """Each figure `ColumnProfile.describe` shows, by its key (`of`: "length_" where the
     figures are of text's lengths): "exact", or its error."""
     errors: dict[str, Any] = dict.fromkeys(("rows", "nulls", "nan", "inf", "count"), "exact")
+    if not column.nan_exact:
+        share = dkw(column.scanned)  # Hoeffding's bound on one share: DKW's at one point
+        errors |= dict.fromkeys(("nan", "inf"), _share(share))
+        errors["count"] = _plus_minus(share * (column.rows - column.nulls))
     errors |= _moment_errors(column.moments, column.population, of)
     if column.quantiles is not None and not column.quantiles.is_empty():
         rank = column.quantiles.normalized_rank_error(False)

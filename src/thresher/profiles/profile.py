@@ -3,7 +3,10 @@ with its rows, and that merges shard by shard.
 
 A `ColumnProfile` holds, for one column:
 
-- `rows`, `nulls`, and for numbers `nan` and `inf`: exact, counted by Arrow on every chunk;
+- `rows` and `nulls`: exact, Arrow's metadata of every chunk;
+- `nan` and `inf`: of floats, counted among the sampled values (`scanned`) and scaled to
+  the column (exact where the sample is every row); other types hold neither, so every
+  value of theirs is `scanned`, exactly;
 - `moments` (count, min, max, mean, variance; merged by Chan's rule) and `quantiles` (an
   Apache DataSketches KLL sketch, k = 200) of the finite values of a uniform sample of the
   rows (`[monitor] sample_rows` per job; every row for a small job, where they are exact);
@@ -21,7 +24,9 @@ the same per value of `[monitor] segment_by`. Sketches travel in JSON as hex (ea
 says `"sketches": "hex"`; earlier profiles held base64, and are read still).
 
 Versions: 1 held moments of every row (exact; read as such); 2 holds the sample's and
-`counted`. A profile of a later version is refused with a message, not misread.
+`counted`, with `nan` and `inf` of every row (read as exact); 3 counts `nan` and `inf`
+among the `scanned` values of the sample. A profile of a later version is refused with
+a message, not misread.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ FREQUENT_LG_MAP = 10  # up to 768 values counted exactly before the sketch start
 HLL_LG_K = 12  # about 1.6% relative error on the distinct count
 PROBABILITY_BINS = 20
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-VERSION = 2  # what `Profile.to_json` writes; see the module docstring
+VERSION = 3  # what `Profile.to_json` writes; see the module docstring
 
 Kind = Literal["numeric", "categorical", "text", "other"]
 Role = Literal["input", "output"]
@@ -124,8 +129,9 @@ class ColumnProfile:
     kind: Kind
     rows: int = 0
     nulls: int = 0
-    nan: int = 0
-    inf: int = 0
+    sampled_nan: int = 0  # nan among the `scanned` values
+    sampled_inf: int = 0
+    scanned: int = 0  # the values looked at for nan and inf (every value of other types)
     moments: Moments = field(default_factory=Moments)
     quantiles: ds.kll_doubles_sketch | None = None
     frequent: ds.frequent_strings_sketch | None = None
@@ -150,10 +156,29 @@ class ColumnProfile:
         self.kind, self.frequent, self.distinct = "text", None, None
 
     @property
+    def nan(self) -> int:
+        """The column's nan: the sample's, scaled (exact when `nan_exact`)."""
+        return self._scaled(self.sampled_nan)
+
+    @property
+    def inf(self) -> int:
+        return self._scaled(self.sampled_inf)
+
+    @property
+    def nan_exact(self) -> bool:
+        """Whether `nan` and `inf` are counts of every value, not estimates."""
+        return self.scanned >= self.rows - self.nulls
+
+    @property
     def population(self) -> int:
         """The values the column's figures describe: its finite (or, for text, non-null)
-        values, every row's, exactly."""
+        values, every row's (an estimate where `nan_exact` is not)."""
         return self.rows - self.nulls - self.nan - self.inf
+
+    def _scaled(self, sampled: int) -> int:
+        if not sampled or self.nan_exact:
+            return sampled
+        return round(sampled * (self.rows - self.nulls) / self.scanned)
 
     def top(self, limit: int = 10) -> list[tuple[str, int]]:
         """The most frequent values with their counts among the column's non-null values:
@@ -170,8 +195,9 @@ class ColumnProfile:
             self.become_text()
         self.rows += other.rows
         self.nulls += other.nulls
-        self.nan += other.nan
-        self.inf += other.inf
+        self.sampled_nan += other.sampled_nan
+        self.sampled_inf += other.sampled_inf
+        self.scanned += other.scanned
         self.counted += other.counted
         self.moments.merge(other.moments)
         if self.quantiles is not None and other.quantiles is not None:
@@ -197,8 +223,9 @@ class ColumnProfile:
             "kind": self.kind,
             "rows": self.rows,
             "nulls": self.nulls,
-            "nan": self.nan,
-            "inf": self.inf,
+            "sampled_nan": self.sampled_nan,
+            "sampled_inf": self.sampled_inf,
+            "scanned": self.scanned,
             "moments": self.moments.to_json(),
             "counted": self.counted,
             "sketches": "hex",
@@ -216,7 +243,10 @@ class ColumnProfile:
     @classmethod
     def from_json(cls, name: str, data: dict[str, Any]) -> ColumnProfile:
         column = cls(name, data["role"], data["kind"], int(data["rows"]), int(data["nulls"]))
-        column.nan, column.inf = int(data["nan"]), int(data["inf"])
+        whole = "scanned" not in data  # versions 1 and 2 counted nan and inf in every value
+        column.sampled_nan = int(data["nan" if whole else "sampled_nan"])
+        column.sampled_inf = int(data["inf" if whole else "sampled_inf"])
+        column.scanned = column.rows - column.nulls if whole else int(data["scanned"])
         column.moments = Moments.from_json(data["moments"])
         # version 1 counted every value: its counts are out of every non-null row
         column.counted = int(data.get("counted", column.rows - column.nulls))

@@ -1,20 +1,19 @@
-"""Profiling a shard as a worker goes: per chunk, what Arrow counts exactly in a call per
-column, and the sampled rows; per shard, the sample's sketches, once.
+"""Profiling a shard as a worker goes: per chunk, what Arrow knows without reading the
+values, and the sampled rows; per shard, the sample's sketches, once.
 
-Each chunk's inputs and outputs give their rows and nulls (Arrow's metadata), the nan and
-inf among floats (one `sum` per column: only a column whose sum is not finite is counted
-further), and an output's class labels (one `value_counts`). Everything else — means,
-spreads, quantiles, histograms, the top values and distinct counts of inputs — comes from
-a uniform Bernoulli sample of the rows at the job's `sample_rate` (`monitor.sampling`),
-drawn from a stream seeded by the shard's index, so a shard run again (retried, resumed)
-samples the same rows. The sampled rows are taken out (`Table.take`) and sketched at the
-shard's end (`monitor.sketching`), or whenever `FLUSH` rows wait, so what waits stays
-small where the sample is every row.
+Each chunk's inputs and outputs give their rows and nulls (Arrow's metadata), and an
+output's class labels are counted (one `bincount` or `value_counts`: one column, so
+their shares are exact). Nothing reads every input value: everything else — the nan and
+inf among floats, means, spreads, quantiles, histograms, the top values and distinct
+counts of inputs — comes from a uniform Bernoulli sample of the rows at the job's
+`sample_rate` (`profiles.sampling`), drawn from a stream seeded by the shard's index, so a
+shard run again (retried, resumed) samples the same rows. The sampled rows are taken out
+(`Table.take`) and sketched at the shard's end (`profiles.sketching`), or whenever `FLUSH`
+rows wait, so what waits stays small where the sample is every row.
 """
 
 from __future__ import annotations
 
-import math
 import zlib
 
 import numpy as np
@@ -142,16 +141,13 @@ class ShardProfiler:
 
 
 def count_exactly(column: ColumnProfile, values: pa.ChunkedArray) -> None:
-    """What Arrow counts of a chunk's column in a call: its rows and nulls; for floats the
-    nan and inf (their sum is finite without either, the rule); an output's class labels
-    (every value, so their counts are exact)."""
+    """What Arrow knows of a chunk's column without reading its values: its rows and
+    nulls (and, for a type that holds no nan or inf, that every value is neither); and an
+    output's class labels, every value (so their counts are exact). Nothing else reads
+    every value: a float column's nan and inf come from the sample (`add_numbers`)."""
     column.rows += len(values)
     column.nulls += values.null_count
-    if pa.types.is_float32(values.type) or pa.types.is_float64(values.type):
-        total = pc.sum(values).as_py()
-        if total is not None and not math.isfinite(total):
-            nan = int(pc.sum(pc.is_nan(values)).as_py() or 0)
-            column.nan += nan
-            column.inf += int(pc.sum(pc.is_inf(values)).as_py() or 0)
+    if not pa.types.is_floating(values.type):
+        column.scanned += len(values) - values.null_count
     if column.kind == "categorical" and column.role == "output":
         add_categories(column, values)

@@ -3,7 +3,8 @@ and distinct count of a category, the lengths of text, and a probability's histo
 
 The sample is small (`[monitor] sample_rows` per job, shared among its shards), so it is
 sketched at the shard's end in a few numpy and Arrow calls per column; the per-chunk work
-of profiling is Arrow's exact counts (`monitor.profiler`) and taking the sampled rows.
+of profiling is Arrow's metadata, an output's class labels (`profiles.profiler`) and
+taking the sampled rows.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thresher.arrays import column_to_numpy, to_numpy
+from thresher.arrays import column_to_numpy
 from thresher.profiles.profile import PROBABILITY_BINS, ColumnProfile, Moments
 
 __all__ = ["MAX_CATEGORIES", "add_categories", "sketch_sample"]
@@ -52,17 +53,14 @@ def add_categories(column: ColumnProfile, values: pa.ChunkedArray) -> None:
 
 def _value_counts(values: pa.ChunkedArray) -> list[tuple[Any, int]]:
     """The distinct non-null values and how often each occurs. Integers of a narrow range
-    (class labels, chunk after chunk) by `np.bincount` over each part where it lies: a
-    fifth of the time of Arrow's hash-based `value_counts`, which counts the rest."""
-    parts = [p.drop_null() if p.null_count else p for p in values.chunks]
-    integers = pa.types.is_integer(values.type)
-    numbers = [to_numpy(p) for p in parts if len(p)] if integers else []
-    if numbers:
-        low, high = min(int(n.min()) for n in numbers), max(int(n.max()) for n in numbers)
+    (class labels, chunk after chunk) by one `np.bincount` over the chunk's batches
+    joined: a fifth of the time of Arrow's hash-based `value_counts`, which counts the
+    rest."""
+    if pa.types.is_integer(values.type) and len(values) > values.null_count:
+        numbers = column_to_numpy(values.drop_null() if values.null_count else values)
+        low, high = int(numbers.min()), int(numbers.max())
         if high - low < BINCOUNT_SPAN and low > -(1 << 62) and high < 1 << 62:
-            counts = np.zeros(high - low + 1, dtype=np.int64)
-            for part in numbers:
-                counts += np.bincount(part.astype(np.int64) - low, minlength=len(counts))
+            counts = np.bincount(numbers.astype(np.int64, copy=False) - low)
             present = np.flatnonzero(counts)
             return list(zip((present + low).tolist(), counts[present].tolist(), strict=True))
     found = pc.value_counts(values)
@@ -71,12 +69,19 @@ def _value_counts(values: pa.ChunkedArray) -> list[tuple[Any, int]]:
 
 
 def add_numbers(column: ColumnProfile, values: pa.ChunkedArray | pa.Array) -> None:
-    """Sampled numbers (or lengths): their finite values' moments, found in two passes
-    (no digits lost far from zero), into the column's; sorted into its quantile sketch
-    (KLL's compactions, which sort, then take a third less of the time); and counted
-    into its probability histogram while every value lies in [0, 1]."""
+    """Sampled numbers (or lengths) into the column's figures: a float column's nan and
+    inf counted; the finite values' moments, found in two passes (no digits lost far from
+    zero); sorted into its quantile sketch (KLL's compactions, which sort, then take a
+    third less of the time); and counted into its probability histogram while every
+    value lies in [0, 1]."""
     numbers = np.asarray(column_to_numpy(values.drop_null()), dtype=np.float64)
-    finite = np.sort(numbers[np.isfinite(numbers)])  # a copy of its own: the sketch writes
+    finite_at = np.isfinite(numbers)
+    if pa.types.is_floating(values.type):  # the nan and inf, counted in the sample
+        column.scanned += len(numbers)
+        nan = int(np.isnan(numbers).sum())
+        column.sampled_nan += nan
+        column.sampled_inf += len(numbers) - int(finite_at.sum()) - nan
+    finite = np.sort(numbers[finite_at])  # a copy of its own: the sketch writes
     if not len(finite):
         return
     mean = float(finite.mean())
