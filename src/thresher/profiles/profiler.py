@@ -117,7 +117,9 @@ class ShardProfiler:
             groups.setdefault(key, []).append(table)
             profiles[key] = columns
         for key, tables in groups.items():
-            sketch_sample(profiles[key], pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+            # one chunk a column: each sketch's numbers are then a view, not a join
+            sample = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
+            sketch_sample(profiles[key], sample)
         self._waiting, self._waiting_rows = [], 0
 
     def _by_segment(
