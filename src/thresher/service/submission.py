@@ -21,10 +21,14 @@ from thresher.errors import SourceError, SpecError, describe_errors
 from thresher.notify.urls import check_webhook_url
 from thresher.plan.inputs import missing_columns
 from thresher.service.background.isolated import input_columns
-from thresher.service.errors import NotFound, Unprocessable
+from thresher.service.errors import NotFound, ServiceError, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
 from thresher.service.policies.quotas import check_submission
-from thresher.service.policies.roots import check_source_files, check_source_uri
+from thresher.service.policies.roots import (
+    check_source_files,
+    check_source_uri,
+    check_under_roots,
+)
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
 from thresher.store import IdempotencyConflict
@@ -54,8 +58,15 @@ class SourceRequest(_Strict):
         max_length=MAX_FILES,
         description="Exactly these files (absolute paths or URLs under allowed_roots), in order.",
     )
-    format: Literal["parquet", "csv", "jsonl"] | None = Field(
+    format: Literal["parquet", "csv", "jsonl", "delta", "features"] | None = Field(
         None, description="Default: from the suffix."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        max_length=MAX_COLUMNS,
+        description="The source's own options, as in a job spec's [source.options]: delta's"
+        " version, timestamp and partitions; features' timestamp and tables (each table's"
+        " uri under allowed_roots too).",
     )
 
     @model_validator(mode="after")
@@ -259,9 +270,29 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         assert request.source is not None and request.source.uri is not None
         uri, roots = _readable(state, tenant, request.source.uri)
         source = {"uri": uri, "format": request.source.format, "allowed_roots": roots}
+    if request.source is not None and request.source.options:
+        source["options"] = _source_options(state, request.source)
     source["id_column"] = request.id_column
     source["columns"] = request.columns
     return source
+
+
+def _source_options(state: ServiceState, source: SourceRequest) -> dict[str, Any]:
+    """The source's options, each path they name (a feature table's `uri`) under
+    `allowed_roots` as the source's own; the plug-in's options model checks the rest
+    when the spec is parsed (422 naming source.options.<key>)."""
+    options = dict(source.options)
+    tables = options.get("tables")
+    if source.format == "features" and isinstance(tables, list):
+        for at, table in enumerate(tables):
+            uri = table.get("uri") if isinstance(table, dict) else None
+            if isinstance(uri, str):
+                try:
+                    check_under_roots(uri, state.config.allowed_roots)
+                except ServiceError as exc:
+                    where = f"source.options.tables.{at}.uri"
+                    raise type(exc)(str(exc).replace("source.uri", where, 1)) from None
+    return options
 
 
 def _folder(files: list[str]) -> str:
