@@ -246,3 +246,30 @@ def test_tables_stay_under_allowed_roots(tmp_path: Path, data: dict[str, Any]) -
     with pytest.raises(SpecError, match="allowed"):
         open_source(sec).plan()
     outside.unlink()
+
+
+@pytest.mark.parametrize("semi_join", [True, False])
+def test_the_keys_semi_join_only_drops_rows_no_entity_needs(
+    tmp_path: Path, data: dict[str, Any], semi_join: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The filter of feature rows to a shard's keys is taken only where its keys are
+    sparse (asof._sparse); with it or without it, every entity gets the same values."""
+    from thresher.sources import asof
+
+    monkeypatch.setattr(asof, "_sparse", lambda probe, keys: semi_join)
+    tables = [table_spec(str(tmp_path / "spend" / "*.parquet"), ttl="10d")]
+    got = read_all(section(tmp_path / "entities.parquet", tables, shard_bytes=4_096))
+    ents = data["entities"]
+    assert got.column("spend").to_pylist() == brute_force(
+        ents, data["spend"].to_pylist(), "spend", 10 * DAY
+    )
+
+
+def test_a_shard_of_keys_that_fill_their_range_reads_without_the_semi_join() -> None:
+    from thresher.sources.asof import _sparse
+
+    dense = pa.table({"__k0": pa.array([5, 6, 7, 9, 5], pa.int64())})
+    sparse = pa.table({"__k0": pa.array([5, 900, 40_000], pa.int64())})
+    text = pa.table({"__k0": ["a", "b"]})
+    assert (_sparse(dense, 1), _sparse(sparse, 1), _sparse(text, 1)) == (False, True, True)
+    assert _sparse(dense, 2)  # keys of two columns: always filtered
