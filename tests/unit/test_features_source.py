@@ -273,3 +273,47 @@ def test_a_shard_of_keys_that_fill_their_range_reads_without_the_semi_join() -> 
     text = pa.table({"__k0": ["a", "b"]})
     assert (_sparse(dense, 1), _sparse(sparse, 1), _sparse(text, 1)) == (False, True, True)
     assert _sparse(dense, 2)  # keys of two columns: always filtered
+
+
+def test_a_delta_feature_table_at_a_pinned_version_with_its_partitions(
+    tmp_path: Path, data: dict[str, Any]
+) -> None:
+    """A Delta table as a feature table: its files at the version read (frozen in the
+    plan), a tie going to the row appended last, and a partition column (which Delta
+    keeps in its log, not its files) joined like any other."""
+    import time
+
+    from deltalake import write_deltalake
+
+    # a key's rows share a partition: a tie is within a file, or across appends
+    tiers = [f"t{k % 3}" for k in data["spend"].column("customer_id").to_pylist()]
+    spend = data["spend"].append_column("tier", pa.array(tiers))
+    table = str(tmp_path / "spend_delta")
+    write_deltalake(table, spend.slice(0, 2_000), partition_by=["tier"])
+    time.sleep(0.01)  # files are ordered by their write time, in ms
+    write_deltalake(table, spend.slice(2_000), partition_by=["tier"], mode="append")
+    ents = data["entities"]
+    rows = spend.to_pylist()  # in the order written: a later row wins a tie
+    latest = table_spec(table, format="delta", ttl="10d", columns=["spend", "tier"])
+    got = read_all(section(tmp_path / "entities.parquet", [latest], shard_bytes=4_096))
+    assert got.column("spend").to_pylist() == brute_force(ents, rows, "spend", 10 * DAY)
+    assert got.column("tier").to_pylist() == brute_force(ents, rows, "tier", 10 * DAY)
+
+    first = table_spec(table, format="delta", version=0, ttl="10d", columns=["spend"])
+    pinned = read_all(section(tmp_path / "entities.parquet", [first]))
+    assert pinned.column("spend").to_pylist() == brute_force(ents, rows[:2_000], "spend", 10 * DAY)
+    missing = table_spec(str(tmp_path / "no_table"), format="delta")
+    with pytest.raises(SpecError, match=r"tables\[0\].uri: cannot open the Delta table"):
+        open_source(section(tmp_path / "entities.parquet", [missing])).plan()
+    with pytest.raises(SpecError, match="version: only"):
+        parse_spec(
+            {
+                "source": {
+                    "uri": "e.parquet",
+                    "format": "features",
+                    "options": {"timestamp": "t", "tables": [table_spec("f.parquet", version=1)]},
+                },
+                "model": {"kind": "sklearn", "uri": "m.skops"},
+                "sink": {"uri": "out/"},
+            }
+        )

@@ -40,7 +40,7 @@ class TableRead:
 
     name: str
     uri: str
-    kind: Literal["parquet", "csv", "duckdb"] | str
+    kind: Literal["parquet", "csv", "duckdb", "delta"] | str
     files: tuple[str, ...]  # a duckdb table's: its database file
     table: str | None
     key: tuple[str, ...]
@@ -65,7 +65,9 @@ def _relation(read: TableRead) -> str:
         return ".".join(["thresher_db", *map(quote_ident, read.table.split("."))])
     if read.kind == "csv":
         return f"read_csv({files}, filename = true)"
-    return f"read_parquet({files}, filename = true, file_row_number = true)"
+    # a Delta table's partition values live in its files' paths (col=value/), not in them
+    hive = ", hive_partitioning = true" if read.kind == "delta" else ""
+    return f"read_parquet({files}, filename = true, file_row_number = true{hive})"
 
 
 def _connect(read: TableRead) -> Any:
@@ -95,7 +97,8 @@ def _tie_order(read: TableRead) -> str:
     order = [f"{quote_ident(read.tie_break)} DESC NULLS LAST"] if read.tie_break else []
     if read.kind == "duckdb":
         return ", ".join([*order, "rowid DESC"])
-    order.append("filename DESC")
+    files = "[" + ", ".join(_literal(f) for f in read.files) + "]"
+    order.append(f"list_position({files}, filename) DESC")  # the plan's file order
     if read.kind == "csv":
         order += [f"{quote_ident(c)} DESC NULLS LAST" for c in read.columns]
     else:
@@ -127,7 +130,7 @@ def join_sql(read: TableRead, probe: pa.Table) -> str:
         for j in range(len(read.columns))
     )
     on = " AND ".join(f"p.__k{i} = f.__k{i}" for i in range(len(keys)))
-    if read.kind == "parquet" and not read.tie_break:
+    if read.kind in ("parquet", "delta") and not read.tie_break:
         # Ties by file order fall out of the ASOF JOIN itself: it matches on one number,
         # the time in µs and then the row's place among the files (a window function
         # over the feature rows to break ties cost 5x the join).

@@ -13,13 +13,15 @@ latest values at or before its "as of" time (Feast's `get_historical_features`).
     timestamp = "event_time"
     columns = ["spend_30d", "txn_count_30d"]     # default: all but key, timestamp
     ttl = "30d"                          # older than that: null (s, m, h, d, w)
-    # or uri = "duckdb:///data/shop.duckdb" with table = "transactions_features"
+    # or uri = "duckdb:///data/shop.duckdb" with table = "transactions_features",
+    # or uri = "lake/features" with format = "delta" (and version = 12 to pin one)
 
 For each entity row and each table: the row with an equal key and the greatest timestamp
 ≤ the entity's (never a later one: no leakage), its columns null when there is none or
 it is older than `ttl`. Ties (rows with the same key and timestamp): the one with the
 greatest `tie_break` column if the table names one, then the last in file order (files
-by name, rows in order; a DuckDB table: by rowid; CSV: the greatest feature values).
+by name, rows in order; a Delta table's files in the order written; a DuckDB table: by
+rowid; CSV: the greatest feature values).
 
 Entity rows keep their order and every column, followed by each table's feature columns;
 a feature column whose name is taken (an entity column, another table's) is a spec error
@@ -40,7 +42,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import unquote
 
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
@@ -63,6 +66,8 @@ class FeatureTable(Options):
 
     uri: str
     table: str | None = None  # a duckdb:/// uri's table
+    format: Literal["delta"] | None = None  # else files by their suffix, or a duckdb table
+    version: int | None = Field(default=None, ge=0)  # a Delta table's, else its latest
     name: str | None = None
     key: list[str] = Field(min_length=1)
     entity_key: list[str] | None = None  # the entity's key columns, if named otherwise
@@ -89,8 +94,10 @@ class FeatureTable(Options):
             raise ValueError("entity_key: needs as many columns as key")
         if self.uri.startswith("duckdb://") != (self.table is not None):
             raise ValueError("table: a duckdb:///file.duckdb uri needs one, files take none")
-        if self.table is None and _kind(self.uri) is None:
+        if self.table is None and self.format is None and _kind(self.uri) is None:
             raise ValueError(f"uri: {self.uri!r} is not .parquet, .pq or .csv files")
+        if self.version is not None and self.format != "delta":
+            raise ValueError('version: only a format = "delta" table has versions')
         if self.ttl is not None and self.ttl <= timedelta(0):
             raise ValueError("ttl: must be positive (30d, 12h, 90m)")
         return self
@@ -210,7 +217,11 @@ class FeaturesSource:
             kind = _kind(table.uri) or "parquet"
             suffixes = (".csv",) if kind == "csv" else (".parquet", ".pq")
             try:
-                files = list_files(table.uri, suffixes, self.roots)
+                if table.format == "delta":
+                    kind, files = "delta", delta_files(table, field)
+                    files = confine(files, self.roots) if self.roots else files
+                else:
+                    files = list_files(table.uri, suffixes, self.roots)
             except SourceError as exc:
                 raise SpecError([f"{field}.uri: {str(exc).removeprefix('source.uri: ')}"]) from None
         ttl = None if table.ttl is None else int(table.ttl / timedelta(microseconds=1))
@@ -228,6 +239,31 @@ class FeaturesSource:
             ttl_us=ttl,
             tie_break=table.tie_break,
         )
+
+
+def delta_files(table: FeatureTable, field: str) -> list[str]:
+    """The data files of a Delta feature table at its pinned (or latest) version: the
+    plan freezes them, so a resume joins the same rows. Partition values (which Delta
+    keeps in its log) come back from the files' hive-style paths."""
+    from deltalake import DeltaTable
+
+    from thresher.sources.delta import UNREADABLE_FEATURES
+
+    try:
+        delta = DeltaTable(table.uri, version=table.version)
+    except Exception as exc:  # deltalake's: no table there, no such version
+        raise SpecError([f"{field}.uri: cannot open the Delta table {table.uri}: {exc}"]) from None
+    refused = sorted(set(delta.protocol().reader_features or []) & set(UNREADABLE_FEATURES))
+    if refused:
+        raise SpecError([f"{field}.uri: {table.uri} uses {', '.join(refused)}, which a feature"
+                         " table cannot be read with; rewrite the table without it"])  # fmt: skip
+    root = delta.table_uri.rstrip("/").removeprefix("file://")
+    actions = pa.table(delta.get_add_actions(flatten=True)).select(["path", "modification_time"])
+    if not actions.num_rows:
+        raise SpecError([f"{field}.uri: the Delta table {table.uri} has no data files"])
+    # in the order written: a tie goes to the row written last, as files by name elsewhere
+    written = sorted(actions.to_pylist(), key=lambda a: (a["modification_time"], a["path"]))
+    return [f"{root}/{unquote(a['path'])}" for a in written]
 
 
 def _need(schema: pa.Schema, names: Sequence[str], field: str, where: str) -> None:
