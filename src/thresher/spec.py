@@ -79,6 +79,8 @@ class JobSection(Section):
     # A scheduled job's schedule and fire time (UTC, ISO 8601), which its manifest records.
     schedule: str | None = None
     nominal_time: str | None = None
+    # The HTTP request that submitted it (`x-request-id`), which its log lines carry.
+    request_id: str | None = Field(default=None, max_length=128)
 
 
 class SourceSection(Section):

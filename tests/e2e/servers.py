@@ -115,7 +115,11 @@ class Server:
     """`thresher serve` on a free port, its log in the site's folder."""
 
     def __init__(
-        self, site: ServiceSite, env: dict[str, str] | None = None, timeout: float = 30.0
+        self,
+        site: ServiceSite,
+        env: dict[str, str] | None = None,
+        timeout: float = 30.0,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.site = site
         self.port = free_port()
@@ -130,6 +134,7 @@ class Server:
             str(site.config),
             "--store",
             site.store,
+            *args,
         ]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(

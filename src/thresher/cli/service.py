@@ -23,9 +23,31 @@ __all__ = ["serve", "token"]
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The server's TOML config: data_dir, models, allowed_roots, limits.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text for people; json (one object a line) for log shippers.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
 @with_store
-def serve(store_url: str | None, host: str, port: int, config_file: Path | None) -> None:
-    """Run the HTTP service: upload files, submit and poll jobs, download results."""
+def serve(
+    store_url: str | None,
+    host: str,
+    port: int,
+    config_file: Path | None,
+    *,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run the HTTP service: upload files, submit and poll jobs, download results. Every
+    request is logged (method, route, status, duration, tenant, request id)."""
     try:
         from thresher.service.app import build_state
         from thresher.service.app import serve as run_server
@@ -38,7 +60,7 @@ def serve(store_url: str | None, host: str, port: int, config_file: Path | None)
         fail(str(exc), EXIT_USAGE)
     except ThresherError as exc:
         fail(str(exc), EXIT_FAILED)
-    run_server(state, host, port)
+    run_server(state, host, port, log_format, log_level)
 
 
 @click.group()

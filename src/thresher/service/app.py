@@ -32,6 +32,7 @@ from thresher.service.background.webhooks import start_webhooks
 from thresher.service.config import check_models, load_config
 from thresher.service.errors import ServiceError, as_response
 from thresher.service.limits import BodyLimits, Pace, invalid_request
+from thresher.service.logs import RequestLog, configure
 from thresher.service.openai.envelope import envelope, is_openai_path, openai_status
 from thresher.service.policies.disclosure import public_detail
 from thresher.service.ray_cluster import keep_ray_cluster
@@ -114,6 +115,7 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         pace=Pace(config.body_timeout, config.body_min_rate),
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
+    app.add_middleware(RequestLog)  # outermost: every answer, refusals too, is logged
     for router in (*(r.router for r in RESOURCES), buffer_router, metrics.router):
         app.include_router(router)
     return app
@@ -196,17 +198,20 @@ def build_state(store_url: str | None, config_file: Path | None) -> ServiceState
     return ServiceState(store=open_store(store_url), config=config, data_dir=config.data_dir)
 
 
-def serve(state: ServiceState, host: str, port: int) -> None:
+def serve(
+    state: ServiceState, host: str, port: int, log_format: str = "text", log_level: str = "info"
+) -> None:
     """Run the service on `host:port` until interrupted. Every file the server and its
     workers create from here on — uploads, buffered batches, outputs — is readable by the
-    server's user alone: tenants' data is nobody else's on this machine."""
+    server's user alone: tenants' data is nobody else's on this machine. Log lines go to
+    stderr as `log_format` (`service/logs.py`), uvicorn's own among them."""
     import uvicorn
 
     os.umask(0o077)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    uvicorn.run(create_app(state), host=host, port=port, log_level="info", access_log=False)
+    configure(log_format, log_level)  # type: ignore[arg-type]
+    app = create_app(state)
+    # log_config=None: uvicorn keeps the handlers set here; its access log is ours
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, log_config=None)
 
 
 def _version() -> str:

@@ -23,6 +23,7 @@ from thresher.plan.inputs import missing_columns
 from thresher.service.background.isolated import input_columns
 from thresher.service.errors import NotFound, ServiceError, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
+from thresher.service.logs import current_request_id
 from thresher.service.policies.quotas import check_submission
 from thresher.service.policies.roots import (
     check_source_files,
@@ -169,10 +170,7 @@ def submit_job(
         spec = spec.model_copy(update={"model": spec.model.model_copy(update={"options": options})})
     if source_options:
         spec = spec.model_copy(update={"source": spec.source.model_copy(update=source_options)})
-    if tick is not None:
-        schedule, nominal = tick
-        origin = {"schedule": schedule, "nominal_time": nominal.isoformat()}
-        spec = spec.model_copy(update={"job": spec.job.model_copy(update=origin)})
+    spec = _with_origin(spec, tick)
     try:
         queued = store.queue_job(job_id, spec, tenant, idempotency_key, request_digest(body))
     except IdempotencyConflict as exc:
@@ -181,6 +179,16 @@ def submit_job(
         ) from None
     state.jobs_waiting.set()
     return queued
+
+
+def _with_origin(spec: JobSpec, tick: tuple[str, datetime] | None) -> JobSpec:
+    """The spec with where it came from: the request (its log lines carry its id) and,
+    for a scheduled job, the schedule and fire time its manifest records."""
+    origin: dict[str, Any] = {"request_id": current_request_id()}
+    if tick is not None:
+        schedule, nominal = tick
+        origin |= {"schedule": schedule, "nominal_time": nominal.isoformat()}
+    return spec.model_copy(update={"job": spec.job.model_copy(update=origin)})
 
 
 def request_digest(body: dict[str, Any]) -> str:

@@ -34,8 +34,9 @@ from thresher.errors import ThresherError
 from thresher.executors.zygote import fork_zygotes_here, preloads
 from thresher.models.libraries import library_modules
 from thresher.service.background import warm
+from thresher.service.logs import configure, logging_context
 from thresher.spec import ModelSection
-from thresher.store import JobState, Store, open_store, this_owner
+from thresher.store import JobRecord, JobState, Store, open_store, this_owner
 
 log = logging.getLogger("thresher.service.background.job_process")
 
@@ -95,17 +96,28 @@ def coordinate(
     failure the engine did not."""
     die_with_parent()
     fork_zygotes_here()  # the fork server's imports are this process's: a zygote keeps them
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure()  # the server's format and level, from the environment it was forked with
     store = open_store(store_url, owner)
     record = store.job(job_id)
     pin_leased_gpus(store, job_id)
+    with logging_context(job_id=job_id, request_id=record.spec.job.request_id):
+        _coordinate(store, record, resume, workers)
+
+
+def _coordinate(store: Store, record: JobRecord, resume: bool, workers: int | None) -> None:
+    job_id = record.id
     try:
         if resume and record.plan.get("shards"):
             # The server claimed it for this child; the claim must not block the resume.
-            resume_job(job_id, store, force=True, workers=workers)
+            result = resume_job(job_id, store, force=True, workers=workers)
         else:
             spec = record.spec if workers is None else with_workers(record.spec, workers)
-            run_job(spec, store, queued_id=job_id)
+            result = run_job(spec, store, queued_id=job_id)
+        m = result.manifest
+        log.info(
+            "job %s %s: %s rows in, %s out, %s bad", job_id, result.state.value,
+            m.get("rows_in", "?"), m.get("rows_out", "?"), m.get("rows_error", "?"),
+        )  # fmt: skip
     except ThresherError as exc:
         log.warning("job %s failed: %s", job_id, exc)
         fail_unless_finished(store, job_id, str(exc))

@@ -195,7 +195,11 @@ class Scheduler:
     def _job_thread(self, record: JobRecord, resume: bool, workers: int | None) -> None:
         job_id = record.id
         how = "resuming it from its stored plan" if resume else "starting"
-        log.info("job %s (tenant %s): %s on %s worker slot(s)", job_id, record.tenant, how, workers)
+        ids = {"job_id": job_id, "request_id": record.spec.job.request_id}
+        log.info(
+            "job %s (tenant %s): %s on %s worker slot(s)", job_id, record.tenant, how, workers,
+            extra=ids,
+        )  # fmt: skip
         try:
             self._supervise(job_id, resume, workers)
         except Exception:

@@ -15,11 +15,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from thresher.service.errors import Unauthorized
-from thresher.service.state import StateDep
+from thresher.service.state import ServiceState, StateDep
 from thresher.store import Store
 
 PREFIX = "thr_"
@@ -84,9 +84,17 @@ def _digest(token: str) -> str:
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def current_tenant(credentials: Credentials, state: StateDep) -> str:
-    """FastAPI dependency: the caller's tenant, from `Authorization: Bearer <token>`;
-    401 without a token the server knows."""
+def current_tenant(request: Request, credentials: Credentials, state: StateDep) -> str:
+    """FastAPI dependency: the caller's tenant (`authenticate`), kept in the request's
+    state for the access log (`service/logs.py`)."""
+    tenant = authenticate(credentials, state)
+    request.state.tenant = tenant
+    return tenant
+
+
+def authenticate(credentials: HTTPAuthorizationCredentials | None, state: ServiceState) -> str:
+    """The caller's tenant, from `Authorization: Bearer <token>`; 401 without a token
+    the server knows."""
     if credentials is None or not credentials.credentials:
         raise Unauthorized(
             "send `Authorization: Bearer <token>`; `thresher token create` makes one"

@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from thresher.service.policies.auth import Credentials, current_tenant
+from thresher.service.policies.auth import Credentials, authenticate
 from thresher.service.schedules import every_schedule
 from thresher.service.state import ServiceState, StateDep
 from thresher.store import JobState
@@ -77,7 +77,7 @@ def _scope(credentials: Credentials, state: ServiceState) -> str | None:
     """The tenant whose jobs the caller may see, or None for every tenant's."""
     if state.config.metrics_public:
         return None
-    tenant = current_tenant(credentials, state)
+    tenant = authenticate(credentials, state)
     return None if tenant in state.config.metrics_operators else tenant
 
 
