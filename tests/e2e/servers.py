@@ -214,8 +214,9 @@ class Inbox:
 
 
 @contextmanager
-def webhook_inbox(status: int = 200) -> Iterator[Inbox]:
-    """A receiver on a free port of 127.0.0.1 that answers every POST with `status`."""
+def webhook_inbox(status: int = 200, failing: int = 0) -> Iterator[Inbox]:
+    """A receiver on a free port of 127.0.0.1 that answers every POST with `status`, but
+    the first `failing`, which get a 503 (a receiver that is down, then comes back)."""
     inbox = Inbox(port=0)
 
     class Handler(BaseHTTPRequestHandler):
@@ -226,7 +227,8 @@ def webhook_inbox(status: int = 200) -> Iterator[Inbox]:
                 inbox.got.append(Delivery(self.path, headers, body))
                 inbox.bodies.append(body)
                 inbox.ready.notify_all()
-            self.send_response(status)
+                down = len(inbox.got) <= failing
+            self.send_response(503 if down else status)
             self.end_headers()
 
         def log_message(self, *args: Any) -> None:

@@ -22,7 +22,8 @@ from test_batch_worker import batch_api
 from test_batch_worker import service as batch_service
 
 from thresher.loops import LoopRegistry, Strikes, start_loop
-from thresher.notify.sender import WebhookSender, WebhookSettings
+from thresher.notify.attempts import Answer
+from thresher.notify.sender import RetryPolicy, WebhookSender, WebhookSettings
 from thresher.schedules import Cron
 from thresher.service import submission
 from thresher.service.background import batches
@@ -237,13 +238,14 @@ def test_a_delivery_that_raises_is_recorded_failed_and_others_are_delivered(
 ) -> None:
     state = site(tmp_path)
 
-    def post(self: WebhookSender, delivery: Any) -> int:
+    def post(self: WebhookSender, delivery: Any) -> Answer:
         if "poison" in delivery.url:
             raise KeyError("id")
-        return 204
+        return Answer(204)
 
     monkeypatch.setattr(WebhookSender, "_post", post)
-    settings = WebhookSettings("s", allow_private=True, backoff=(0.01,), quarantine_after=LIMIT)
+    fast = RetryPolicy(first=0.01, longest=0.01)
+    settings = WebhookSettings("s", allow_private=True, retry=fast, quarantine_after=LIMIT)
     sender = WebhookSender(state.store, settings)
     try:
         sender._send("j1", "job.completed", "http://poison.example/", "{}")

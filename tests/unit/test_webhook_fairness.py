@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from receivers import drip_receiver
 from thresher.notify.attempts import post_webhook, webhook_client
 from thresher.notify.delivery import Delivery, RetryingDispatcher
-from thresher.notify.sender import WebhookSender, WebhookSettings
+from thresher.notify.sender import RetryPolicy, WebhookSender, WebhookSettings
 from thresher.service.app import create_app
 from thresher.service.config import ServerConfig, prepare
 from thresher.service.policies.auth import create_token
@@ -31,7 +31,9 @@ from thresher.store import JobState, Store, open_store
 pytestmark = pytest.mark.unit
 
 SECRET = "s3cret"
-FAST = (0.05, 0.1, 0.2, 0.4)
+FAST = RetryPolicy(
+    first=0.05, longest=0.4, window=30.0, jitter=0.0
+)  # each try takes its 1 s deadline
 
 
 @pytest.fixture
@@ -66,7 +68,7 @@ def test_a_dripping_answer_is_cut_off_at_the_deadline() -> None:
 def test_a_dripping_receiver_gets_attempts_that_end_at_the_deadline_and_are_retried(
     store: Store,
 ) -> None:
-    settings = WebhookSettings(SECRET, allow_private=True, backoff=FAST, timeout=1.0)
+    settings = WebhookSettings(SECRET, allow_private=True, retry=FAST, timeout=1.0)
     with drip_receiver(0.2, 8.0) as drip:
         sender = WebhookSender(store, settings)
         job_id = ended_job(store, drip.url())

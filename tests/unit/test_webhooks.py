@@ -9,16 +9,18 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from thresher.notify import check_webhook_url, sign, verify_signature
+from thresher.notify import check_webhook_url, signed_headers, standard_secret, verify_signature
 from thresher.notify import urls as webhook_policy
-from thresher.notify.endpoints import new_endpoint_id, new_secret, signed_headers, subject
-from thresher.notify.events import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from thresher.notify.endpoints import new_endpoint_id, new_secret, subject
+from thresher.notify.endpoints import signed_headers as endpoint_headers
+from thresher.notify.retries import RetryPolicy, retry_after_seconds
 from thresher.notify.sender import WebhookSender, WebhookSettings
 from thresher.service.background.webhooks import start_webhooks
 from thresher.service.config import ServerConfig, prepare
@@ -35,7 +37,9 @@ from thresher.store import (
 )
 
 SECRET = "s3cret"
-FAST = (0.05, 0.1, 0.2, 0.4)  # five tries, well under a second of waiting
+# waits 0.05, 0.1, 0.2, 0.4 s, none drawn: five tries, the sixth past the window
+FAST = RetryPolicy(first=0.05, longest=0.4, window=1.0, jitter=0.0)
+ONCE_LATER = RetryPolicy(first=0.3, longest=0.3, window=0.5, jitter=0.0)  # a second try
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Receiver:
 
     statuses: list[int]
     received: list[dict[str, Any]] = field(default_factory=list)
+    retry_after: dict[int, str] = field(default_factory=dict)  # sent with these statuses
     port: int = 0
 
     def url(self, host: str = "127.0.0.1") -> str:
@@ -67,6 +72,8 @@ def receiver() -> Iterator[Receiver]:
             got.received.append({"headers": headers, "body": body, "at": time.monotonic()})
             status = got.statuses.pop(0) if got.statuses else 200
             self.send_response(status)
+            if status in got.retry_after:
+                self.send_header("Retry-After", got.retry_after[status])
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -120,24 +127,26 @@ def wait_state(store: Store, job_id: str, state: str, timeout: float = 5.0) -> d
     )
 
 
-def test_signature_round_trip() -> None:
+def test_signature_round_trip_and_standard_webhooks_verifies_it() -> None:
+    from standardwebhooks import Webhook
+
     body = b'{"event": "job.completed"}'
-    now = str(int(time.time()))
-    header = sign(SECRET, now, body)
-    assert header.startswith("sha256=") and len(header) == 7 + 64
-    assert verify_signature(SECRET, now, body, header)
-    assert verify_signature(SECRET, now, body.decode(), header)
-    assert not verify_signature("other", now, body, header)
-    assert not verify_signature(SECRET, now, body + b" ", header)
-    assert not verify_signature(SECRET, str(int(now) + 1), body, header)
+    headers = signed_headers([SECRET], "msg_1", body)
+    assert headers["webhook-signature"].startswith("v1,")
+    assert verify_signature(SECRET, headers, body)
+    assert verify_signature(SECRET, headers, body.decode())
+    assert not verify_signature("other", headers, body)
+    assert not verify_signature(SECRET, headers, body + b" ")
+    moved = {**headers, "webhook-timestamp": str(int(headers["webhook-timestamp"]) + 1)}
+    assert not verify_signature(SECRET, moved, body)
+    assert Webhook(standard_secret(SECRET)).verify(body, headers) == {"event": "job.completed"}
 
 
 def test_an_old_signature_is_refused_unless_age_is_not_checked() -> None:
-    old = str(int(time.time()) - 3600)
-    header = sign(SECRET, old, b"{}")
-    assert not verify_signature(SECRET, old, b"{}", header)
-    assert verify_signature(SECRET, old, b"{}", header, max_age=None)
-    assert not verify_signature(SECRET, "yesterday", b"{}", header)
+    headers = signed_headers([SECRET], "msg_1", b"{}", at=time.time() - 3600)
+    assert not verify_signature(SECRET, headers, b"{}")
+    assert verify_signature(SECRET, headers, b"{}", max_age=None)
+    assert not verify_signature(SECRET, {**headers, "webhook-timestamp": "yesterday"}, b"{}")
 
 
 @pytest.mark.parametrize(
@@ -231,7 +240,7 @@ def test_delivery_retries_with_backoff_until_the_receiver_answers(
     store: Store, receiver: Receiver
 ) -> None:
     receiver.statuses = [503, 500]
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     job = finished_job(store, receiver.url())
     try:
         sender.job_finished(job)
@@ -241,12 +250,11 @@ def test_delivery_retries_with_backoff_until_the_receiver_answers(
         sender.close()
     assert row["attempts"] == 3 and row["last_status"] == 200 and row["delivered_at"]
     gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(receiver.received)]
-    assert gaps[0] >= FAST[0] and gaps[1] >= FAST[1]
+    assert gaps[0] >= FAST.first and gaps[1] >= 2 * FAST.first
     last = receiver.received[-1]
-    headers = {k.lower(): v for k, v in last["headers"].items()}
-    assert verify_signature(
-        SECRET, headers[TIMESTAMP_HEADER.lower()], last["body"], headers[SIGNATURE_HEADER.lower()]
-    )
+    assert verify_signature(SECRET, last["headers"], last["body"])
+    ids = {r["headers"]["webhook-id"] for r in receiver.received}
+    assert len(ids) == 1  # one message, retried: the receiver can drop a repeat
     assert json.loads(last["body"]) == {
         "event": "job.completed",
         "job_id": job.id,
@@ -260,7 +268,7 @@ def test_delivery_retries_with_backoff_until_the_receiver_answers(
 def test_a_job_end_is_delivered_once_however_often_the_hook_runs(
     store: Store, receiver: Receiver
 ) -> None:
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     job = finished_job(store, receiver.url(), JobState.FAILED)
     try:
         sender.job_finished(job)
@@ -274,7 +282,7 @@ def test_a_job_end_is_delivered_once_however_often_the_hook_runs(
 
 
 def test_a_refused_url_gets_no_delivery(store: Store, receiver: Receiver) -> None:
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=False, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=False, retry=FAST))
     job = finished_job(store, receiver.url())
     try:
         sender.job_finished(job)
@@ -287,7 +295,7 @@ def test_a_refused_url_gets_no_delivery(store: Store, receiver: Receiver) -> Non
 
 def test_a_client_error_is_not_retried(store: Store, receiver: Receiver) -> None:
     receiver.statuses = [404]
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     job = finished_job(store, receiver.url(), JobState.CANCELLED)
     try:
         sender.job_finished(job)
@@ -304,7 +312,7 @@ def closed_port() -> int:
 
 
 def test_connection_errors_are_retried_then_given_up(store: Store) -> None:
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     job = finished_job(store, f"http://127.0.0.1:{closed_port()}/hook")
     try:
         sender.job_finished(job)
@@ -316,13 +324,14 @@ def test_connection_errors_are_retried_then_given_up(store: Store) -> None:
 
 def test_pending_deliveries_resume_after_a_restart(store: Store, receiver: Receiver) -> None:
     receiver.statuses = [503]
-    slow = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=(60.0,)))
+    later = RetryPolicy(first=60.0, longest=60.0, jitter=0.0)
+    slow = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=later))
     job = finished_job(store, receiver.url())
     slow.job_finished(job)
     receiver.wait_for(1)
     wait_state(store, job.id, "pending")
     slow.close()  # the server stops while the retry waits
-    restarted = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    restarted = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     try:
         assert restarted.resume_pending() == 1
         row = wait_state(store, job.id, "delivered")
@@ -338,7 +347,7 @@ def test_delivery_connects_to_the_address_it_checked(
     name in `Host`, so a DNS answer that changes after the check cannot redirect it."""
     fake_dns(monkeypatch, {"hooks.example.com": ["127.0.0.1"]})
     monkeypatch.setattr(webhook_policy, "_not_public", lambda address: None)
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=False, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=False, retry=FAST))
     job = finished_job(store, receiver.url("hooks.example.com"))
     try:
         sender.job_finished(job)
@@ -361,16 +370,12 @@ def test_the_service_hook_delivers_with_the_configured_secret(
     finally:
         stop()
     got = receiver.received[0]
-    headers = {k.lower(): v for k, v in got["headers"].items()}
     assert config.webhook_secret
-    assert verify_signature(
-        config.webhook_secret, headers["x-thresher-timestamp"], got["body"],
-        headers["x-thresher-signature"],
-    )  # fmt: skip
+    assert verify_signature(config.webhook_secret, got["headers"], got["body"])
 
 
 def test_a_job_without_a_webhook_sends_nothing(store: Store, receiver: Receiver) -> None:
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     job = finished_job(store, None)
     sender.job_finished(job)
     sender.close()
@@ -394,7 +399,7 @@ def test_a_missed_tick_is_told_to_on_missed_once(store: Store, receiver: Receive
         "missed",
         "too late to run",
     )
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     try:
         sender.tick_missed(notice)
         sender.tick_missed(notice)
@@ -411,8 +416,7 @@ def test_a_missed_tick_is_told_to_on_missed_once(store: Store, receiver: Receive
         "outcome": "missed",
         "message": "too late to run",
     }
-    assert verify_signature(SECRET, got["headers"]["X-Thresher-Timestamp"], got["body"],
-                            got["headers"]["X-Thresher-Signature"])  # fmt: skip
+    assert verify_signature(SECRET, got["headers"], got["body"])
 
 
 def _cli_job(tmp_path: Path, webhook: str, *, failing: bool = False) -> Path:
@@ -460,9 +464,7 @@ def test_thresher_run_sends_the_job_webhook_as_the_service_does(
     body = json.loads(got["body"])
     assert body["event"] == "job.completed" and body["status"] == "succeeded"
     assert body["request_counts"] == {"total": 50, "completed": 50, "failed": 0}
-    headers = got["headers"]
-    assert verify_signature(SECRET, headers["X-Thresher-Timestamp"], got["body"],
-                            headers["X-Thresher-Signature"])  # fmt: skip
+    assert verify_signature(SECRET, got["headers"], got["body"])
 
 
 def test_thresher_run_tells_a_failed_job_and_needs_the_secret(
@@ -514,12 +516,11 @@ def test_a_drift_alert_goes_once_a_job_against_the_run_before(
     assert body["name"] == "nightly"
     assert {c["name"] for c in body["columns"]} >= {"x"}
     assert next(c for c in body["columns"] if c["name"] == "x")["psi"] >= 0.25
-    assert verify_signature(SECRET, got["headers"]["X-Thresher-Timestamp"], got["body"],
-                            got["headers"]["X-Thresher-Signature"])  # fmt: skip
+    assert verify_signature(SECRET, got["headers"], got["body"])
     # The same job's end seen again (a restarted server, say) sends nothing more.
     store = open_store(f"sqlite:///{tmp_path / 'thresher-store.db'}")
     second = store.job(body["job_id"])
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     try:
         sender.job_finished(second)
         time.sleep(0.3)
@@ -558,7 +559,7 @@ def test_a_batch_event_goes_to_the_endpoints_that_take_it_signed_with_their_secr
     endpoint(store, receiver.url(), ["batch.completed"], tenant="globex")  # another's
     # made after the batch ended (its event announced late, by a restarted server)
     endpoint(store, receiver.url(), ["batch.completed"], made=int(time.time()) + 60)
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=FAST))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=FAST))
     batch = ended_batch(BatchStatus.COMPLETED)
     try:
         sender.batch_ended(batch)
@@ -582,7 +583,7 @@ def test_a_batch_event_goes_to_the_endpoints_that_take_it_signed_with_their_secr
 def test_a_rotated_secret_signs_beside_the_old_one_only_while_it_is_kept() -> None:
     row = EndpointRow("we_1", "acme", "h", "http://x", [], "new", "old", 1_000, 1, 1)
     assert row.secrets(999.0) == ["new", "old"] and row.secrets(1_000.0) == ["new"]
-    headers = signed_headers(row, "evt_1", b"{}", 5.0)
+    headers = endpoint_headers(row, "evt_1", b"{}", 5.0)
     assert len(headers["webhook-signature"].split()) == 2
 
 
@@ -591,7 +592,7 @@ def test_a_delivery_to_a_deleted_endpoint_is_refused_unsent(
 ) -> None:
     gone = endpoint(store, receiver.url(), ["batch.failed"])
     receiver.statuses = [503]  # the first try fails; the endpoint is deleted before the next
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=(0.3,)))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=ONCE_LATER))
     batch = ended_batch(BatchStatus.FAILED)
     try:
         sender.batch_ended(batch)
@@ -606,7 +607,7 @@ def test_a_delivery_to_a_deleted_endpoint_is_refused_unsent(
 def test_an_endpoints_new_url_takes_its_pending_retries(store: Store, receiver: Receiver) -> None:
     moved = endpoint(store, receiver.url("localhost"), ["batch.failed"])
     receiver.statuses = [503]  # the first try fails; the endpoint moves before the next
-    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, backoff=(0.3,)))
+    sender = WebhookSender(store, WebhookSettings(SECRET, allow_private=True, retry=ONCE_LATER))
     batch = ended_batch(BatchStatus.FAILED)
     try:
         sender.batch_ended(batch)
@@ -618,3 +619,70 @@ def test_an_endpoints_new_url_takes_its_pending_retries(store: Store, receiver: 
         sender.close()
     first, second = (got["headers"]["Host"] for got in receiver.received)
     assert first.startswith("localhost:") and second.startswith("127.0.0.1:")
+
+
+# -- retries: backoff with jitter in a window of hours, Retry-After, redelivery ----------
+
+
+def test_waits_double_up_to_the_longest_with_jitter_and_stop_at_the_window() -> None:
+    policy = RetryPolicy(first=1.0, longest=3600.0, window=24 * 3600.0)
+    exact = RetryPolicy(first=1.0, longest=3600.0, window=24 * 3600.0, jitter=0.0)
+    assert [exact.wait(n, 0.0) for n in (1, 2, 3, 12, 13, 40)] == [
+        1.0, 2.0, 4.0, 2048.0, 3600.0, 3600.0,
+    ]  # fmt: skip
+    drawn = [policy.wait(1, 0.0) for _ in range(200)]
+    assert all(w is not None and 0.75 <= w <= 1.25 for w in drawn)
+    assert len({round(w or 0, 6) for w in drawn}) > 100  # spread, not one value
+    assert exact.wait(5, 24 * 3600.0 - 10) is None  # would start past the window
+    assert exact.wait(5, 24 * 3600.0 - 20) == 16.0
+    # a day of a receiver down: tried about thirty times, not five
+    age, tries = 0.0, 0
+    while (wait := exact.wait(tries + 1, age)) is not None:
+        age, tries = age + wait, tries + 1
+    assert 30 <= tries <= 40 and age <= 24 * 3600
+
+
+def test_a_receivers_retry_after_is_honoured() -> None:
+    exact = RetryPolicy(first=1.0, jitter=0.0)
+    assert exact.wait(1, 0.0, retry_after=120.0) == 120.0
+    assert exact.wait(1, 0.0, retry_after=0.5) == 1.0  # never sooner than the backoff
+    assert exact.wait(1, 0.0, retry_after=25 * 3600.0) is None  # past the window: over
+    assert retry_after_seconds("30") == 30.0
+    at = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    assert retry_after_seconds("Fri, 04 Dec 2026 12:01:00 GMT", now=at) == 60.0
+    assert retry_after_seconds("soon") is None and retry_after_seconds(None) is None
+
+
+def test_a_429_with_retry_after_waits_that_long(store: Store, receiver: Receiver) -> None:
+    receiver.statuses = [429]
+    receiver.retry_after = {429: "1"}
+    fast = RetryPolicy(first=0.01, longest=0.01, window=30.0, jitter=0.0)
+    sender = WebhookSender(store, WebhookSettings("s", allow_private=True, retry=fast))
+    job = finished_job(store, receiver.url())
+    try:
+        sender.job_finished(job)
+        receiver.wait_for(2)
+        wait_state(store, job.id, "delivered")
+    finally:
+        sender.close()
+    (gap,) = [b["at"] - a["at"] for a, b in itertools.pairwise(receiver.received)]
+    assert gap >= 1.0  # not the 0.01 s backoff
+
+
+def test_a_failed_delivery_is_sent_again_on_request_once(store: Store, receiver: Receiver) -> None:
+    receiver.statuses = [410]  # gone: not worth retrying, until someone fixes the receiver
+    policy = RetryPolicy(first=0.01, longest=0.01, window=30.0)
+    sender = WebhookSender(store, WebhookSettings("s", allow_private=True, retry=policy))
+    job = finished_job(store, receiver.url())
+    try:
+        sender.job_finished(job)
+        failed = wait_state(store, job.id, "failed")
+        assert failed["last_status"] == 410
+        assert sender.redeliver([job.id]) == 1
+        delivered = wait_state(store, job.id, "delivered")
+        assert sender.redeliver([job.id]) == 0  # delivered: nothing to send again
+    finally:
+        sender.close()
+    assert delivered["attempts"] == 1 and len(receiver.received) == 2
+    ids = {r["headers"]["webhook-id"] for r in receiver.received}
+    assert len(ids) == 1  # the same message, so the receiver can tell it is a resend

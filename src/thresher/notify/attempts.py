@@ -22,14 +22,16 @@ import contextlib
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import httpx2 as httpx
 
+from thresher.notify.retries import retry_after_seconds
 from thresher.notify.urls import resolve_webhook_url
 
-__all__ = ["AttemptDeadline", "post_webhook", "webhook_client"]
+__all__ = ["Answer", "AttemptDeadline", "post_webhook", "webhook_client"]
 
 CONNECTED = "connection.connect_tcp.complete"  # the trace event of a new connection
 
@@ -113,12 +115,13 @@ def post_webhook(
     allow_private: bool,
     *,
     deadline: float = 10.0,
-) -> int:
+) -> Answer:
     """POST one signed JSON message to `url` as the URL policy allows it now, connecting to
     the very address it checked (whatever DNS says next), all within `deadline` seconds
-    of wall-clock time; the receiver's HTTP status. ValueError when the policy refuses
-    the URL, httpx.TransportError when it cannot be reached (httpx.TimeoutException when
-    it has not answered by the deadline). `client` is a `webhook_client()`."""
+    of wall-clock time; the receiver's answer (status, Retry-After). ValueError when the
+    policy refuses the URL, httpx.TransportError when it cannot be reached
+    (httpx.TimeoutException when it has not answered by the deadline). `client` is a
+    `webhook_client()`."""
     with AttemptDeadline(deadline) as limit:
         addresses = resolve_webhook_url(url, allow_private)
         headers = {"Content-Type": "application/json", "User-Agent": "thresher-webhooks"}
@@ -141,4 +144,14 @@ def post_webhook(
                 raise
             message = f"no answer within the {deadline:g} s deadline"
             raise httpx.TimeoutException(message, request=request) from exc
-    return response.status_code
+    wait = retry_after_seconds(response.headers.get("retry-after"))
+    return Answer(response.status_code, wait)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a receiver answered: its HTTP status, and the seconds its `Retry-After` asks
+    to wait (None when it sent none)."""
+
+    status: int
+    retry_after: float | None = None

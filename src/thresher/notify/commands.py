@@ -6,7 +6,7 @@ recorded once per job and event in the store, retried on failure.
 The signing secret is `$THRESHER_WEBHOOK_SECRET` (the service's is its `webhook_secret`).
 Private and loopback addresses are allowed: the person running the command chose the URL,
 unlike a tenant's job on a shared server. The command waits for the deliveries to settle
-(at most about a minute with the retries) before it exits.
+(at most about a minute with the retries, tried within it) before it exits.
 """
 
 from __future__ import annotations
@@ -57,9 +57,13 @@ def notify_job_end(
     if not _targets(job.spec):
         return []
     # The sender needs the service extra (httpx2), which `check_notify` asked for.
-    from thresher.notify.sender import WebhookSender, WebhookSettings
+    from thresher.notify.sender import RetryPolicy, WebhookSender, WebhookSettings
 
-    settings = WebhookSettings(os.environ[SECRET_VARIABLE], allow_private=True, workers=2)
+    # Tries within the wait below, so the command reports each delivery settled.
+    retry = RetryPolicy(first=1.0, longest=16.0, window=timeout * 0.8)
+    settings = WebhookSettings(
+        os.environ[SECRET_VARIABLE], allow_private=True, workers=2, retry=retry
+    )
     sender = WebhookSender(store, settings)
     try:
         sender.job_finished(job)

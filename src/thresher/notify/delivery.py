@@ -38,6 +38,7 @@ class Delivery:
     payload: str
     attempts: int = 0
     tenant: str = ""
+    created: float = 0.0  # Unix time the delivery was recorded: its retries' window starts
 
 
 @dataclass(order=True)

@@ -7,12 +7,10 @@ A tenant registers an endpoint (`POST /v1/webhook_endpoints`, the official clien
     {"id": "evt_…", "object": "event", "created_at": <the batch's end, Unix seconds>,
      "type": "batch.completed", "data": {"id": "batch_…"}}
 
-signed by the Standard Webhooks scheme OpenAI uses: `webhook-id` (the event's id, the
-same on every retry), `webhook-timestamp` (the attempt's Unix time) and
-`webhook-signature`, `v1,` + the base64 HMAC-SHA256 of `"<id>.<timestamp>.<body>"` keyed
-by the endpoint's secret (`whsec_` + base64 key). So the official client's
-`webhooks.unwrap(body, headers, secret=…)` checks and parses it. After a rotation that
-keeps the old secret for 24 hours, each delivery carries both signatures.
+signed by the Standard Webhooks scheme OpenAI uses (`signing.py`), its `webhook-id` the
+event's id, keyed by the endpoint's secret (`whsec_` + base64 key). So the official
+client's `webhooks.unwrap(body, headers, secret=…)` checks and parses it. After a rotation
+that keeps the old secret for 24 hours, each delivery carries both signatures.
 
 Deliveries go through the webhook sender (`sender.py`: recorded, retried, resumed after
 a restart, the same URL policy), keyed by the endpoint and the batch.
@@ -22,11 +20,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from thresher.notify.signing import signed_headers as standard_headers
 from thresher.store import BatchRow, BatchStatus, EndpointRow
 
 __all__ = [
@@ -95,23 +93,7 @@ def _event(event_id: str, event: str, at: int, batch_id: str) -> dict[str, Any]:
 def signed_headers(endpoint: EndpointRow, event_id: str, body: bytes, at: float) -> dict[str, str]:
     """The Standard Webhooks headers of one attempt made at `at` (Unix seconds), a
     signature per secret the endpoint signs with then."""
-    timestamp = str(int(at))
-    signed = f"{event_id}.{timestamp}.".encode() + body
-    signatures = [
-        "v1," + base64.b64encode(hmac.new(_key(k), signed, hashlib.sha256).digest()).decode()
-        for k in endpoint.secrets(at)
-    ]
-    return {
-        "webhook-id": event_id,
-        "webhook-timestamp": timestamp,
-        "webhook-signature": " ".join(signatures),
-    }
-
-
-def _key(secret: str) -> bytes:
-    if secret.startswith(SECRET_PREFIX):
-        return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
-    return secret.encode()
+    return standard_headers(endpoint.secrets(at), event_id, body, at)
 
 
 def subject(endpoint_id: str, batch_id: str) -> str:

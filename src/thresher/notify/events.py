@@ -19,67 +19,26 @@ as `GET /v1/jobs/{id}` shows it (`succeeded`, `failed`, `cancelled`). A schedule
 tenant's OpenAI batch events go to its webhook endpoints, signed as OpenAI signs them
 (`endpoints.py`; the row's `job_id` is `<endpoint id>/<batch id>`).
 
-Every attempt is signed with the server's `webhook_secret`: `X-Thresher-Timestamp` is the
-attempt's Unix time and `X-Thresher-Signature` is `sha256=` + the hex HMAC-SHA256 of
-`"<timestamp>.<body>"`. To verify one, recompute that over the raw bytes received (not
-re-serialised JSON), compare in constant time, and refuse timestamps more than a few
-minutes old, so a captured delivery cannot be replayed later. `verify_signature` does
-all three:
-
-    ok = verify_signature(secret, headers["X-Thresher-Timestamp"], raw_body,
-                          headers["X-Thresher-Signature"])
+Every attempt is signed with the server's `webhook_secret` by the Standard Webhooks
+scheme (`signing.py`): a receiver checks it with `standardwebhooks.Webhook(
+standard_secret(secret)).verify(raw_body, headers)`, or thresher's own
+`verify_signature(secret, headers, raw_body)`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import time
 from datetime import datetime
 from typing import Any
 
 from thresher.store import JobRecord, JobState, Store
 
-__all__ = [
-    "EVENTS",
-    "SIGNATURE_HEADER",
-    "TIMESTAMP_HEADER",
-    "job_event",
-    "sign",
-    "tick_event",
-    "verify_signature",
-    "webhook_of",
-]
+__all__ = ["EVENTS", "job_event", "tick_event", "webhook_of"]
 
-TIMESTAMP_HEADER = "X-Thresher-Timestamp"
-SIGNATURE_HEADER = "X-Thresher-Signature"
 EVENTS = {
     JobState.SUCCEEDED: "job.completed",
     JobState.FAILED: "job.failed",
     JobState.CANCELLED: "job.cancelled",
 }
-
-
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    """The `X-Thresher-Signature` value for `body` sent at `timestamp`."""
-    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return f"sha256={digest.hexdigest()}"
-
-
-def verify_signature(
-    secret: str, timestamp: str, body: bytes | str, header: str, max_age: float | None = 300.0
-) -> bool:
-    """For receivers: whether `header` (`X-Thresher-Signature`) signs `body` at `timestamp`
-    (`X-Thresher-Timestamp`) with `secret`, and the timestamp is at most `max_age` seconds
-    from now (None: any age)."""
-    if max_age is not None:
-        try:
-            if abs(time.time() - int(timestamp)) > max_age:
-                return False
-        except ValueError:
-            return False
-    raw = body.encode() if isinstance(body, str) else body
-    return hmac.compare_digest(sign(secret, timestamp, raw), header.strip())
 
 
 def job_event(job: JobRecord, store: Store) -> dict[str, Any]:

@@ -4,15 +4,16 @@ What is sent and how it is signed is `events.py` (and `endpoints.py` for a tenan
 OpenAI-style batch events).
 
 Deliveries run on background threads, so the caller never waits on a receiver. They
-are retried with exponential backoff (1, 2, 4, 8 s: five tries) on connection errors,
-429 and 5xx; any other answer ends them. Each attempt has a wall-clock deadline, all of
-it (`webhook_timeout`, 10 s: connect, send and the answer's headers, however slowly the
-receiver drips them; `attempts.py`), and an attempt cut at it is retried like a
-connection error. A tenant's deliveries hold at most its share of the delivery threads
-(`webhook_workers_per_tenant` of `webhook_workers`), so its slow receiver delays only
-its own webhooks. Each is a row of `thresher_webhook_deliveries`
-(job, event, url, attempts, last status, delivered_at); those still pending when the
-server stops resume when it starts again.
+are retried on connection errors, 429 and 5xx, with exponential backoff and jitter for
+24 hours from the event (`retries.py`; a receiver's `Retry-After` honoured); any other
+answer ends them. Every message is signed by the Standard Webhooks scheme (`signing.py`).
+Each attempt has a wall-clock deadline, all of it (`webhook_timeout`, 10 s: connect,
+send and the answer's headers, however slowly the receiver drips them; `attempts.py`),
+and an attempt cut at it is retried like a connection error. A tenant's deliveries hold
+at most its share of the delivery threads (`webhook_workers_per_tenant` of
+`webhook_workers`), so its slow receiver delays only its own webhooks. Each is a row of
+`thresher_webhook_deliveries` (job, event, url, attempts, last status, delivered_at);
+those still pending when the server stops resume when it starts again.
 
 URL policy (`urls.py`): http or https only, and every address the host
 resolves to must be public — loopback, private, link-local, multicast, reserved and
@@ -27,41 +28,37 @@ import json
 import logging
 import operator
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import httpx2 as httpx
 
 from thresher.loops import QUARANTINE_AFTER, Strikes, retrying
-from thresher.notify.attempts import post_webhook, webhook_client
+from thresher.notify.attempts import Answer, post_webhook, webhook_client
 from thresher.notify.delivery import Delivery, RetryingDispatcher
 from thresher.notify.endpoints import batch_event, endpoint_of, signed_headers, subject
-from thresher.notify.events import (
-    EVENTS,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    job_event,
-    sign,
-    tick_event,
-    webhook_of,
-)
+from thresher.notify.events import EVENTS, job_event, tick_event, webhook_of
+from thresher.notify.retries import RetryPolicy
+from thresher.notify.signing import message_id
+from thresher.notify.signing import signed_headers as standard_headers
 from thresher.schedules.notice import TickNotice
 from thresher.store import BatchRow, DeliveryState, JobRecord, Store, StoreError, tick_key
 
-__all__ = ["WebhookSender", "WebhookSettings"]
+__all__ = ["RetryPolicy", "WebhookSender", "WebhookSettings"]
 
 log = logging.getLogger("thresher.notify.sender")
 
 
 @dataclass(frozen=True)
 class WebhookSettings:
-    """How webhooks are signed and sent. `backoff` holds the waits between tries,
+    """How webhooks are signed and sent. `retry` says when a failed one is tried again,
     `timeout` the wall-clock limit of one whole attempt; `workers` threads deliver, at
     most `per_tenant` of them for one tenant's deliveries."""
 
     secret: str
     allow_private: bool = False
-    backoff: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: float = 10.0
     workers: int = 8
     per_tenant: int = 2
@@ -76,7 +73,9 @@ class WebhookSender:
         self._deliveries = store.deliveries
         self._client = webhook_client()
         strikes, key = Strikes("webhooks", settings.quarantine_after), _delivery_key
-        tried = retrying(strikes, key, self._attempt, self._give_up, settings.backoff)
+        retry = settings.retry  # an attempt that raised (a bug) waits as a failed one does
+        crashed = [min(retry.first * 2.0**n, retry.longest) for n in range(4)]
+        tried = retrying(strikes, key, self._attempt, self._give_up, crashed)
         self._dispatcher = RetryingDispatcher(tried, settings.workers, settings.per_tenant)
 
     def job_finished(self, job: JobRecord) -> None:
@@ -107,7 +106,8 @@ class WebhookSender:
 
     def _send(self, job_id: str, event: str, url: str, payload: str) -> None:
         if self._deliveries.add(job_id, event, url, payload):
-            self._dispatcher.submit(Delivery(job_id, event, url, payload, 0, self._owner(job_id)))
+            delivery = Delivery(job_id, event, url, payload, 0, self._owner(job_id), time.time())
+            self._dispatcher.submit(delivery)
 
     def _owner(self, subject: str) -> str:
         """The tenant a delivery is for, whose share of the threads it takes, from its
@@ -138,9 +138,20 @@ class WebhookSender:
     def resume_pending(self) -> int:
         """Queue the deliveries a stopped server left pending; returns how many."""
         rows = self._deliveries.pending()
-        for job_id, event, url, payload, attempts in rows:
-            delivery = Delivery(job_id, event, url, payload, attempts, self._owner(job_id))
-            self._dispatcher.submit(delivery)
+        for job_id, event, url, payload, attempts, created in rows:
+            made = datetime.fromisoformat(created).timestamp()
+            owner = self._owner(job_id)
+            self._dispatcher.submit(Delivery(job_id, event, url, payload, attempts, owner, made))
+        return len(rows)
+
+    def redeliver(self, subjects: list[str]) -> int:
+        """Send the failed deliveries of these subjects (jobs, `<endpoint>/<batch>`)
+        again, each with a new retry window; returns how many."""
+        rows = self._deliveries.reopen(subjects)
+        made = time.time()
+        for subject_, event, url, payload in rows:
+            owner = self._owner(subject_)
+            self._dispatcher.submit(Delivery(subject_, event, url, payload, 0, owner, made))
         return len(rows)
 
     def settle(self, job_id: str, timeout: float) -> list[dict[str, Any]]:
@@ -166,9 +177,11 @@ class WebhookSender:
     def _attempt(self, delivery: Delivery) -> float | None:
         """One try; returns the wait before the next one, or None when it is over."""
         tries = delivery.attempts + 1
+        answer = Answer(0)
         status: int | None = None
         try:
-            status = self._post(delivery)
+            answer = self._post(delivery)
+            status = answer.status
             error = None if 200 <= status < 300 else f"HTTP {status}"
         except ValueError as exc:  # the policy refused the URL as it resolves now
             self._record(delivery, tries, None, str(exc), DeliveryState.REFUSED)
@@ -179,14 +192,16 @@ class WebhookSender:
             self._record(delivery, tries, status, None, DeliveryState.DELIVERED)
             return None
         retryable = status is None or status >= 500 or status == 429
-        if retryable and tries <= len(self._settings.backoff):
+        age = time.time() - delivery.created
+        wait = self._settings.retry.wait(tries, age, answer.retry_after) if retryable else None
+        if wait is not None:
             self._record(delivery, tries, status, error, DeliveryState.PENDING)
-            return self._settings.backoff[tries - 1]
+            return wait
         log.warning("webhook for job %s to %s failed: %s", delivery.job_id, delivery.url, error)
         self._record(delivery, tries, status, error, DeliveryState.FAILED)
         return None
 
-    def _post(self, delivery: Delivery) -> int:
+    def _post(self, delivery: Delivery) -> Answer:
         body = delivery.payload.encode()
         url, headers = self._addressed(delivery, body)
         settings = self._settings
@@ -201,9 +216,8 @@ class WebhookSender:
         endpoint's secrets (ValueError when the endpoint is gone)."""
         endpoint_id = endpoint_of(delivery.job_id)
         if endpoint_id is None:
-            timestamp = str(int(time.time()))
-            signature = sign(self._settings.secret, timestamp, body)
-            return delivery.url, {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: signature}
+            message = message_id(delivery.job_id, delivery.event)
+            return delivery.url, standard_headers([self._settings.secret], message, body)
         endpoint = self._store.webhook_endpoints.find(endpoint_id)
         if endpoint is None:
             raise ValueError(f"webhook endpoint {endpoint_id} was deleted")

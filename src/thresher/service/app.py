@@ -38,6 +38,7 @@ from thresher.service.policies.disclosure import public_detail
 from thresher.service.ray_cluster import keep_ray_cluster
 from thresher.service.routers import (
     batches,
+    deliveries,
     drift,
     embeddings,
     files,
@@ -76,6 +77,7 @@ RESOURCES = (
     embeddings,
     schedules,
     triggers,
+    deliveries,
 )
 
 

@@ -151,6 +151,11 @@ class ServerConfig(BaseModel):
     webhook_timeout: float = Field(default=10.0, gt=0, le=300)
     webhook_workers: int = Field(default=8, ge=1, le=256)
     webhook_workers_per_tenant: int = Field(default=2, ge=1)
+    # A failed webhook is tried again for this long from its event, waiting from
+    # `webhook_retry_first` seconds, doubling (with jitter) up to `webhook_retry_longest`.
+    webhook_retry_hours: float = Field(default=24.0, gt=0, le=24 * 30)
+    webhook_retry_first: float = Field(default=1.0, gt=0, le=3600)
+    webhook_retry_longest: float = Field(default=3600.0, gt=0, le=24 * 3600)
     docs: StrictBool = False  # serve /docs (Swagger UI, whose page loads from a CDN)
     # The HMAC key webhooks are signed with; `load_config` always fills it in (generated
     # once and kept in `data_dir/webhook_secret` when the file does not give one).

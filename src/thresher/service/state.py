@@ -63,6 +63,8 @@ class ServiceState:
     batches_waiting: threading.Event = field(default_factory=threading.Event)
     # Called with each OpenAI-style batch that has just ended (its webhook events).
     on_batch_ended: list[BatchHook] = field(default_factory=list)
+    # Sends failed webhooks of these subjects again (the webhook sender's, while it runs).
+    redeliver: Callable[[list[str]], int] | None = None
     # The background loops this server runs and how each is doing (`/healthz`).
     loops: LoopRegistry = field(default_factory=LoopRegistry)
     # Counts the ended jobs and batches `announce_untold` failed on (`thresher.loops`).

@@ -33,14 +33,15 @@ class DeliveryTable:
             )
         return added > 0
 
-    def pending(self) -> list[tuple[str, str, str, str, int]]:
-        """(job_id, event, url, payload, attempts) of every delivery not yet settled."""
+    def pending(self) -> list[tuple[str, str, str, str, int, str]]:
+        """(job_id, event, url, payload, attempts, created_at) of every delivery not yet
+        settled."""
         rows = self.db.query(
-            "SELECT job_id, event, url, payload, attempts FROM thresher_webhook_deliveries"
-            " WHERE state = ?",
+            "SELECT job_id, event, url, payload, attempts, created_at"
+            " FROM thresher_webhook_deliveries WHERE state = ?",
             (DeliveryState.PENDING.value,),
         )
-        return [(str(a), str(b), str(c), str(d), int(e)) for a, b, c, d, e in rows]
+        return [(str(a), str(b), str(c), str(d), int(e), str(f)) for a, b, c, d, e, f in rows]
 
     def record(
         self,
@@ -63,10 +64,40 @@ class DeliveryTable:
 
     def of_job(self, job_id: str) -> list[dict[str, Any]]:
         """A job's recorded deliveries, oldest first."""
+        return self._listed("job_id = ?", job_id)
+
+    def of_endpoint(self, endpoint_id: str) -> list[dict[str, Any]]:
+        """The deliveries to a webhook endpoint (subjects `<endpoint id>/<batch id>`),
+        oldest first, each with its `subject`."""
+        return self._listed("job_id LIKE ? ESCAPE '!'", _escaped(endpoint_id) + "/%")
+
+    def reopen(self, subjects: list[str]) -> list[tuple[str, str, str, str]]:
+        """Send again: the failed and refused deliveries of these subjects become pending
+        with no tries and a new retry window (their last answer kept until the next);
+        returns (subject, event, url, payload) of each."""
+        if not subjects:
+            return []
+        marks = ", ".join("?" for _ in subjects)
+        ended = (DeliveryState.FAILED.value, DeliveryState.REFUSED.value)
+        with self.db.transaction() as cur:
+            rows = cur.execute(
+                "UPDATE thresher_webhook_deliveries SET state = ?, attempts = 0, created_at = ?"
+                f" WHERE job_id IN ({marks}) AND state IN (?, ?)"
+                " RETURNING job_id, event, url, payload",
+                (DeliveryState.PENDING.value, now(), *subjects, *ended),
+            ).fetchall()
+        return [(str(a), str(b), str(c), str(d)) for a, b, c, d in rows]
+
+    def _listed(self, where: str, *args: str) -> list[dict[str, Any]]:
         rows = self.db.query(
-            "SELECT event, url, state, attempts, last_status, last_error, created_at,"
-            " delivered_at FROM thresher_webhook_deliveries WHERE job_id = ? ORDER BY created_at",
-            (job_id,),
+            "SELECT job_id, event, url, state, attempts, last_status, last_error, created_at,"
+            f" delivered_at FROM thresher_webhook_deliveries WHERE {where} ORDER BY created_at",
+            args,
         )
-        keys = ("event", "url", "state", "attempts", "last_status", "last_error")
+        keys = ("subject", "event", "url", "state", "attempts", "last_status", "last_error")
         return [dict(zip((*keys, "created_at", "delivered_at"), r, strict=True)) for r in rows]
+
+
+def _escaped(text: str) -> str:
+    """`text` matched literally by LIKE (ESCAPE '!')."""
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")

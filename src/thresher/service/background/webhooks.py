@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from thresher.notify.sender import WebhookSender, WebhookSettings
+from thresher.notify.sender import RetryPolicy, WebhookSender, WebhookSettings
 from thresher.service.state import ServiceState
 
 __all__ = ["start_webhooks"]
@@ -32,10 +32,16 @@ def start_webhooks(
             timeout=config.webhook_timeout,
             workers=config.webhook_workers,
             per_tenant=config.webhook_workers_per_tenant,
+            retry=RetryPolicy(
+                config.webhook_retry_first,
+                config.webhook_retry_longest,
+                config.webhook_retry_hours * 3600,
+            ),
         )
     sender = WebhookSender(state.store, settings)
     state.on_job_finished.append(sender.job_finished)
     state.on_tick_missed.append(sender.tick_missed)
     state.on_batch_ended.append(sender.batch_ended)
+    state.redeliver = sender.redeliver
     sender.resume_pending()
     return sender.close

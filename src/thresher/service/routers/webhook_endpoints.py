@@ -107,7 +107,7 @@ def _checked(state: ServiceState, fields: EndpointFields) -> None:
             raise BadRequest(f"url: {str(exc).split(': ', 1)[-1]}") from None
 
 
-def _tenant_endpoint(state: ServiceState, tenant: str, endpoint_id: str) -> EndpointRow:
+def tenant_endpoint(state: ServiceState, tenant: str, endpoint_id: str) -> EndpointRow:
     found = state.store.webhook_endpoints.find(endpoint_id, tenant)
     if found is None:
         raise NotFound(f"no webhook endpoint {endpoint_id!r}")
@@ -154,7 +154,7 @@ def list_endpoints(
 
 @router.get("/{endpoint_id}", summary="A webhook endpoint")
 def get_endpoint(endpoint_id: str, state: StateDep, tenant: Tenant) -> dict[str, Any]:
-    return public(_tenant_endpoint(state, tenant, endpoint_id))
+    return public(tenant_endpoint(state, tenant, endpoint_id))
 
 
 @router.post("/{endpoint_id}", summary="Change a webhook endpoint's name, URL or events")
@@ -162,7 +162,7 @@ def update_endpoint(
     endpoint_id: str, fields: EndpointFields, state: StateDep, tenant: Tenant
 ) -> dict[str, Any]:
     """Fields left out stay; `updated_at` moves only when something changed."""
-    endpoint = _tenant_endpoint(state, tenant, endpoint_id)
+    endpoint = tenant_endpoint(state, tenant, endpoint_id)
     _checked(state, fields)
     events = endpoint.event_types
     if fields.event_types is not None:
@@ -178,7 +178,7 @@ def update_endpoint(
 @router.delete("/{endpoint_id}", summary="Delete a webhook endpoint")
 def delete_endpoint(endpoint_id: str, state: StateDep, tenant: Tenant) -> dict[str, Any]:
     """Its pending deliveries are dropped at their next try."""
-    _tenant_endpoint(state, tenant, endpoint_id)
+    tenant_endpoint(state, tenant, endpoint_id)
     state.store.webhook_endpoints.remove(endpoint_id, tenant)
     return {"id": endpoint_id, "object": "webhook_endpoint.deleted", "deleted": True}
 
@@ -189,7 +189,7 @@ def rotate_secret(
 ) -> dict[str, Any]:
     """The old secret stops signing now, or in 24 hours when asked to stay (deliveries
     meanwhile carry both signatures)."""
-    endpoint = _tenant_endpoint(state, tenant, endpoint_id)
+    endpoint = tenant_endpoint(state, tenant, endpoint_id)
     keep = rotation is not None and rotation.keep_old_secret_active_for_24_hours
     at = int(time.time())
     rotated = replace(
@@ -210,7 +210,7 @@ async def test_endpoint(
     """One signed sample delivery (data.id `batch_test`), now, not retried; the status
     the receiver answered, a success only for a 2xx (400 when it cannot be reached or
     does not answer within `webhook_timeout`)."""
-    endpoint = _tenant_endpoint(state, tenant, endpoint_id)
+    endpoint = tenant_endpoint(state, tenant, endpoint_id)
     if request.event_type not in EVENTS:
         raise BadRequest(f"event_type: this server sends {', '.join(EVENTS)}")
     if not _TESTS.take(tenant):
@@ -238,6 +238,6 @@ def _send_sample(state: ServiceState, endpoint: EndpointRow, event_type: str) ->
         try:
             return post_webhook(
                 client, endpoint.url, body, signature, allow_private, deadline=deadline
-            )
+            ).status
         except (ValueError, httpx.TransportError) as exc:
             raise BadRequest(f"url: the endpoint could not be reached: {exc}") from None
