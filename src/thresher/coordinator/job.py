@@ -241,7 +241,7 @@ def _finish(
 ) -> JobResult:
     sink, errors_uri = output
     totals = job.store.totals(job.id)
-    manifest = build_manifest(job.spec, job.id, totals, facts)
+    manifest = build_manifest(job.spec, job.id, totals, facts, job.plan)
     if outcome.cancelled or outcome.preempted:
         sink.abort()
         state, note = (
