@@ -112,5 +112,5 @@ def test_versions_are_checked() -> None:
 
 def test_versions_beyond_the_table_are_a_source_error(tmp_path: Path) -> None:
     make(tmp_path / "t")
-    with pytest.raises(SourceError, match="source.uri"):
+    with pytest.raises(SourceError, match=r"source\.uri"):
         plan_of(tmp_path / "t", versions=[1, 5])

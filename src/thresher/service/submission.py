@@ -54,8 +54,14 @@ class SourceRequest(_Strict):
         max_length=MAX_FILES,
         description="Exactly these files (absolute paths or URLs under allowed_roots), in order.",
     )
-    format: Literal["parquet", "csv", "jsonl"] | None = Field(
-        None, description="Default: from the suffix."
+    format: Literal["parquet", "csv", "jsonl", "delta"] | None = Field(
+        None, description="Default: from the suffix. `delta`: `uri` is a Delta table."
+    )
+    options: dict[str, Any] | None = Field(
+        None,
+        description="The source format's options: a Delta table's `version`, or `versions`"
+        " = [first, last] to read only the rows those versions appended (a table trigger's"
+        " jobs).",
     )
 
     @model_validator(mode="after")
@@ -259,6 +265,8 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         assert request.source is not None and request.source.uri is not None
         uri, roots = _readable(state, tenant, request.source.uri)
         source = {"uri": uri, "format": request.source.format, "allowed_roots": roots}
+    if request.source is not None and request.source.options is not None:
+        source["options"] = request.source.options
     source["id_column"] = request.id_column
     source["columns"] = request.columns
     return source

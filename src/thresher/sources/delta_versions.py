@@ -53,8 +53,8 @@ def read_versions(uri: str, first: int, last: int) -> VersionsRead:
             with fs.open(path, "rb") as f:
                 actions = [json.loads(line) for line in f if line.strip()]
         except FileNotFoundError:
-            why = f"version {version}'s commit is no longer in the log"
-            return VersionsRead(first, last, None, why)
+            gone = f"version {version}'s commit is no longer in the log"
+            return VersionsRead(first, last, None, gone)
         except (OSError, ValueError) as exc:
             raise SourceError(f"source.uri: cannot read version {version} of {uri}: {exc}") from exc
         why = _rewrote(version, actions)
@@ -69,7 +69,7 @@ def _rewrote(version: int, actions: list[dict[str, Any]]) -> str | None:
     removes = sum(1 for a in actions if "remove" in a)
     if not removes:
         return None
-    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     parts = (info.get("operation"), info.get("operationParameters", {}).get("mode"))
     what = " ".join(str(p) for p in parts if p) or "a commit"
     return f"version {version} ({what}) removed or rewrote {removes} files"
