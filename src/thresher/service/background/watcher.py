@@ -16,6 +16,10 @@ and for each trigger not paused whose `poll_seconds` have passed since its last 
    the trigger's `job` with `source.files` set to exactly the set's files, under an
    idempotency key made from the set — and settles the set with the job's id.
 
+A table trigger (`table = "delta"`) takes the table's versions after the newest taken as
+one set instead, in the same ledger and the same claim (`triggers/tables.py`), and its
+job reads what they added.
+
 A job the submission refuses (a file that vanished, a column that is not there) settles
 its set as failed, with why; its files stay taken, and `thresher triggers reset` is how to
 take them again. Any other error (the store busy, a listing that failed) leaves the set
