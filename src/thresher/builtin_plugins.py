@@ -70,7 +70,11 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
     },
     _builtin(K, "postgresql", "sinks.postgresql:postgresql_sink", NONE, extra="postgres"),
     _builtin(K, "duckdb", "sinks.duckdb:duckdb_sink", NONE, extra="duckdb"),
-    _builtin(K, "delta", "sinks.delta:delta_sink", "sinks.delta:DeltaSinkOptions", "delta"),
+    {
+        **_builtin(K, "delta", "sinks.delta:delta_sink", "sinks.delta:DeltaSinkOptions", "delta"),
+        "modes": ("overwrite", "append", "merge"),
+        "completes": "thresher.sinks.modes:complete_merge_spec",
+    },
     _builtin(M, "sklearn", "models.sklearn:load_sklearn", NONE, "sklearn", model_uri=FILE),
     _builtin(
         M, "onnx", "models.onnx:load_onnx", "models.options:OnnxOptions", "onnx", model_uri=FILE

@@ -52,6 +52,7 @@ __all__ = [
     "Plugin",
     "PluginError",
     "check_plugin",
+    "check_sink_mode",
     "completion_hooks",
     "default_sink_format",
     "find",
@@ -128,6 +129,8 @@ class Plugin:
     # A source's: the sink format of a spec whose sink names none (else: the sink's own).
     sink_format: str | None = None
     model_uri: ModelUri = ModelUri.OTHER  # a model's: what its `model.uri` names
+    # A sink's: the `sink.mode`s it writes (`merge`: upsert by the source's id column).
+    modes: tuple[str, ...] = ("overwrite", "append")
 
     def builds_class(self, uri: str) -> bool:
         """Whether this model plug-in reads `uri` as a class to build, whose keyword
@@ -289,6 +292,17 @@ def option_problems(
     except ValidationError as exc:
         return [f"{field}.{problem}" for problem in describe_errors(exc)]
     return []
+
+
+def check_sink_mode(name: str, mode: str) -> None:
+    """Raise ValueError (a spec error at `mode`) for a mode sink `name` does not write;
+    a sink named by dotted path writes the plain two."""
+    plugin = find(Kind.SINK, name)
+    if mode not in plugin.modes:
+        raise ValueError(
+            f"mode: the {name} sink does not write mode {mode!r}; use one of "
+            f"{', '.join(repr(m) for m in plugin.modes)}"
+        )
 
 
 def check_plugin(

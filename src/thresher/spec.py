@@ -37,6 +37,7 @@ from thresher.places import check_output_place, resolve_option_uris, resolve_uri
 from thresher.plugins import (
     Kind,
     check_plugin,
+    check_sink_mode,
     completion_hooks,
     default_sink_format,
     option_problems,
@@ -213,7 +214,9 @@ class RunSection(Section):
 class SinkSection(Section):
     uri: str
     format: str | None = None  # a registered sink (see plugins.py), or inferred from uri
-    mode: Literal["overwrite", "append"] = "overwrite"
+    # merge: rows whose id the table holds replace its rows, others are added (the sinks
+    # that can say so in their plug-in's `modes`: `delta`)
+    mode: Literal["overwrite", "append", "merge"] = "overwrite"
     keep_columns: list[str] = Field(default_factory=list)
     force: StrictBool = False
     # SQL sinks: the local folder for staged parts, `_errors/` and `_SUCCESS`.
@@ -230,6 +233,7 @@ class SinkSection(Section):
         self._infer_format()
         assert self.format is not None
         check_plugin(Kind.SINK, self.format, self.options)
+        check_sink_mode(self.format, self.mode)
         return self
 
     def _infer_format(self) -> SinkSection:

@@ -67,7 +67,50 @@ def test_the_plan_reads_its_version_after_writers_moved_on(tmp_path: Path) -> No
 def test_no_table_and_both_pins_are_errors(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="cannot open the Delta table"):
         plan_of(tmp_path / "none")
-    with pytest.raises(ValueError, match="version or timestamp"):
+    with pytest.raises(ValueError, match="one of version, timestamp"):
         SourceSection(
             uri="t", format="delta", options={"version": 1, "timestamp": "2026-01-01T00:00:00Z"}
         )
+
+
+def test_versions_read_only_the_rows_they_appended(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    make(root)  # version 0: ids 0..5, version 1: id 6
+    write_deltalake(str(root), pa.table({"id": [7, 8], "day": [4, 5], "x": [2.0, 2.0]}),
+                    mode="append")  # fmt: skip
+    plan = plan_of(root, versions=[1, 2])
+    assert [r["id"] for r in rows(root, plan)] == [6, 7, 8]
+    assert [r["day"] for r in rows(root, plan)] == [4, 4, 5]  # partitions from the log
+    assert plan.read_note() == {"versions": [1, 2], "rows": "added", "files": 3}
+    assert [r["id"] for r in rows(root, plan_of(root, versions=[0, 0]))] == [*range(6)]
+
+
+def test_a_version_that_rewrote_files_reads_the_whole_table_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "t"
+    make(root)
+    DeltaTable(root).delete("id = 0")  # version 2 removes a file
+    write_deltalake(str(root), pa.table({"id": [9], "day": [5], "x": [2.0]}), mode="append")
+    with caplog.at_level("WARNING", logger="thresher.sources.delta"):
+        plan = plan_of(root, versions=[2, 3])
+    assert [r["id"] for r in rows(root, plan)] == [1, 2, 3, 4, 5, 6, 9]
+    note = plan.read_note()
+    assert note is not None and note["rows"] == "whole table" and note["version"] == 3
+    assert "version 2 (DELETE) removed or rewrote" in note["why"]
+    assert "reading the whole table at version 3" in caplog.text
+    assert [r["id"] for r in rows(root, plan_of(root, versions=[3, 3]))] == [9]
+
+
+def test_versions_are_checked() -> None:
+    for bad in ([3, 2], [-1, 0]):
+        with pytest.raises(ValueError, match="versions"):
+            SourceSection(uri="t", format="delta", options={"versions": bad})
+    with pytest.raises(ValueError, match="one of version, timestamp and versions"):
+        SourceSection(uri="t", format="delta", options={"versions": [0, 1], "version": 1})
+
+
+def test_versions_beyond_the_table_are_a_source_error(tmp_path: Path) -> None:
+    make(tmp_path / "t")
+    with pytest.raises(SourceError, match=r"source\.uri"):
+        plan_of(tmp_path / "t", versions=[1, 5])

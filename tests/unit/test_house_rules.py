@@ -235,6 +235,7 @@ PUBLIC: dict[str, list[str]] = {
         "Plugin",
         "PluginError",
         "check_plugin",
+        "check_sink_mode",
         "completion_hooks",
         "default_sink_format",
         "find",

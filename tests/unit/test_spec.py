@@ -155,7 +155,10 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
         (raw_spec(source={"urii": "x"}), "source.urii: unknown key (check the spelling)"),
         (raw_spec(batch={"sise": 3}), "batch.sise: unknown key (check the spelling)"),
         (raw_spec(sourse={}), "sourse: unknown key (check the spelling)"),
-        (raw_spec(sink={"mode": "upsert"}), "sink.mode: must be one of 'overwrite', 'append'"),
+        (
+            raw_spec(sink={"mode": "upsert"}),
+            "sink.mode: must be one of 'overwrite', 'append', 'merge'",
+        ),
         (
             raw_spec(source={"format": "xml"}),
             "source.format: must be one of 'parquet', 'csv', 'jsonl', 'arrow', 'postgresql',"
@@ -263,7 +266,7 @@ def test_spec_file_problems_name_fields(tmp_path: Path) -> None:
         load_spec(path)
     assert sorted(info.value.problems) == [
         "sink.colour: unknown key (check the spelling)",
-        "sink.mode: must be one of 'overwrite', 'append'",
+        "sink.mode: must be one of 'overwrite', 'append', 'merge'",
     ]
 
 
@@ -437,7 +440,7 @@ def test_load_spec_override_errors_name_the_field(tmp_path: Path) -> None:
     assert sorted(info.value.problems) == [
         'batch.size: must be a positive number of rows or "auto", not 0',
         "run.wokers: unknown key (check the spelling)",
-        "sink.mode: must be one of 'overwrite', 'append'",
+        "sink.mode: the parquet sink does not write mode 'merge'; use one of 'overwrite', 'append'",
     ]
     with pytest.raises(SpecError) as info:
         load_spec(path, ["batch"])

@@ -241,7 +241,7 @@ def _finish(
 ) -> JobResult:
     sink, errors_uri = output
     totals = job.store.totals(job.id)
-    manifest = build_manifest(job.spec, job.id, totals, facts)
+    manifest = build_manifest(job.spec, job.id, totals, facts, job.plan)
     if outcome.cancelled or outcome.preempted:
         sink.abort()
         state, note = (
@@ -269,7 +269,11 @@ def _finish(
     if profile is not None:
         job.store.profiles.save(job.id, profile)
         manifest["profile"] = profile.summary()
-    sink.finish(manifest)
+    try:
+        sink.finish(manifest)
+    except ThresherError as exc:  # the publish refused (a merge's repeated id): not running
+        job.store.finish(job.id, JobState.FAILED, manifest, str(exc))
+        raise
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
     return JobResult(
         job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri, [], job.spec.sink

@@ -10,6 +10,7 @@ from typing import Any
 
 from thresher.models import model_fingerprint
 from thresher.plan import Placement
+from thresher.sources import Plan
 from thresher.spec import JobSpec
 from thresher.store import Totals
 
@@ -27,11 +28,16 @@ class RunFacts:
     native: bool | None = None  # the model's native path ran (None: it has no choice)
 
 
-def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) -> dict[str, Any]:
+def build_manifest(
+    spec: JobSpec, job_id: str, totals: Totals, run: RunFacts, plan: Plan | None = None
+) -> dict[str, Any]:
     """Counts come from the store, so a resumed job's manifest covers every run of it;
-    the rate is this run's (rows it read over its wall time)."""
+    the rate is this run's (rows it read over its wall time). `source_read`: what the
+    plan's source said it reads (a table trigger's job: the versions' added rows, or the
+    whole table and why)."""
     spec_json = spec.model_dump_json()
     scheduled = {"schedule": spec.job.schedule, "nominal_time": spec.job.nominal_time}
+    read = plan.read_note() if plan is not None else None
     return {
         "job_id": job_id,
         "name": spec.job.name,
@@ -44,6 +50,7 @@ def build_manifest(spec: JobSpec, job_id: str, totals: Totals, run: RunFacts) ->
         "model": {"kind": spec.model.kind, **model_fingerprint(spec.model)},
         "spec_sha256": hashlib.sha256(spec_json.encode()).hexdigest(),
         "spec": json.loads(spec_json),
+        **({"source_read": read} if read is not None else {}),
         "batch_size": run.batch_size or spec.batch.size,
         "batch_size_setting": spec.batch.size,
         "workers": run.placement.workers,

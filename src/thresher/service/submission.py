@@ -60,14 +60,15 @@ class SourceRequest(_Strict):
         description="Exactly these files (absolute paths or URLs under allowed_roots), in order.",
     )
     format: Literal["parquet", "csv", "jsonl", "delta", "features"] | None = Field(
-        None, description="Default: from the suffix."
+        None, description="Default: from the suffix. `delta`: `uri` is a Delta table."
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
         max_length=MAX_COLUMNS,
         description="The source's own options, as in a job spec's [source.options]: delta's"
-        " version, timestamp and partitions; features' timestamp and tables (each table's"
-        " uri under allowed_roots too).",
+        " version, timestamp and partitions, or `versions` = [first, last] to read only the"
+        " rows those versions appended (a table trigger's jobs); features' timestamp and"
+        " tables (each table's uri under allowed_roots too).",
     )
 
     @model_validator(mode="after")

@@ -23,6 +23,7 @@ from thresher.sources.files import confine
 from thresher.store import Store, TriggerDefRow
 from thresher.triggers import candidates, list_watch
 from thresher.triggers.settings import TriggerFields, TriggerSettings
+from thresher.triggers.tables import WATCHES, TableVersion, VersionRun, table_job_body
 
 __all__ = [
     "Watched",
@@ -124,13 +125,21 @@ def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
     source = trigger.job.get("source", {})
     if not isinstance(source, dict):
         return ["job.source: a table with at most `format`"]
-    given = [f"source.{key}" for key in ("uri", "files") if key in source]
+    given = [f"source.{key}" for key in ("uri", "files", "format") if key in source]
     given += ["input_file_id"] if "input_file_id" in trigger.job else []
+    options = source.get("options", {})
+    pins = ("version", "versions", "timestamp") if trigger.table else ()
+    given += [f"source.options.{k}" for k in pins if isinstance(options, dict) and k in options]
     if given:
-        return [f"job.{key}: the trigger gives its job the files it takes; remove it"
+        what = "the versions" if trigger.table else "the files"
+        return [f"job.{key}: the trigger gives its job {what} it takes; remove it"
                 for key in given]  # fmt: skip
-    example = {**source, "files": [f"{trigger.watch.rstrip('/')}/example"]}
-    job = {**trigger.job, "source": example}  # the job a set will make
+    if trigger.table is not None:
+        run = VersionRun(trigger.watch.rstrip("/"), (TableVersion(0, "0"),))
+        job = table_job_body("check", trigger, "", run)  # the job a run will make
+    else:
+        example = {**source, "files": [f"{trigger.watch.rstrip('/')}/example"]}
+        job = {**trigger.job, "source": example}  # the job a set will make
     return [f"job.{p}" for p in check_job_template(config, job, check_roots=False)]
 
 
@@ -154,8 +163,14 @@ def trigger_warnings(name: str, trigger: TriggerFields) -> list[str]:
 
 def warn_trigger(trigger: TriggerFields) -> list[str]:
     """What is odd but allowed: a watch that cannot be listed yet, or whose pattern
-    matches no file yet. The listing stops at the first file the pattern matches (or
-    after CHECK_FILES files)."""
+    matches no file yet (a table trigger's: no table there yet). The listing stops at
+    the first file the pattern matches (or after CHECK_FILES files)."""
+    if trigger.table is not None:
+        try:
+            versions = WATCHES[trigger.table].versions_after(trigger.watch.rstrip("/"), None)
+        except Exception as exc:  # any filesystem's or table library's error
+            return [f"watch: cannot be read yet ({exc}); the trigger will keep looking"]
+        return [] if versions else [f"watch: no {trigger.table} table at {trigger.watch} yet"]
     try:
         for count, found in enumerate(list_watch(trigger.watch)):
             if candidates([found], {}, trigger)[0]:

@@ -3,7 +3,7 @@
     [sink]
     format = "delta"
     uri = "out/scores"            # a table folder, or s3://bucket/scores, ...
-    mode = "append"               # or "overwrite" (the default)
+    mode = "append"               # or "overwrite" (the default), or "merge"
     options = { partition_by = ["region"] }
 
 Workers stage each shard as a Parquet part under `<table>/_thresher/_staging/`; the
@@ -15,11 +15,13 @@ shard, not one per job with the shard as its version: shards finish in any order
 `txn` version only says how far an application got.
 
 Committed parts wait in `_thresher/_pending/<job>/`, and `finish` makes them the table's
-in one commit: `append` adds them to its rows, `overwrite` replaces its content. Readers
-of the previous version are never disturbed, and a job that fails, is killed or is
-cancelled leaves that version current and the table as it was, in either mode (as every
-sink: nothing is published before the job's end). A retry round appends its fixed rows
-shard by shard, to a job that did publish.
+in one commit: `append` adds them to its rows, `overwrite` replaces its content, `merge`
+upserts them on the id column (`sinks/delta_writes.py`: a row whose id the table holds
+replaces it, the others are added; the job's rows must not repeat an id). Readers of the
+previous version are never disturbed, and a job that fails, is killed or is cancelled
+leaves that version current and the table as it was, in every mode (as every sink:
+nothing is published before the job's end). A retry round appends (merges, in merge
+mode) its fixed rows shard by shard, to a job that did publish.
 
 Every commit's metadata names the job (`thresher.job_id`; a retry round's, the shard);
 a job's commit also the model's and spec's sha256. Bad records, the `_SUCCESS`
@@ -36,12 +38,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable
 from pydantic import Field
 
 from thresher.errors import SinkError
 from thresher.faults import crash_point
 from thresher.plugins import Options
+from thresher.sinks.delta_writes import TableWrite, check_unique_keys, parquet_reader
 from thresher.sinks.files import FilePartTarget, check_directory
 from thresher.sinks.parts import PartLayout, StagedPart, commit_file
 from thresher.sinks.publish import (
@@ -59,23 +62,26 @@ from thresher.sources.files import filesystem
 from thresher.spec import SinkSection
 
 SIDE = "_thresher"  # the side folder inside the table: parts, errors, manifest
-READ_BATCH_ROWS = 65_536
 
 
 class DeltaSinkOptions(Options):
     """`sink.options` of the `delta` sink."""
 
     partition_by: list[str] = Field(default_factory=list)
+    # merge: the column rows are matched on; filled in from source.id_column (sinks/modes.py)
+    merge_on: str | None = None
 
 
 @dataclass
 class DeltaSink:
-    """A Delta table, written shard by shard (append) or replaced at job end (overwrite)."""
+    """A Delta table, which a job's rows join (append), replace (overwrite) or upsert
+    into (merge) at the job's end."""
 
     uri: str
     mode: str = "overwrite"
     force: bool = False
     partition_by: tuple[str, ...] = ()
+    merge_on: str | None = None
     job_id: str = field(default="", init=False)
     ledger_key: str = field(default="", init=False)
     retry_round: int | None = field(default=None, init=False)
@@ -176,15 +182,18 @@ class DeltaSink:
         if not self._has_transaction(app_id):
             metadata = {"thresher.job_id": self.job_id, "thresher.shard": str(staged.shard)}
             with fs.open(path, "rb") as f:
-                data = _parquet_reader([pq.ParquetFile(f)])
+                data = parquet_reader([pq.ParquetFile(f)])
                 assert data is not None
-                self._write(data, "append", app_id, metadata)
+                self._writes(self.mode if self.mode == "merge" else "append").commit(
+                    data, app_id, metadata
+                )
         fs.rm(path)
 
     def finish(self, manifest: dict[str, Any]) -> None:
-        """Publish: the one commit that appends the job's rows or replaces the table's
-        content with them; then the error parts and `_SUCCESS`. Adds `delta_version`,
-        the table version the job produced, to `manifest` (which the store records)."""
+        """Publish: the one commit that appends the job's rows, replaces the table's
+        content with them or merges them in by id; then the error parts and `_SUCCESS`.
+        Adds `delta_version`, the table version the job produced, to `manifest` (which
+        the store records)."""
         fs, side = filesystem(self.side_dir)
         remove_staging(fs, side)
         manifest.update(table=self.root)
@@ -196,14 +205,19 @@ class DeltaSink:
         if pending.published():
             manifest.update(delta_version=self._job_version(self.job_id))
             return  # published before a crash cut the job's own bookkeeping short
-        pending.publish(manifest, self.mode == "overwrite", first=self._publish_table)
+        if self.merge_on is not None:  # refused before the publish is decided
+            parts = sorted(fs.glob(f"{filesystem(pending.folder)[1]}/part-*.parquet"))
+            check_unique_keys(parts, fs, self.merge_on, self.uri)
+        extra = {"merge_on": self.merge_on} if self.mode == "merge" else {}
+        pending.publish(manifest, self.mode == "overwrite", self._publish_table, extra)
         manifest.update(delta_version=self._job_version(self.job_id))
 
     def _publish_table(self, job_id: str, record: dict[str, Any]) -> None:
-        """Job `job_id`'s publish: its pending parts appended to the table, or made its
-        whole content, in one commit (application id `thresher/<job>/publish`), then the
-        parts go. Run again after it committed (a crash before the publish finished), it
-        writes nothing."""
+        """Job `job_id`'s publish: its pending parts appended to the table, made its whole
+        content or merged into it (as the job's `_PUBLISH` record says: this sink may be
+        another job's, rolling it forward), in one commit (application id
+        `thresher/<job>/publish`), then the parts go. Run again after it committed (a
+        crash before the publish finished), it writes nothing."""
         fs, folder = filesystem(PendingOutput(self.side_dir, job_id).folder)
         parts = sorted(fs.glob(f"{folder}/part-*.parquet"))
         app_id = f"thresher/{job_id}/publish"
@@ -217,44 +231,24 @@ class DeltaSink:
             }
             files = [fs.open(p, "rb") for p in parts]
             try:
-                data = _parquet_reader([pq.ParquetFile(f) for f in files], self._schema())
+                data = parquet_reader([pq.ParquetFile(f) for f in files], self._schema())
                 mode = "overwrite" if record["overwrite"] else "append"
+                mode = "merge" if record.get("merge_on") else mode
                 if data is not None:
-                    self._write(data, mode, app_id, metadata)
+                    self._writes(mode, record.get("merge_on")).commit(data, app_id, metadata)
             finally:
                 for f in files:
                     f.close()
+            crash_point("after_publish_commit")
         for part in parts:
             fs.rm(part)
         record["manifest"]["delta_version"] = self._job_version(job_id)
 
-    def _write(self, data: pa.RecordBatchReader, mode: str, app_id: str, meta: Any) -> None:
-        """One Delta commit of `data` ("append", or "overwrite": the table's content and
-        schema replaced), carrying the `txn` action of `app_id` and `meta`."""
-        properties = CommitProperties(
-            custom_metadata=meta, app_transactions=[Transaction(app_id, 1)]
-        )
-        partition_by = list(self.partition_by) or None
-        try:
-            if mode == "overwrite":
-                write_deltalake(
-                    self.root,
-                    data,
-                    mode="overwrite",
-                    schema_mode="overwrite",
-                    partition_by=partition_by,
-                    commit_properties=properties,
-                )
-            else:
-                write_deltalake(
-                    self.root,
-                    data,
-                    mode="append",
-                    partition_by=partition_by,
-                    commit_properties=properties,
-                )
-        except Exception as exc:  # deltalake's errors: a schema that does not match, I/O
-            raise SinkError(f"sink.uri: cannot write the Delta table {self.uri}: {exc}") from exc
+    def _writes(self, mode: str, merge_on: str | None = None) -> TableWrite:
+        """How a commit in `mode` writes this table (merging on `merge_on`, or this
+        sink's own key)."""
+        key = merge_on or self.merge_on
+        return TableWrite(self.root, mode, self.uri, key, self.partition_by)
 
     def _table(self) -> DeltaTable | None:
         """The table at its latest version; None if there is none yet."""
@@ -308,20 +302,8 @@ class DeltaSink:
         return self.layout
 
 
-def _parquet_reader(
-    files: list[pq.ParquetFile], schema: pa.Schema | None = None
-) -> pa.RecordBatchReader | None:
-    """The parts' rows as one stream, never all in memory; None if there are no parts and
-    no schema to write an empty table with."""
-    if files:
-        schema = files[0].schema_arrow
-    if schema is None:
-        return None
-    batches = (b for f in files for b in f.iter_batches(batch_size=READ_BATCH_ROWS))
-    return pa.RecordBatchReader.from_batches(schema, batches)
-
-
 def delta_sink(section: SinkSection) -> DeltaSink:
     """The `delta` sink plug-in."""
     options = DeltaSinkOptions.model_validate(section.options)
-    return DeltaSink(section.uri, section.mode, section.force, tuple(options.partition_by))
+    partition_by = tuple(options.partition_by)
+    return DeltaSink(section.uri, section.mode, section.force, partition_by, options.merge_on)

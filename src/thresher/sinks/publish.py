@@ -19,7 +19,7 @@ Given `_PUBLISH`, every step can run again, so re-running from step 2 finishes t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -75,27 +75,34 @@ class PendingOutput:
         folder, as `parts.commit_to` does: idempotent, and the latest attempt decides."""
         commit_to(staged, f"{self.folder}/{name}")
 
-    def record_intent(self, manifest: dict[str, Any], overwrite: bool) -> dict[str, Any]:
+    def record_intent(
+        self, manifest: dict[str, Any], overwrite: bool, extra: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Step 1: the `_PUBLISH` record, written once (a publish that a crash interrupted
-        keeps the record it wrote)."""
+        keeps the record it wrote), with `extra`: what else the sink's `first` needs to
+        know of this job when another job's start rolls it forward."""
         fs, folder = filesystem(self.folder)
         intent = f"{folder}/{PUBLISH}"
         if fs.exists(intent):
             with fs.open(intent, "r") as f:
                 return json.load(f)  # type: ignore[no-any-return]
         names = sorted(_output_names(fs, folder)) if fs.exists(folder) else []
-        record = {"names": names, "overwrite": overwrite, "manifest": manifest}
+        record = {**(extra or {}), "names": names, "overwrite": overwrite, "manifest": manifest}
         fs.makedirs(folder, exist_ok=True)
         write_json(fs, intent, record)
         return record
 
     def publish(
-        self, manifest: dict[str, Any], overwrite: bool, first: BeforeFiles | None = None
+        self,
+        manifest: dict[str, Any],
+        overwrite: bool,
+        first: BeforeFiles | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Steps 1-5: the job's output replaces (overwrite) or joins (append) the folder's.
-        `first(job_id, record)` runs once the record is written, before any file moves (a
-        SQL sink swaps its table there)."""
-        record = self.record_intent(manifest, overwrite)
+        `first(job_id, record)` runs once the record (holding `extra`) is written, before
+        any file moves (a SQL sink swaps its table there)."""
+        record = self.record_intent(manifest, overwrite, extra)
         if first is not None:
             first(self.job_id, record)
         fs, folder = filesystem(self.folder)

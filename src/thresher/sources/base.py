@@ -8,6 +8,7 @@ around each boundary; reading a shard streams it in bounded chunks.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -23,6 +24,10 @@ from thresher.records import BadRecord
 if TYPE_CHECKING:
     from thresher.spec import SourceSection
 
+# A plan's schema metadata: what the source says it reads, beyond its shards (JSON; a
+# table trigger's job, whether it reads only what some versions added): the manifest's
+# `source_read`.
+READ_KEY = b"thresher.source_read"
 MIN_SPLIT_ROWS = 4_096  # rows cut off for a worker of their own, at least
 # Columns one input may have unless its spec says more: planning and reading cost grows
 # with the width (Arrow's CSV reader alone spends a good part of a millisecond on each
@@ -98,6 +103,11 @@ class Plan:
 
     shards: list[Shard]
     schema: pa.Schema
+
+    def read_note(self) -> dict[str, Any] | None:
+        """What the source said it reads (`READ_KEY`), for the manifest; None: nothing."""
+        note = (self.schema.metadata or {}).get(READ_KEY)
+        return None if note is None else dict(json.loads(note))
 
     def to_json(self) -> dict[str, Any]:
         return {

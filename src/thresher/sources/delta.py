@@ -5,12 +5,19 @@
     uri = "lake/customers"                       # a table folder, or s3://bucket/customers
     options = { version = 12 }                   # or timestamp = 2026-01-31T00:00:00Z
     options.partitions = [["region", "=", "eu"]] # read only these partitions' files
+    # options = { versions = [13, 15] }          # only the rows versions 13..15 added
 
 Planning opens the table at its latest version (or the pinned one), takes the data files
 that version holds, keeps those of the partitions asked for, and plans them as the
 Parquet source does (runs of row groups, cut by rows when small), with `files=`. The
 plan's shards name the exact files, so a resume reads exactly the planned data even if
 writers moved on (unless VACUUM removed the files: then the read fails, naming the file).
+
+With `versions = [first, last]` (what a table trigger's job reads), the table is opened
+at `last` and only the files those versions' commits added are planned, when every one
+of them only added files (`sources/delta_versions.py`); if one removed or rewrote files
+(an overwrite, DELETE, MERGE, OPTIMIZE), the job reads the whole table at `last`, says
+so at WARNING, and its manifest's `source_read` records which version and why.
 
 Delta keeps partition values in its log, not in the data files: the plan's schema is the
 table's own, its metadata carries each file's partition values and the version read, and
@@ -21,6 +28,7 @@ column mapping are refused at planning: their files alone do not say their rows.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,9 +41,12 @@ from pydantic import Field, model_validator
 
 from thresher.errors import SourceError
 from thresher.plugins import Options
-from thresher.sources.base import MAX_COLUMNS, Chunk, Plan, Shard
+from thresher.sources.base import MAX_COLUMNS, READ_KEY, Chunk, Plan, Shard
+from thresher.sources.delta_versions import VersionsRead, read_versions
 from thresher.sources.parquet import ParquetReader, ParquetSource
 from thresher.spec import SourceSection
+
+log = logging.getLogger("thresher.sources.delta")
 
 VERSION_KEY = b"thresher.delta.version"
 PARTITIONS_KEY = b"thresher.delta.partitions"  # {file url: {column: value as text}}
@@ -48,14 +59,18 @@ class DeltaSourceOptions(Options):
 
     version: int | None = Field(default=None, ge=0)
     timestamp: datetime | None = None
+    versions: tuple[int, int] | None = None  # [first, last]: only what they added
     # [column, op, value]: op one of FILTERS; `in` and `not in` take a list
     partitions: list[tuple[str, str, Any]] = Field(default_factory=list)
     max_columns: int = Field(default=MAX_COLUMNS, ge=1)
 
     @model_validator(mode="after")
     def _one_pin(self) -> DeltaSourceOptions:
-        if self.version is not None and self.timestamp is not None:
-            raise ValueError("version: set version or timestamp, not both")
+        pins = [self.version, self.timestamp, self.versions]
+        if sum(pin is not None for pin in pins) > 1:
+            raise ValueError("version: set one of version, timestamp and versions")
+        if self.versions is not None and not 0 <= self.versions[0] <= self.versions[1]:
+            raise ValueError("versions: [first, last], 0 <= first <= last")
         for column, op, _ in self.partitions:
             if op not in FILTERS:
                 raise ValueError(f"partitions: {column} {op!r}: op must be one of {FILTERS}")
@@ -81,7 +96,8 @@ class DeltaSource:
                 f"source.options.partitions: {', '.join(unknown)} is not a partition column of"
                 f" {self.uri} (its partition columns: {', '.join(partition_columns) or 'none'})"
             )
-        files = self._files(table, partition_columns)
+        read = self._versions_read()
+        files = self._files(table, partition_columns, read)
         if not files:
             raise SourceError(f"source.uri: {self.uri} has no data files to read")
         planned = ParquetSource(
@@ -93,26 +109,48 @@ class DeltaSource:
             files=tuple(sorted(files)),
         ).plan()
         metadata = {VERSION_KEY: str(table.version()).encode()}
+        if read is not None:
+            metadata[READ_KEY] = json.dumps(read.describe()).encode()
         if partition_columns:
             metadata[PARTITIONS_KEY] = json.dumps(files, sort_keys=True).encode()
         return Plan(shards=planned.shards, schema=schema.with_metadata(metadata))
 
+    def _versions_read(self) -> VersionsRead | None:
+        """What `options.versions` added (None without it); the whole table, said at
+        WARNING, when one of them did more than add."""
+        if self.options.versions is None:
+            return None
+        read = read_versions(self.uri, *self.options.versions)
+        if read.files is None:
+            log.warning(
+                "%s: reading the whole table at version %d, not only the rows versions"
+                " %d..%d added: %s", self.uri, read.last, read.first, read.last, read.why
+            )  # fmt: skip
+        return read
+
     def _open(self) -> DeltaTable:
+        pinned = self.options.versions[1] if self.options.versions else self.options.version
         try:
-            table = DeltaTable(self.uri, version=self.options.version)
+            table = DeltaTable(self.uri, version=pinned)
             if self.options.timestamp is not None:
                 table.load_as_version(self.options.timestamp)
         except Exception as exc:  # deltalake's: no table there, no such version
             raise SourceError(f"source.uri: cannot open the Delta table {self.uri}: {exc}") from exc
         return table
 
-    def _files(self, table: DeltaTable, partition_columns: list[str]) -> dict[str, dict[str, Any]]:
-        """The version's data files (URLs) kept by the partition filters, each with its
-        partition values as text (None: null)."""
+    def _files(
+        self, table: DeltaTable, partition_columns: list[str], read: VersionsRead | None
+    ) -> dict[str, dict[str, Any]]:
+        """The version's data files (URLs) kept by the partition filters (and, reading
+        what some versions added, only those), each with its partition values as text
+        (None: null)."""
         root = table.table_uri.rstrip("/").removeprefix("file://")
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        only = None if read is None else read.files
         files = {}
         for action in actions:
+            if only is not None and unquote(action["path"]) not in only:
+                continue
             values = {c: action[f"partition.{c}"] for c in partition_columns}
             if all(_matches(values[c], op, want) for c, op, want in self.options.partitions):
                 text = {c: None if v is None else str(v) for c, v in values.items()}

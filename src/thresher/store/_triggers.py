@@ -1,6 +1,10 @@
 """The triggers' manifest of files taken (`thresher_trigger_files`), the sets they were
 taken in (`thresher_trigger_sets`) and the resets that forgot some (`thresher_trigger_resets`).
 
+A table trigger's set is a run of table versions (`triggers/tables.py`): one row each,
+role "version", path the table, size the version's number, version its id; unique as a
+file's, so a version is in one set, ever.
+
 What is atomic: `claim` inserts a set's row and a manifest row for each of its files in
 one transaction. A file's row is keyed by (trigger, path, size, version), so of two
 claims holding one file — two threads, two servers on one PostgreSQL store — one commits
@@ -42,7 +46,8 @@ class SetOutcome(StrEnum):
 
 @dataclass(frozen=True)
 class TakenFile:
-    """A file as a set takes it: `role` is "data" (the job reads it) or "marker"."""
+    """A file as a set takes it: `role` is "data" (the job reads it) or "marker"; or a
+    table's version, role "version" (`size` its number, `version` its id)."""
 
     path: str
     size: int
@@ -88,7 +93,7 @@ class TriggerLedger:
         """Take the set and its files for `owner`, in one transaction; False (nothing
         written) if the set, or any of its files, was taken before."""
         stamp = now()
-        data = sum(1 for f in files if f.role == "data")
+        data = sum(1 for f in files if f.role != "marker")
         try:
             with self.db.transaction() as cur:
                 won = cur.changed(
@@ -144,6 +149,15 @@ class TriggerLedger:
         )
         return [str(r[0]) for r in rows]
 
+    def set_versions(self, trigger: str, key: str) -> list[tuple[int, str]]:
+        """A table trigger's set: its versions' (number, id), oldest first."""
+        rows = self.db.query(
+            "SELECT size, version FROM thresher_trigger_files WHERE trigger_name = ?"
+            " AND set_key = ? AND role = 'version' ORDER BY size",
+            (trigger, key),
+        )
+        return [(int(n), str(v)) for n, v in rows]
+
     def taken(self, trigger: str) -> dict[str, set[tuple[int, str]]]:
         """Every file the trigger has taken: path -> its (size, version) pairs."""
         taken: dict[str, set[tuple[int, str]]] = {}
@@ -193,9 +207,10 @@ class TriggerLedger:
         return [TriggerReset(str(a), str(b), str(c), str(d), int(e)) for a, b, c, d, e in rows]
 
     def files_seen(self) -> dict[str, int]:
-        """How many data files each trigger has taken (and not forgotten)."""
+        """How many data files (a table trigger: versions) each trigger has taken (and
+        not forgotten)."""
         rows = self.db.query(
-            "SELECT trigger_name, COUNT(*) FROM thresher_trigger_files WHERE role = 'data'"
+            "SELECT trigger_name, COUNT(*) FROM thresher_trigger_files WHERE role <> 'marker'"
             " GROUP BY trigger_name"
         )
         return {str(name): int(count) for name, count in rows}

@@ -18,11 +18,15 @@ def describe_triggers(triggers: Mapping[str, TriggerSettings], ledger: TriggerLe
     for name, t in triggers.items():
         state = "paused" if t.paused else "active"
         rule = f"marker {t.marker!r}" if t.marker else "no marker"
+        what = f"pattern {t.pattern!r}, {rule}, settle {t.settle:g} s"
+        if t.table is not None:
+            what = f"{t.table} table, each new version once"
         lines.append(
-            f"{name}: watch {t.watch}, pattern {t.pattern!r}, {rule}, settle {t.settle:g} s,"
-            f" poll {t.poll_seconds:g} s, {state}, tenant {t.tenant}"
+            f"{name}: watch {t.watch}, {what}, poll {t.poll_seconds:g} s, {state},"
+            f" tenant {t.tenant}"
         )
-        lines.append(f"  files seen: {seen.get(name, 0)}")
+        counted = "versions" if t.table is not None else "files"
+        lines.append(f"  {counted} seen: {seen.get(name, 0)}")
         recent = ledger.recent(name, limit=1)
         if recent:
             last = recent[0]

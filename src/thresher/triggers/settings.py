@@ -4,7 +4,7 @@ name; the tenant is the caller's, whatever the body says)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, model_validator
 
@@ -34,7 +34,10 @@ class TriggerFields(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    watch: Where  # a local folder or an fsspec URL prefix
+    watch: Where  # a local folder or an fsspec URL prefix; with `table`, the table
+    # A table format: `watch` is such a table, and each run of new versions is a set
+    # (`triggers/tables.py`); None: new files are.
+    table: Literal["delta"] | None = None
     pattern: Pattern = "*"  # fnmatch, on the path below `watch`
     marker: Pattern | None = None  # fnmatch, on a file's name
     # Seconds every file of a set must be unchanged (and, with no marker, no file added)
@@ -45,10 +48,29 @@ class TriggerFields(BaseModel):
     job: dict[str, Any]
     paused: StrictBool = False
 
+    @model_validator(mode="after")
+    def _files_or_table(self) -> TriggerFields:
+        """A table trigger takes versions: the fields about files do not apply."""
+        if self.table is None:
+            return self
+        given = {
+            "pattern": self.pattern != "*",
+            "marker": self.marker is not None,
+            "settle_seconds": self.settle_seconds is not None,
+            "reprocess_changed": self.reprocess_changed,
+        }
+        for name, set_ in given.items():
+            if set_:
+                raise ValueError(f"{name}: a table trigger takes new versions, not files;"
+                                 " remove it")  # fmt: skip
+        return self
+
     @property
     def settle(self) -> float:
         if self.settle_seconds is not None:
             return self.settle_seconds
+        if self.table is not None:
+            return 0.0  # a table's version is committed whole
         return 0.0 if self.marker else DEFAULT_SETTLE_SECONDS
 
 

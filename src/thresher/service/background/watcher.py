@@ -16,6 +16,10 @@ and for each trigger not paused whose `poll_seconds` have passed since its last 
    the trigger's `job` with `source.files` set to exactly the set's files, under an
    idempotency key made from the set — and settles the set with the job's id.
 
+A table trigger (`table = "delta"`) takes the table's versions after the newest taken as
+one set instead, in the same ledger and the same claim (`triggers/tables.py`), and its
+job reads what they added.
+
 A job the submission refuses (a file that vanished, a column that is not there) settles
 its set as failed, with why; its files stay taken, and `thresher triggers reset` is how to
 take them again. Any other error (the store busy, a listing that failed) leaves the set
@@ -51,6 +55,14 @@ from thresher.triggers import (
     file_digest,
 )
 from thresher.triggers import list_watch as default_listing
+from thresher.triggers.tables import (
+    WATCHES,
+    TableVersion,
+    TableWatch,
+    VersionRun,
+    new_run,
+    table_job_body,
+)
 from thresher.triggers.taken import TakenFiles
 
 __all__ = ["Watcher", "job_body", "start_watcher"]
@@ -122,6 +134,9 @@ class Watcher:
         key_of, trigger = watched.key, watched.settings
         for key in self.ledger.unsettled(key_of):
             self._start(watched, key)
+        if trigger.table is not None:
+            self._look_at_table(watched, WATCHES[trigger.table])
+            return
         files = list(self.listing(trigger.watch))
         epoch = self.ledger.epoch(key_of)
         remembered = self.taken.setdefault(key_of, TakenFiles(self.ledger, key_of))
@@ -135,16 +150,31 @@ class Watcher:
             else:  # another claim took some of its files: read the whole manifest again
                 remembered.forget()
 
+    def _look_at_table(self, watched: Watched, watch: TableWatch) -> None:
+        """A table trigger's look: the versions after the newest taken, as one set."""
+        key_of = watched.key
+        epoch = self.ledger.epoch(key_of)
+        remembered = self.taken.setdefault(key_of, TakenFiles(self.ledger, key_of))
+        run = new_run(watch, watched.settings.watch, remembered.current(epoch))
+        if run is None:
+            return
+        key = run.key(epoch)
+        if self.ledger.claim(key_of, key, run.taken(), self.owner):
+            first, last = run.versions[0].id, run.versions[-1].id
+            log.info("trigger %s: took versions %s..%s as set %s", key_of, first, last, key)
+            self._start(watched, key)
+        else:  # another server took some of them: read the whole manifest again
+            remembered.forget()
+
     def _start(self, watched: Watched, key: str) -> None:
         """Queue a claimed set's job (none for a set of no files) and settle the set."""
         name, trigger = watched.key, watched.settings
-        files = self.ledger.set_files(name, key)
-        if not files:
+        body = self._body(watched, key)
+        if body is None:
             self.ledger.settle(name, key, SetOutcome.EMPTY, message="a marker with no new files")
             return
         try:
-            job_id = self.submit(trigger.tenant, job_body(watched.name, trigger, key, files),
-                                 set_job_key(name, key))  # fmt: skip
+            job_id = self.submit(trigger.tenant, body, set_job_key(name, key))
         except ServiceError as exc:  # the submission is refused: trying again would be too
             if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
                 # Over a tenant limit that waiting lifts: the set stays claimed, unsettled,
@@ -156,6 +186,16 @@ class Watcher:
             return
         self.ledger.settle(name, key, SetOutcome.STARTED, job_id=job_id)
         log.info("trigger %s: set %s started job %s", name, key, job_id)
+
+    def _body(self, watched: Watched, key: str) -> dict[str, Any] | None:
+        """The job of a claimed set; None for a set of no files."""
+        trigger = watched.settings
+        if trigger.table is not None:
+            found = [TableVersion(n, v) for n, v in self.ledger.set_versions(watched.key, key)]
+            run = VersionRun(trigger.watch.rstrip("/"), tuple(found))
+            return table_job_body(watched.name, trigger, key, run)
+        files = self.ledger.set_files(watched.key, key)
+        return job_body(watched.name, trigger, key, files) if files else None
 
 
 def job_body(name: str, trigger: TriggerSettings, key: str, files: list[str]) -> dict[str, Any]:

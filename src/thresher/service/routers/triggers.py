@@ -38,6 +38,7 @@ class TriggerInfo(BaseModel):
     name: str
     declared: Literal["config", "tenant"]
     watch: str
+    table: str | None = None  # a table trigger's format: it takes versions, not files
     pattern: str
     marker: str | None
     settle_seconds: float
@@ -183,7 +184,8 @@ def _describe(
             message=r.message, claimed_at=r.claimed_at,
         )  # fmt: skip
     return TriggerInfo(
-        name=watched.name, declared=watched.declared, watch=t.watch, pattern=t.pattern,
+        name=watched.name, declared=watched.declared, watch=t.watch, table=t.table,
+        pattern=t.pattern,
         marker=t.marker, settle_seconds=t.settle, poll_seconds=t.poll_seconds,
         reprocess_changed=t.reprocess_changed, paused=t.paused,
         paused_reason=watched.paused_reason, job=t.job,

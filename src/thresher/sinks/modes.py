@@ -1,0 +1,45 @@
+"""What `sink.mode = "merge"` asks of a job, for the table sinks that write it (their
+plug-in's `completes` hook): rows are matched on an output column, the source's
+`id_column` unless `sink.options.merge_on` names another of the columns the output
+carries (a `keep_columns` one). Imports no table library, so validating a spec stays
+cheap.
+
+    >>> from thresher.spec import parse_spec
+    >>> spec = parse_spec({"source": {"uri": "in.parquet", "id_column": "id"},
+    ...     "model": {"kind": "python", "uri": "m.py:M"},
+    ...     "sink": {"uri": "out/scores", "format": "delta", "mode": "merge"}})
+    >>> spec.sink.options["merge_on"]
+    'id'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from thresher.spec import JobSpec
+
+__all__ = ["complete_merge_spec"]
+
+
+def complete_merge_spec(spec: JobSpec) -> None:
+    """Fill in `sink.options.merge_on` of a merge job, or raise ValueError naming the
+    field that keeps it from merging (no id column, a key the output does not carry)."""
+    sink, id_column = spec.sink, spec.source.id_column
+    key = sink.options.get("merge_on")
+    if sink.mode != "merge":
+        if key is not None:
+            raise ValueError('sink.options.merge_on: only sink.mode = "merge" uses it')
+        return
+    if key is None and not id_column:
+        raise ValueError(
+            'source.id_column: sink.mode = "merge" replaces rows by id; name the id column'
+            " (or set sink.options.merge_on to a keep_columns column)"
+        )
+    key = key or id_column
+    if key not in (id_column, *sink.keep_columns):
+        raise ValueError(
+            f"sink.options.merge_on: {key!r} is not a column the output carries; use"
+            " source.id_column or one of sink.keep_columns"
+        )
+    sink.options["merge_on"] = key

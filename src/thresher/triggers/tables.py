@@ -1,0 +1,128 @@
+"""Table triggers: a trigger whose `watch` is a lakehouse table (`table = "delta"`) takes
+the table's new versions, not files, and starts a job reading what they added.
+
+A table's versions are told apart by a `TableWatch` (a Protocol, one per table format:
+Delta's here, an Iceberg snapshot watcher can join by adding itself to `WATCHES`). At
+each look the versions after the newest one taken form one run, `first`..`last`, taken
+as a set in the trigger ledger like a set of files, one manifest row per version (path:
+the table, size: the version's number, version: its id, role "version"), so each version
+is in one set, ever, across restarts and servers on one store. The run's job is the
+trigger's `job` reading the table with the source options the watch gives
+(`versions = [first, last]` for Delta: only the rows those versions appended, or the
+whole table at `last` when one of them rewrote files; the job's log and manifest say so).
+
+    >>> run = VersionRun("/lake/t", (TableVersion(3, "3"), TableVersion(4, "4")))
+    >>> DeltaWatch().source_options(run)
+    {'versions': [3, 4]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from thresher.store import TakenFile
+from thresher.triggers.settings import TriggerFields
+
+__all__ = [
+    "WATCHES",
+    "DeltaWatch",
+    "TableVersion",
+    "TableWatch",
+    "VersionRun",
+    "new_run",
+    "table_job_body",
+]
+
+ROLE = "version"  # a table version's role in the trigger ledger
+# The most versions one set takes: a trigger made on a table with a long history starts
+# that many versions a job, not one job over every commit at once.
+MAX_RUN = 1000
+
+
+@dataclass(frozen=True, order=True)
+class TableVersion:
+    """One version of a table: `number` orders them (Delta's version, Iceberg's sequence
+    number); `id` is what a source pins it by (the same number, a snapshot id)."""
+
+    number: int
+    id: str
+
+
+@dataclass(frozen=True)
+class VersionRun:
+    """New versions of the table at `table`, oldest first: one set, one job."""
+
+    table: str
+    versions: tuple[TableVersion, ...]
+
+    def key(self, epoch: int = 0) -> str:
+        """The set's identity, as `FileSet.key`: the same run at one epoch, one key."""
+        digest = hashlib.sha256(f"epoch {epoch}\ntable {self.table}\n".encode())
+        for v in self.versions:
+            digest.update(f"{v.number}\0{v.id}\n".encode())
+        return digest.hexdigest()[:32]
+
+    def taken(self) -> list[TakenFile]:
+        """The run's manifest rows: one per version."""
+        return [TakenFile(self.table, v.number, v.id, ROLE) for v in self.versions]
+
+
+class TableWatch(Protocol):
+    """How a trigger sees one table format's versions."""
+
+    format: str  # the source format its jobs read the table with
+
+    def versions_after(self, table: str, after: int | None) -> list[TableVersion]:
+        """The table's versions numbered above `after` (all with None), oldest first;
+        none when there is no table there yet."""
+        ...
+
+    def source_options(self, run: VersionRun) -> dict[str, Any]:
+        """`source.options` of the job reading what `run` added."""
+        ...
+
+
+class DeltaWatch:
+    """A Delta table's versions: 0, 1, 2, … (deltalake, imported when a table is looked
+    at: it is the `delta` extra)."""
+
+    format = "delta"
+
+    def versions_after(self, table: str, after: int | None) -> list[TableVersion]:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(table):
+            return []
+        latest = DeltaTable(table).version()
+        start = 0 if after is None else after + 1
+        return [TableVersion(n, str(n)) for n in range(start, latest + 1)]
+
+    def source_options(self, run: VersionRun) -> dict[str, Any]:
+        return {"versions": [run.versions[0].number, run.versions[-1].number]}
+
+
+WATCHES: Mapping[str, TableWatch] = {"delta": DeltaWatch()}
+
+
+def new_run(
+    watch: TableWatch, table: str, taken: Mapping[str, Collection[tuple[int, str]]]
+) -> VersionRun | None:
+    """The versions of `table` after the newest one taken (`taken`: the trigger's
+    ledger rows, path -> (size, version) pairs), at most MAX_RUN; None when none is new."""
+    table = table.rstrip("/")
+    after = max((number for number, _ in taken.get(table, ())), default=None)
+    found = watch.versions_after(table, after)[:MAX_RUN]
+    return VersionRun(table, tuple(found)) if found else None
+
+
+def table_job_body(name: str, trigger: TriggerFields, key: str, run: VersionRun) -> dict[str, Any]:
+    """The `POST /v1/jobs` body of a table trigger's set `key`: the trigger's `job`,
+    reading what the run's versions added to the table."""
+    watch = WATCHES[str(trigger.table)]
+    source = trigger.job.get("source", {})
+    options = {**source.get("options", {}), **watch.source_options(run)}
+    source = {**source, "uri": run.table, "format": watch.format, "options": options}
+    return {**trigger.job, "name": f"{name}@{key[:12]}", "source": source}
