@@ -291,7 +291,7 @@ def test_health_metrics_openapi_paging_and_cancel(service: Service) -> None:
     )
     metrics = service.acme.get("/metrics")
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
-    assert 'thresher_jobs{state="succeeded"}' in metrics.text
+    assert 'thresher_jobs{state="succeeded",tenant="acme"}' in metrics.text
     assert "thresher_rows_out_total" in metrics.text
 
     (service.site.shared / "parts").mkdir(exist_ok=True)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_service_http import make_api
+from test_service_http import make_api, metric
 
 from thresher.service.config import CapacitySettings, ConfigError, TenantLimits, load_config
 from thresher.store import JobState, SlotRequest, Slots
@@ -123,9 +123,9 @@ def test_listings_and_metrics_show_why_jobs_wait_and_the_slots(tmp_path: Path) -
     assert jobs[running]["status"] == "running" and jobs[running]["waiting_for"] is None
     assert jobs[running]["slots"] == {"cpu": 2, "gpu": 0} and jobs[waiting]["slots"] is None
     text = api.client.get("/metrics").text
-    assert 'thresher_jobs{state="preempted"} 1' in text
-    assert 'thresher_queue_length{priority="1"} 1' in text
-    assert 'thresher_queue_length{priority="0"} 1' in text
+    assert metric(text, "thresher_jobs", state="preempted") == 1
+    assert metric(text, "thresher_queue_length", priority="1") == 1
+    assert metric(text, "thresher_queue_length", priority="0") == 1
     assert "thresher_cpu_slots_used 2" in text and "thresher_cpu_slots_free 1" in text
     ended: list[str] = []
     api.state.on_job_finished.append(lambda record: ended.append(record.state.value))

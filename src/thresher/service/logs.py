@@ -28,8 +28,11 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from prometheus_client import Histogram
+
 __all__ = [
     "FORMATS",
+    "HTTP_SECONDS",
     "LEVELS",
     "RequestLog",
     "configure",
@@ -47,6 +50,12 @@ _TEXT = "%(asctime)s %(levelname)s %(name)s%(ids)s: %(message)s"
 
 _context: ContextVar[dict[str, str] | None] = ContextVar("thresher_log_context", default=None)
 access = logging.getLogger("thresher.access")
+HTTP_SECONDS = Histogram(
+    "thresher_http_request_duration_seconds",
+    "HTTP requests, by method, route template and status, and how long each took.",
+    ["method", "path", "status"],
+    registry=None,  # `/metrics` joins it to the host-wide view at each scrape
+)
 
 
 def current_request_id() -> str | None:
@@ -153,3 +162,4 @@ def _log_access(scope: MutableMapping[str, Any], status: int, seconds: float) ->
         "%s %s %s %.1f ms tenant=%s", fields["method"], path, status, fields["duration_ms"],
         tenant or "-", extra=fields,
     )  # fmt: skip
+    HTTP_SECONDS.labels(str(fields["method"]), path, str(status)).observe(seconds)

@@ -62,6 +62,13 @@ class DeliveryTable:
                 (tries, status, error, state.value, delivered_at, *key),
             )
 
+    def counts(self) -> dict[str, int]:
+        """How many deliveries stand in each state (the pending ones: the backlog)."""
+        rows = self.db.query(
+            "SELECT state, COUNT(*) FROM thresher_webhook_deliveries GROUP BY state"
+        )
+        return {str(state): int(n) for state, n in rows}
+
     def of_job(self, job_id: str) -> list[dict[str, Any]]:
         """A job's recorded deliveries, oldest first."""
         return self._listed("job_id = ?", job_id)

@@ -53,34 +53,64 @@ class JobViews:
         )
         return {str(state): int(count) for state, count in rows}
 
-    def done_row_totals(self, tenant: str | None = None) -> tuple[int, int, int]:
-        """Rows in, out and to error files of every committed shard of the tenant's jobs (of
-        every job with None)."""
-        mine = (
-            " AND job_id IN (SELECT id FROM thresher_jobs WHERE tenant = ?)"
-            if tenant is not None
-            else ""
+    def job_counts_by_tenant(self, tenant: str | None = None) -> dict[tuple[str, str], int]:
+        """How many jobs each tenant has in each state, by (tenant, state) (`""`: a job
+        of no tenant, run from the command line): the tenant's, or every tenant's."""
+        mine = " WHERE tenant = ?" if tenant is not None else ""
+        rows = self.db.query(
+            f"SELECT COALESCE(tenant, ''), state, COUNT(*) FROM thresher_jobs{mine}"
+            " GROUP BY COALESCE(tenant, ''), state",
+            _as_params(tenant),
         )
-        row = self.db.query(
-            "SELECT COALESCE(SUM(rows_in), 0), COALESCE(SUM(rows_out), 0),"
-            f" COALESCE(SUM(rows_error), 0) FROM thresher_shards WHERE state = ?{mine}",
-            (ShardState.DONE.value, *_as_params(tenant)),
-        )[0]
-        return int(row[0]), int(row[1]), int(row[2])
+        return {(str(t), str(state)): int(count) for t, state, count in rows}
 
-    def running_job_progress(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
-        """(job id, first attempt's start, rows of its committed shards) of each running job
-        of the tenant (of every tenant with None)."""
+    def done_row_totals(self, tenant: str | None = None) -> dict[str, tuple[int, int, int]]:
+        """Rows in, out and to error files of every committed shard, by tenant: the
+        tenant's jobs (every tenant's with None)."""
         mine = " AND j.tenant = ?" if tenant is not None else ""
         rows = self.db.query(
-            "SELECT j.id, MIN(a.started_at),"
+            "SELECT COALESCE(j.tenant, ''), COALESCE(SUM(s.rows_in), 0),"
+            " COALESCE(SUM(s.rows_out), 0), COALESCE(SUM(s.rows_error), 0)"
+            " FROM thresher_shards s JOIN thresher_jobs j ON j.id = s.job_id"
+            f" WHERE s.state = ?{mine} GROUP BY COALESCE(j.tenant, '')",
+            (ShardState.DONE.value, *_as_params(tenant)),
+        )
+        return {str(t): (int(a), int(b), int(c)) for t, a, b, c in rows}
+
+    def running_job_progress(self, tenant: str | None = None) -> list[tuple[str, str, str, int]]:
+        """(job id, tenant, first attempt's start, rows of its committed shards) of each
+        running job of the tenant (of every tenant with None)."""
+        mine = " AND j.tenant = ?" if tenant is not None else ""
+        rows = self.db.query(
+            "SELECT j.id, COALESCE(j.tenant, ''), MIN(a.started_at),"
             " (SELECT COALESCE(SUM(s.rows_in), 0) FROM thresher_shards s"
             "  WHERE s.job_id = j.id AND s.state = ?)"
             " FROM thresher_jobs j JOIN thresher_attempts a ON a.job_id = j.id"
-            f" WHERE j.state = ?{mine} GROUP BY j.id",
+            f" WHERE j.state = ?{mine} GROUP BY j.id, j.tenant",
             (ShardState.DONE.value, JobState.RUNNING.value, *_as_params(tenant)),
         )
-        return [(str(j), str(started), int(n)) for j, started, n in rows]
+        return [(str(j), str(t), str(started), int(n)) for j, t, started, n in rows]
+
+    def shard_seconds(
+        self, bounds: tuple[float, ...], tenant: str | None = None
+    ) -> dict[str, tuple[list[int], int, float]]:
+        """How long committed shards ran, by tenant: (how many took at most each of
+        `bounds` seconds, how many in all, their seconds summed) — a histogram's buckets."""
+        mine = " AND j.tenant = ?" if tenant is not None else ""
+        buckets = ", ".join(
+            f"SUM(CASE WHEN s.seconds <= {float(b)!r} THEN 1 ELSE 0 END)" for b in bounds
+        )
+        rows = self.db.query(
+            f"SELECT COALESCE(j.tenant, ''), {buckets}, COUNT(*), SUM(s.seconds)"
+            " FROM thresher_shards s JOIN thresher_jobs j ON j.id = s.job_id"
+            f" WHERE s.state = ? AND s.seconds IS NOT NULL{mine} GROUP BY COALESCE(j.tenant, '')",
+            (ShardState.DONE.value, *_as_params(tenant)),
+        )
+        n = len(bounds)
+        return {
+            str(r[0]): ([int(c) for c in r[1 : n + 1]], int(r[n + 1]), float(r[n + 2]))
+            for r in rows
+        }
 
     def rows_read_since(self, tenant: str, since: str) -> list[tuple[str, int]]:
         """(finished at, rows read) of each of the tenant's jobs that finished at `since` or
