@@ -1,0 +1,66 @@
+"""The command line's own surface, as a newcomer meets it: every command's `--help` works
+with nothing else given, and `thresher --version` says which thresher this is."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from thresher.cli import cli
+
+pytestmark = pytest.mark.unit
+
+
+def _paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command's words below `group`, groups included, found by walking the tree (so
+    a command added later is walked too)."""
+    found: list[tuple[str, ...]] = []
+    for name, command in sorted(group.commands.items()):
+        path = (*prefix, name)
+        found.append(path)
+        if isinstance(command, click.Group):
+            found.extend(_paths(command, path))
+    return found
+
+
+COMMANDS = _paths(cli)
+
+
+def test_the_walk_finds_the_nested_commands() -> None:
+    assert ("schedules", "pause") in COMMANDS and ("triggers", "reset") in COMMANDS
+    assert len(COMMANDS) > 20
+
+
+@pytest.mark.parametrize("words", [(), *COMMANDS], ids=lambda w: " ".join(w) or "thresher")
+def test_help_needs_no_other_option(words: tuple[str, ...], tmp_path: Path) -> None:
+    """`thresher schedules pause --help` printed "Missing option '--config'" and exit 2:
+    help must come before what the command (or its group) needs to run."""
+    result = CliRunner().invoke(
+        cli,
+        [*words, "--help"],
+        prog_name="thresher",
+        env={"THRESHER_STORE": f"sqlite:///{tmp_path / 's.db'}"},
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"Usage: thresher {' '.join(words)}".rstrip()), result.output
+    assert not (tmp_path / "s.db").exists()  # help opens no store
+
+
+def test_version_is_the_installed_distributions() -> None:
+    result = CliRunner().invoke(cli, ["--version"], prog_name="thresher")
+    assert result.exit_code == 0
+    assert result.output.strip() == f"thresher, version {version('thresher')}"
+
+
+def test_a_schedule_command_without_its_config_is_still_refused(tmp_path: Path) -> None:
+    """Help no longer needs --config; pausing still does, and says so (exit 2)."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    for words in (["schedules"], ["schedules", "pause", "nightly"]):
+        result = CliRunner().invoke(cli, ["--store", store, *words], prog_name="thresher")
+        assert result.exit_code == 2, result.output
+        assert "--config" in result.output
+    assert not (tmp_path / "s.db").exists()
