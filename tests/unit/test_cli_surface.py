@@ -1,8 +1,10 @@
 """The command line's own surface, as a newcomer meets it: every command's `--help` works
-with nothing else given, and `thresher --version` says which thresher this is."""
+with nothing else given, `thresher --version` says which thresher this is, and a job whose
+input is not there is refused as a bad spec is (exit 2), before any work."""
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import version
 from pathlib import Path
 
@@ -64,3 +66,25 @@ def test_a_schedule_command_without_its_config_is_still_refused(tmp_path: Path) 
         assert result.exit_code == 2, result.output
         assert "--config" in result.output
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "tune"])
+def test_a_missing_input_is_exit_2_before_any_work(command: str, tmp_path: Path) -> None:
+    """It was exit 1, "job failed", as if the job had run; `thresher validate` said 2."""
+    (tmp_path / "model.py").write_text(
+        "class Model:\n    def predict(self, batch):\n        return {'p': [0] * len(batch)}\n",
+        encoding="utf-8",
+    )
+    spec = tmp_path / "job.toml"
+    spec.write_text(
+        '[source]\nuri = "nothere.parquet"\n[model]\nkind = "python"\nuri = "model.py:Model"\n'
+        '[sink]\nuri = "out/"\n',
+        encoding="utf-8",
+    )
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    result = CliRunner().invoke(cli, ["--store", store, command, str(spec)], prog_name="thresher")
+    assert result.exit_code == 2, result.output
+    assert "source.uri: no input files at" in result.output
+    assert not (tmp_path / "out").exists()
+    listed = CliRunner().invoke(cli, ["--store", store, "status", "--json"])
+    assert listed.exit_code == 0 and json.loads(listed.output) == []  # no job was recorded
