@@ -228,7 +228,9 @@ def read_config(path: Path | None = None) -> ServerConfig:
     try:
         return ServerConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError([f"{path or 'config'}: {p}" for p in describe_errors(exc)]) from None
+        raise ConfigError(
+            [f"{path or 'config'}: {p}" for p in describe_errors(exc, ServerConfig)]
+        ) from None
 
 
 def check_models(config: ServerConfig) -> None:
