@@ -27,11 +27,12 @@ __all__ = ["serve", "token"]
 def serve(store_url: str | None, host: str, port: int, config_file: Path | None) -> None:
     """Run the HTTP service: upload files, submit and poll jobs, download results."""
     try:
-        from thresher.service.app import build_state
+        from thresher.service.app import build_state, log_to_stderr
         from thresher.service.app import serve as run_server
         from thresher.service.config import ConfigError
     except ImportError as exc:
         _without_service(exc)
+    log_to_stderr()
     try:
         state = build_state(store_url, config_file)
     except ConfigError as exc:

@@ -42,6 +42,7 @@ from thresher.service.routers import (
     files,
     jobs,
     metrics,
+    models,
     profiles,
     quality,
     schedules,
@@ -65,6 +66,7 @@ only its own files, jobs and requests."""
 
 # The route modules, one per resource (`routers/`).
 RESOURCES = (
+    models,
     files,
     jobs,
     profiles,
@@ -193,7 +195,21 @@ def build_state(store_url: str | None, config_file: Path | None) -> ServiceState
     check_schedules(config)  # after the models: a schedule names one
     for warning in check_triggers(config):
         log.warning("%s", warning)
+    if not config.models:  # it would start, and refuse every job and batch: say why now
+        log.warning(
+            "no models are registered: every job, batch and embedding request will be"
+            " refused until the config names one ([models.NAME] in --config%s)",
+            f" {config_file}" if config_file else ": none was given",
+        )
     return ServiceState(store=open_store(store_url), config=config, data_dir=config.data_dir)
+
+
+def log_to_stderr() -> None:
+    """The server's log lines on stderr, with time and level; `thresher serve` calls it
+    before `build_state`, so what the start warns about reads as a WARNING line too."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def serve(state: ServiceState, host: str, port: int) -> None:
@@ -203,9 +219,7 @@ def serve(state: ServiceState, host: str, port: int) -> None:
     import uvicorn
 
     os.umask(0o077)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    log_to_stderr()
     uvicorn.run(create_app(state), host=host, port=port, log_level="info", access_log=False)
 
 
