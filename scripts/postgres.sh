@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Start a throwaway PostgreSQL for the tests and print its URL; idempotent.
+# `postgres.sh status` prints up or down (changes nothing); `postgres.sh stop` stops the
+# server at THRESHER_PG_DATA (scripts/test.sh does, at its end, when it started it).
 #
 # Installs Debian's `postgresql` package when no initdb is found, creates a cluster under
 # /tmp (as the `postgres` OS user when run as root: initdb refuses root), listens on
@@ -33,13 +35,32 @@ as_owner() {
   fi
 }
 
+MODE="${1:-start}"
 BIN=$(pg_bin)
+case "$MODE" in
+  status)
+    if [ -n "$BIN" ] && "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT"; then echo up; else echo down; fi
+    exit 0
+    ;;
+  stop)
+    if [ -n "$BIN" ] && [ -s "$DATA/PG_VERSION" ]; then
+      echo "postgres.sh: stopping the server at $DATA (its files stay, for the next run)" >&2
+      as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null || true
+    fi
+    exit 0
+    ;;
+  start) ;;
+  *) echo "postgres.sh: unknown mode $MODE (start, status, stop)" >&2; exit 2 ;;
+esac
+
 if [ -z "$BIN" ]; then
-  echo "postgres.sh: installing Debian's postgresql package" >&2
+  echo "postgres.sh: installing Debian's postgresql package (a system change, left" \
+    "installed; only what is missing: no installed package is upgraded)" >&2
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-upgrade \
+    --no-install-recommends postgresql >&2
   BIN=$(pg_bin)
   [ -n "$BIN" ] || { echo "postgres.sh: initdb still missing after install" >&2; exit 1; }
 fi
@@ -64,6 +85,7 @@ synchronous_commit = off
 full_page_writes = off
 EOF
   fi
+  echo "postgres.sh: starting a server on 127.0.0.1:$PORT, data in $DATA" >&2
   as_owner "$BIN/pg_ctl" -D "$DATA" -l "$BASE/server.log" -w -t 60 start >/dev/null \
     || { cat "$BASE/server.log" >&2; exit 1; }
   for _ in $(seq 1 60); do

@@ -6,10 +6,13 @@ file and line), and the user-facing ones say what to do next.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import difflib
+import types
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
 
 
 class ThresherError(Exception):
@@ -116,9 +119,10 @@ class StoreError(ThresherError):
     stage = "store"
 
 
-def describe_errors(exc: ValidationError) -> list[str]:
+def describe_errors(exc: ValidationError, model: type[BaseModel] | None = None) -> list[str]:
     """One `field.path: what is wrong` line per problem pydantic found (a validator may
-    report several, one a line: a plug-in's options)."""
+    report several, one a line: a plug-in's options). Given the `model` that was
+    validated, an unknown key names the known key it looks like (`did you mean 'uri'?`)."""
     problems = []
     for error in exc.errors():
         loc = ".".join(_key(p) for p in error["loc"])
@@ -127,7 +131,7 @@ def describe_errors(exc: ValidationError) -> list[str]:
             expected = error.get("ctx", {}).get("expected", "")
             message = f"must be one of {expected.replace(' or ', ', ')}"
         elif error["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling)"
+            message = _unknown_key(model, error["loc"])
         elif error["type"] == "missing":
             message = "required"
         # A problem with the whole document (not a mapping at all) has no field path.
@@ -150,3 +154,62 @@ def _at(loc: str, message: str) -> str:
         sub, _, message = message.partition(": ")
         loc = f"{loc}.{sub}" if loc else sub
     return f"{loc or 'spec'}: {message.strip()}"
+
+
+def unknown_key(key: str, known: Sequence[str]) -> str:
+    """What to say of a key that is not one of `known`: the known key it looks most like
+    (difflib's ratio of 0.6 or more), or to check the spelling.
+
+    >>> unknown_key("urii", ["uri", "format"])
+    "unknown key (did you mean 'uri'?)"
+    """
+    close = difflib.get_close_matches(key, known, n=1)
+    return (
+        f"unknown key (did you mean {close[0]!r}?)"
+        if close
+        else ("unknown key (check the spelling)")
+    )
+
+
+def _unknown_key(model: type[BaseModel] | None, loc: Sequence[int | str]) -> str:
+    """`unknown_key` for the key at `loc`, among the keys of its section of `model`."""
+    section: object = model
+    for part in loc[:-1]:
+        section = _below(section, part)
+    known = [name for found in _models(section) for name in _keys(found)]
+    return unknown_key(str(loc[-1]) if loc else "", known)
+
+
+def _models(annotation: object) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can be: itself, or those in its union."""
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if get_origin(annotation) in (Union, types.UnionType, Annotated):
+        return [found for arg in get_args(annotation) for found in _models(arg)]
+    return []
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _below(annotation: object, part: int | str) -> object:
+    """The annotation one step down a field path: a model's field, a union's member by
+    its name (as pydantic's paths give it), a mapping's value, a sequence's item."""
+    for found in _models(annotation):
+        if part == found.__name__:
+            return found
+        for name, field in found.model_fields.items():
+            if part in (name, field.alias):
+                return field.annotation
+    origin, args = get_origin(annotation), get_args(annotation)
+    if isinstance(origin, type) and issubclass(origin, Mapping) and len(args) == 2:
+        return args[1]
+    if isinstance(origin, type) and issubclass(origin, Sequence) and args:
+        return args[0]
+    for arg in args if origin in (Union, types.UnionType) else ():
+        if _models(step := _below(arg, part)):
+            return step
+    return None

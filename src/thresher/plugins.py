@@ -290,7 +290,7 @@ def option_problems(
     try:
         model.model_validate(dict(options))
     except ValidationError as exc:
-        return [f"{field}.{problem}" for problem in describe_errors(exc)]
+        return [f"{field}.{problem}" for problem in describe_errors(exc, model)]
     return []
 
 

@@ -334,7 +334,7 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
     try:
         return JobSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(describe_errors(exc)) from None
+        raise SpecError(describe_errors(exc, JobSpec)) from None
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:

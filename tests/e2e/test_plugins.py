@@ -228,7 +228,7 @@ def test_their_options_are_checked(installed: Path, tmp_path: Path) -> None:
     bad["source"]["options"] = {"rowz": 10}
     with pytest.raises(thresher.SpecError) as caught:
         thresher.parse_spec(bad)
-    assert "source.options.rowz: unknown key (check the spelling)" in caught.value.problems
+    assert "source.options.rowz: unknown key (did you mean 'rows'?)" in caught.value.problems
     assert "source.options.rows: required" in caught.value.problems
 
 

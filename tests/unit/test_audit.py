@@ -1,7 +1,7 @@
 """Known-vulnerable dependencies fail the test run (SECURITY.md): `scripts/test.sh` runs
 `scripts/audit.py`, which fails on a vulnerability pip-audit knows a fix for, and says so
-(passes with a warning, or fails when `THRESHER_AUDIT_REQUIRED=1`) when no advisory data
-could be reached. pip-audit's answer is stood in for here."""
+(exit 3, which `scripts/test.sh` reports as no audit) when no advisory data could be
+reached. pip-audit's answer is stood in for here."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ def test_test_sh_runs_the_audit_before_the_tests() -> None:
     lines = (SCRIPTS / "test.sh").read_text().splitlines()
     assert "set -euo pipefail" in lines  # a failed audit stops the run
     audit = lines.index(".venv/bin/python scripts/audit.py")
+    assert "audit=$?" in lines[audit + 1]
     assert audit < next(i for i, line in enumerate(lines) if "-m pytest -n" in line)
 
 
@@ -58,15 +59,32 @@ def test_a_vulnerability_without_a_fix_passes(monkeypatch: pytest.MonkeyPatch) -
     assert audit_with(monkeypatch, [unfixed, clean]).main() == 0
 
 
-def test_no_advisory_data_warns_and_fails_when_an_audit_is_required(
+def test_no_advisory_data_is_said_plainly_and_is_no_pass(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """It was a warning and exit 0: a check of none of 233 packages passed."""
     unreached = [{"name": "numpy", "version": "2.0.0", "skip_reason": "not found on PyPI"}]
-    monkeypatch.delenv("THRESHER_AUDIT_REQUIRED", raising=False)
-    assert audit_with(monkeypatch, unreached).main() == 0
-    assert "WARNING: none of 1 packages could be audited" in capsys.readouterr().err
-    monkeypatch.setenv("THRESHER_AUDIT_REQUIRED", "1")
-    assert audit_with(monkeypatch, unreached).main() == 1
+    assert audit_with(monkeypatch, unreached).main() == 3
+    assert "NOT AUDITED: none of 1 packages could be checked" in capsys.readouterr().err
+
+
+def test_packages_it_could_not_check_are_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unlisted = {"name": "private-pkg", "version": "1", "skip_reason": "not found on PyPI"}
+    found = [{"name": "numpy", "version": "2.0.0", "vulns": []}, unlisted]
+    assert audit_with(monkeypatch, found).main() == 0
+    assert "1 packages could not be checked: private-pkg" in capsys.readouterr().out
+
+
+def test_test_sh_says_plainly_when_the_audit_checked_nothing() -> None:
+    """A fixable vulnerability fails the run; an audit that checked nothing is said to
+    be none in the run's last lines, and fails the run where THRESHER_AUDIT=required."""
+    script = (SCRIPTS / "test.sh").read_text()
+    assert '[ "$audit" -eq 0 ] || [ "$audit" -eq 3 ] || exit 1' in script
+    ending = script[script.index('if [ "$audit" -eq 3 ]; then') :]
+    assert "NOT AUDITED" in ending and '[ "$status" -ne 0 ] || status=3' in ending
+    assert 'THRESHER_AUDIT:-}" = required' in ending
 
 
 def test_pip_audit_that_answers_nothing_readable_fails(monkeypatch: pytest.MonkeyPatch) -> None:

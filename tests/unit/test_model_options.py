@@ -67,7 +67,7 @@ def test_a_class_model_names_the_arguments_it_takes(kind: str, tmp_path: Path) -
     (problem,) = _problems({"kind": kind, "uri": uri, "options": {"treshold": 0.2}})
     own = ", device, weights" if kind == "torch" else ""
     assert problem == (
-        "model.options.treshold: unknown key (check the spelling);"
+        "model.options.treshold: unknown key (did you mean 'threshold'?);"
         f" Scorer takes threshold, scale{own}"
     )
 

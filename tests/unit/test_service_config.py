@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from thresher.service.config import ConfigError, load_config
+from thresher.service.config import ConfigError, load_config, read_config
 from thresher.service.errors import BadRequest, Forbidden
 from thresher.service.policies.roots import check_source_uri
+from thresher.service.schedules import check_schedules
 
 
 def test_a_config_resolves_paths_and_keeps_a_generated_secret(tmp_path: Path) -> None:
@@ -28,6 +29,23 @@ def test_a_config_resolves_paths_and_keeps_a_generated_secret(tmp_path: Path) ->
     assert config.webhook_secret == secret_file.read_text()
     assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
     assert load_config(config_file).webhook_secret == config.webhook_secret  # kept
+
+
+def test_a_schedules_relative_source_resolves_against_the_configs_folder(
+    tmp_path: Path,
+) -> None:
+    """As the README says of every relative path in the config; a schedule's job's
+    `source.uri` was left relative, so refused as outside `allowed_roots`."""
+    (tmp_path / "m.py").write_text("class M:\n    def predict(self, b):\n        return b\n")
+    config_file = tmp_path / "server.toml"
+    config_file.write_text(
+        'allowed_roots = ["shared"]\n[models.m]\nkind = "python"\nuri = "m.py:M"\n'
+        '[schedules.nightly]\ncron = "30 2 * * *"\ntenant = "acme"\n'
+        'job = { model = "m", source = { uri = "shared/{date}/" } }\n'
+    )
+    config = read_config(config_file)
+    check_schedules(config)  # refused before: "outside the paths this job may read"
+    assert config.schedules["nightly"].job["source"]["uri"] == f"{tmp_path}/shared/{{date}}/"
 
 
 def test_a_bad_config_names_each_key(tmp_path: Path) -> None:

@@ -152,9 +152,9 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        (raw_spec(source={"urii": "x"}), "source.urii: unknown key (check the spelling)"),
-        (raw_spec(batch={"sise": 3}), "batch.sise: unknown key (check the spelling)"),
-        (raw_spec(sourse={}), "sourse: unknown key (check the spelling)"),
+        (raw_spec(source={"urii": "x"}), "source.urii: unknown key (did you mean 'uri'?)"),
+        (raw_spec(batch={"sise": 3}), "batch.sise: unknown key (did you mean 'size'?)"),
+        (raw_spec(sourse={}), "sourse: unknown key (did you mean 'source'?)"),
         (
             raw_spec(sink={"mode": "upsert"}),
             "sink.mode: must be one of 'overwrite', 'append', 'merge'",
@@ -439,7 +439,7 @@ def test_load_spec_override_errors_name_the_field(tmp_path: Path) -> None:
         load_spec(path, ["batch.size=0", "sink.mode=merge", "run.wokers=2"])
     assert sorted(info.value.problems) == [
         'batch.size: must be a positive number of rows or "auto", not 0',
-        "run.wokers: unknown key (check the spelling)",
+        "run.wokers: unknown key (did you mean 'workers'?)",
         "sink.mode: the parquet sink does not write mode 'merge'; use one of 'overwrite', 'append'",
     ]
     with pytest.raises(SpecError) as info:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from thresher.cli.options import EXIT_FAILED, EXIT_USAGE, fail, with_store
-from thresher.errors import SpecError, ThresherError
+from thresher.errors import SourceError, SpecError, ThresherError
 
 if TYPE_CHECKING:
     from thresher.cli.views.events import EventReporter
@@ -61,6 +61,10 @@ def run(store_url: str | None, spec_file: Path, overrides: tuple[str, ...], as_j
     except ThresherError as exc:
         if events is not None:
             events.stopped([f"{exc.context}: {exc}"])
+        # An input that cannot be found or planned is met before the job is recorded:
+        # a bad spec (2), as `thresher validate` says, not a job that failed (1).
+        if isinstance(exc, SourceError):
+            fail(f"invalid job ({exc.context}): {exc}", EXIT_USAGE)
         fail(f"job failed ({exc.context}): {exc}", EXIT_FAILED)
     ended(result, store, events)
 
@@ -141,6 +145,8 @@ def tune(
         swept = sweep(spec, chosen, open_store(store_url))
     except SpecError as exc:
         fail(str(exc), EXIT_USAGE)
+    except SourceError as exc:  # an input not there: the spec's fault, as in `run`
+        fail(f"invalid job ({exc.context}): {exc}", EXIT_USAGE)
     except (ThresherError, ValueError) as exc:
         fail(f"tune failed: {exc}", EXIT_FAILED)
     table = Table("batch size", "rows/s", "latency/batch (ms)", "peak memory (MiB)")

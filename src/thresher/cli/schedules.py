@@ -26,28 +26,53 @@ __all__ = ["schedules"]
 @click.option(
     "--config",
     "config_file",
-    required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The server's TOML config (its [schedules.NAME] sections).",
+    help="The server's TOML config (its [schedules.NAME] sections); every command needs it.",
 )
 @click.pass_context
 @with_store
-def schedules(ctx: click.Context, config_file: Path, store_url: str | None) -> None:
+def schedules(ctx: click.Context, config_file: Path | None, store_url: str | None) -> None:
     """List the server's schedules — the config's and the tenants' — with the next 5 fire
     times in each one's zone and in UTC and how its last tick ended; or pause, resume or
     trigger one."""
+    if ctx.invoked_subcommand is not None:
+        # The subcommand loads the config once its own arguments are read, so that
+        # `thresher schedules pause --help` needs no --config.
+        ctx.obj = (config_file, store_url)
+        return
+    from thresher.store import StoreError, read_store
+
+    config = _config(config_file)
+    try:  # listing only looks: nothing is created
+        _list(config, read_store(store_url))
+    except StoreError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _config(config_file: Path | None) -> ServerConfig:
+    """The server's config, its schedules checked; exit 2 naming what is wrong."""
     from thresher.service.config import ConfigError, read_config
     from thresher.service.schedules import check_schedules
-    from thresher.store import StoreError, open_store, read_store
 
+    if config_file is None:
+        fail("Missing option '--config': the server's config file is needed", EXIT_USAGE)
     try:
         config = read_config(config_file)
         check_schedules(config)
-        if ctx.invoked_subcommand is None:  # listing only looks: nothing is created
-            _list(config, read_store(store_url))
-        else:  # pause, resume and trigger write to the store
-            ctx.obj = (config, open_store(store_url))
-    except (ConfigError, StoreError) as exc:
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    return config
+
+
+def _site(given: tuple[Path | None, str | None]) -> tuple[ServerConfig, Store]:
+    """The config and the store (opened to write) that pause, resume and trigger act on."""
+    from thresher.store import StoreError, open_store
+
+    config_file, store_url = given
+    config = _config(config_file)
+    try:
+        return config, open_store(store_url)
+    except StoreError as exc:
         fail(str(exc), EXIT_USAGE)
 
 
@@ -65,27 +90,28 @@ def _list(config: ServerConfig, store: Store) -> None:
 @schedules.command()
 @click.argument("name")
 @click.pass_obj
-def pause(site: tuple[ServerConfig, Store], name: str) -> None:
+def pause(given: tuple[Path | None, str | None], name: str) -> None:
     """Pause schedule NAME: its fire times are recorded as skipped until it is resumed."""
-    _switch(site, name, paused=True)
+    _switch(_site(given), name, paused=True)
 
 
 @schedules.command()
 @click.argument("name")
 @click.pass_obj
-def resume(site: tuple[ServerConfig, Store], name: str) -> None:
+def resume(given: tuple[Path | None, str | None], name: str) -> None:
     """Resume schedule NAME from its next fire time."""
-    _switch(site, name, paused=False)
+    _switch(_site(given), name, paused=False)
 
 
 @schedules.command()
 @click.argument("name")
 @click.pass_obj
-def trigger(site: tuple[ServerConfig, Store], name: str) -> None:
+def trigger(given: tuple[Path | None, str | None], name: str) -> None:
     """Run schedule NAME now, as a manual tick (a running server starts it within its
     next look, under the schedule's overlap policy)."""
     from thresher.service import schedules as book
 
+    site = _site(given)
     try:
         at = book.trigger(*site, name)
     except book.UnknownSchedule as exc:

@@ -49,18 +49,19 @@ def serve(
     """Run the HTTP service: upload files, submit and poll jobs, download results. Every
     request is logged (method, route, status, duration, tenant, request id)."""
     try:
-        from thresher.service.app import build_state
+        from thresher.service.app import build_state, log_to_stderr
         from thresher.service.app import serve as run_server
         from thresher.service.config import ConfigError
     except ImportError as exc:
         _without_service(exc)
+    log_to_stderr(log_format, log_level)
     try:
         state = build_state(store_url, config_file)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except ThresherError as exc:
         fail(str(exc), EXIT_FAILED)
-    run_server(state, host, port, log_format, log_level)
+    run_server(state, host, port, log_level)
 
 
 @click.group()

@@ -19,7 +19,7 @@ import hashlib
 import logging
 from pathlib import Path
 
-from thresher.errors import ModelLoadError, ThresherError
+from thresher.errors import ModelLoadError, ThresherError, unknown_key
 from thresher.loops import patience
 from thresher.models.base import LoadContext, Model, ModelLoader
 from thresher.models.user_code import class_arguments, code_file, module_file
@@ -110,12 +110,13 @@ def _argument_problems(spec: ModelSection, plugin: Plugin) -> list[str]:
     if accepted is None:
         return []  # the source does not say: the class refuses a wrong one itself
     own = plugin.options_model()
-    takes = ", ".join([*accepted, *(own.model_fields if own else ())]) or "no options"
+    known = [*accepted, *(own.model_fields if own else ())]
+    takes = ", ".join(known) or "no options"
     name = spec.uri.rpartition(":")[2]
     return [
-        f"model.options.{key}: unknown key (check the spelling); {name} takes {takes}"
+        f"model.options.{key}: {unknown_key(key, known)}; {name} takes {takes}"
         for key in spec.options
-        if key not in accepted and (own is None or key not in own.model_fields)
+        if key not in known
     ]
 
 

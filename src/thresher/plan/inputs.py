@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from difflib import get_close_matches
 
 from thresher.errors import SpecError
 from thresher.plan.placement import worker_slots
@@ -40,8 +41,12 @@ def missing_columns(have: Sequence[str], wanted: Mapping[str, Sequence[str]]) ->
     """One problem per field whose columns are not all in `have` (an input's columns),
     naming the first few missing and the input's first few, never the whole header.
 
+    A missing name that looks like one the input has says which (`did you mean`).
+
     >>> missing_columns(["id", "x"], {"source.columns": ["x", "y"]})
     ["source.columns: no column 'y' (the input has 2 columns: 'id', 'x')"]
+    >>> missing_columns(["customer_id", "x"], {"id_column": ["custmer_id"]})[0][:62]
+    "id_column: no column 'custmer_id' (did you mean 'customer_id'?"
     """
     present = set(have)
     problems = []
@@ -50,10 +55,21 @@ def missing_columns(have: Sequence[str], wanted: Mapping[str, Sequence[str]]) ->
         if missing:
             noun = "column" if len(missing) == 1 else f"{len(missing):,} columns, e.g."
             problems.append(
-                f"{field}: no {noun} {few(missing)}"
-                f" (the input has {len(have):,} column{'s' * (len(have) != 1)}: {few(have)})"
+                f"{field}: no {noun} {few(missing)} ({_close(missing[:5], have)}the input"
+                f" has {len(have):,} column{'s' * (len(have) != 1)}: {few(have)})"
             )
     return problems
+
+
+def _close(missing: Sequence[str], have: Sequence[str]) -> str:
+    """`did you mean 'a'?; ` for the input's columns that the missing names look like
+    (`'a' for 'b', …` when several are missing), or nothing."""
+    pairs = [(name, close[0]) for name in missing if (close := get_close_matches(name, have, 1))]
+    if not pairs:
+        return ""
+    if len(missing) == 1:
+        return f"did you mean {pairs[0][1]!r}?; "
+    return "did you mean " + ", ".join(f"{c!r} for {n!r}" for n, c in pairs) + "?; "
 
 
 def few(names: Sequence[str], limit: int = 5) -> str:

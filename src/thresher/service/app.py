@@ -44,6 +44,7 @@ from thresher.service.routers import (
     files,
     jobs,
     metrics,
+    models,
     profiles,
     quality,
     schedules,
@@ -67,6 +68,7 @@ only its own files, jobs and requests."""
 
 # The route modules, one per resource (`routers/`).
 RESOURCES = (
+    models,
     files,
     jobs,
     profiles,
@@ -197,22 +199,32 @@ def build_state(store_url: str | None, config_file: Path | None) -> ServiceState
     check_schedules(config)  # after the models: a schedule names one
     for warning in check_triggers(config):
         log.warning("%s", warning)
+    if not config.models:  # it would start, and refuse every job and batch: say why now
+        log.warning(
+            "no models are registered: every job, batch and embedding request will be"
+            " refused until the config names one ([models.NAME] in --config%s)",
+            f" {config_file}" if config_file else ": none was given",
+        )
     return ServiceState(store=open_store(store_url), config=config, data_dir=config.data_dir)
 
 
-def serve(
-    state: ServiceState, host: str, port: int, log_format: str = "text", log_level: str = "info"
-) -> None:
+def log_to_stderr(log_format: str = "text", log_level: str = "info") -> None:
+    """The server's log lines on stderr as `log_format` (`service/logs.py`); `thresher
+    serve` calls it before `build_state`, so what the start warns about reads as a
+    WARNING line too."""
+    configure(log_format, log_level)  # type: ignore[arg-type]
+
+
+def serve(state: ServiceState, host: str, port: int, log_level: str = "info") -> None:
     """Run the service on `host:port` until interrupted. Every file the server and its
     workers create from here on — uploads, buffered batches, outputs — is readable by the
-    server's user alone: tenants' data is nobody else's on this machine. Log lines go to
-    stderr as `log_format` (`service/logs.py`), uvicorn's own among them."""
+    server's user alone: tenants' data is nobody else's on this machine. Log lines go
+    where `log_to_stderr` sent them, uvicorn's own among them."""
     import uvicorn
 
     os.umask(0o077)
-    configure(log_format, log_level)  # type: ignore[arg-type]
     app = create_app(state)
-    # log_config=None: uvicorn keeps the handlers set here; its access log is ours
+    # log_config=None: uvicorn keeps the handlers log_to_stderr set; its access log is ours
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, log_config=None)
 
 

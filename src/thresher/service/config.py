@@ -57,7 +57,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from thresher.errors import ThresherError, describe_errors
-from thresher.places import resolve_uri
+from thresher.places import resolve_option_uris, resolve_uri
 from thresher.plan.devices import visible_gpus
 from thresher.schedules.settings import ScheduleSettings, valid_name
 from thresher.spec import ModelSection, RunSection
@@ -233,7 +233,9 @@ def read_config(path: Path | None = None) -> ServerConfig:
     try:
         return ServerConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError([f"{path or 'config'}: {p}" for p in describe_errors(exc)]) from None
+        raise ConfigError(
+            [f"{path or 'config'}: {p}" for p in describe_errors(exc, ServerConfig)]
+        ) from None
 
 
 def check_models(config: ServerConfig) -> None:
@@ -286,3 +288,19 @@ def _resolve_paths(raw: dict[str, object], base: Path) -> None:
         for section in models.values():
             if isinstance(section, dict) and isinstance(section.get("uri"), str):
                 section["uri"] = resolve_uri(section["uri"], base)
+    schedules = raw.get("schedules")
+    for section in schedules.values() if isinstance(schedules, dict) else ():
+        job = section.get("job") if isinstance(section, dict) else None
+        source = job.get("source") if isinstance(job, dict) else None
+        if isinstance(source, dict):
+            _resolve_source(source, base)
+
+
+def _resolve_source(source: dict[str, object], base: Path) -> None:
+    """A schedule's job's `source.uri` (`{date}` and all) and its options' uris (a
+    features source's tables), as a job spec's are against the spec's folder."""
+    if isinstance(source.get("uri"), str):
+        source["uri"] = resolve_uri(str(source["uri"]), base)
+    options = source.get("options")
+    if isinstance(options, dict):
+        resolve_option_uris(options, base)

@@ -34,7 +34,7 @@ def check_job_template(
     try:
         request = JobRequest.model_validate(sample)
     except ValidationError as exc:
-        return describe_errors(exc)
+        return describe_errors(exc, JobRequest)
     if request.model not in config.models:
         return [f"model: no model named {request.model!r}"]
     try:

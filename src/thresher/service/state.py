@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -69,6 +70,8 @@ class ServiceState:
     loops: LoopRegistry = field(default_factory=LoopRegistry)
     # Counts the ended jobs and batches `announce_untold` failed on (`thresher.loops`).
     announcer: Strikes = field(init=False)
+    # Unix seconds when this server read its config: its models' `created` (/v1/models).
+    started_at: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
         self.announcer = Strikes("announcer", self.config.quarantine_after)

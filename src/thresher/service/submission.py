@@ -130,7 +130,7 @@ def parse_request(body: dict[str, Any]) -> JobRequest:
     try:
         return JobRequest.model_validate(body)
     except ValidationError as exc:
-        raise Unprocessable(describe_errors(exc)) from None
+        raise Unprocessable(describe_errors(exc, JobRequest)) from None
 
 
 def submit_job(

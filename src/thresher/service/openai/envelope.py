@@ -11,7 +11,13 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-OPENAI_PATHS = ("/v1/batches", "/v1/files", "/v1/embeddings", "/v1/webhook_endpoints")
+OPENAI_PATHS = (
+    "/v1/batches",
+    "/v1/files",
+    "/v1/embeddings",
+    "/v1/webhook_endpoints",
+    "/v1/models",
+)
 BATCH_PATHS = ("/v1/batches", "/v1/embeddings", "/v1/webhook_endpoints")
 TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
 

@@ -153,7 +153,7 @@ def change_schedule(
     try:
         request = ScheduleRequest.model_validate({**fields, "name": name})
     except ValidationError as exc:
-        raise Unprocessable(describe_errors(exc)) from None
+        raise Unprocessable(describe_errors(exc, ScheduleRequest)) from None
     _checked(state, request)
     state.store.schedules.replace(tenant, name, request.settings(tenant).model_dump_json())
     return describe(state, tenant_schedule(state, tenant, name))

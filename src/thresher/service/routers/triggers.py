@@ -138,7 +138,7 @@ def change_trigger(
     try:
         request = TriggerRequest.model_validate({**fields, "name": name})
     except ValidationError as exc:
-        raise Unprocessable(describe_errors(exc)) from None
+        raise Unprocessable(describe_errors(exc, TriggerRequest)) from None
     settings = _checked(state, request, tenant)
     state.store.trigger_defs.replace(tenant, name, settings.model_dump_json(), settings.paused)
     return _describe(state, _find(state, tenant, name), warn_trigger(settings))
