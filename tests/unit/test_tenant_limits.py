@@ -186,3 +186,34 @@ def test_a_trigger_stored_under_a_lower_limit_polls_at_the_limit(api: Api) -> No
     api.state.store.trigger_defs.create("acme", "old", settings.model_dump_json(), False)
     (found,) = every_trigger(api.state.config, api.state.store, tenant="acme")
     assert found.settings.poll_seconds == 1.0
+
+
+def test_a_token_past_its_requests_per_second_gets_429_with_retry_after(tmp_path: Any) -> None:
+    api = make_api(tmp_path, tenant_defaults={"requests_per_second": 0.5, "requests_burst": 2})
+    with api.client:
+        answers = [api.client.get("/v1/jobs", headers=api.auth("acme")) for _ in range(3)]
+        other = api.client.get("/v1/jobs", headers=api.auth("globex"))
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    refused = answers[-1]
+    assert refused.headers["Retry-After"] == "2"  # one request is earned in 2 s
+    assert "requests_per_second" in refused.json()["detail"]
+    assert other.status_code == 200  # another token's bucket is its own
+
+
+def test_a_bucket_refills_at_its_rate_up_to_its_burst() -> None:
+    from thresher.service.errors import TooManyRequests
+    from thresher.service.policies.rates import RequestRates
+
+    rates = RequestRates()
+    for _ in range(3):
+        rates.take("k", 10.0, 3, now=100.0)
+    with pytest.raises(TooManyRequests):
+        rates.take("k", 10.0, 3, now=100.0)
+    rates.take("k", 10.0, 3, now=100.25)  # a quarter second at 10 a second: two more
+    rates.take("k", 10.0, 3, now=100.25)
+    with pytest.raises(TooManyRequests):
+        rates.take("k", 10.0, 3, now=100.25)
+    for _ in range(3):  # an hour idle fills no more than the burst
+        rates.take("k", 10.0, 3, now=3700.0)
+    with pytest.raises(TooManyRequests):
+        rates.take("k", 10.0, 3, now=3700.0)

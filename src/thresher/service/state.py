@@ -37,6 +37,7 @@ from starlette.requests import HTTPConnection
 from thresher.loops import LoopRegistry, Strikes
 from thresher.schedules.notice import TickNotice
 from thresher.service.config import ServerConfig
+from thresher.service.policies.rates import RequestRates
 from thresher.store import BatchRow, JobRecord, Store
 
 log = logging.getLogger("thresher.service")
@@ -64,6 +65,8 @@ class ServiceState:
     batches_waiting: threading.Event = field(default_factory=threading.Event)
     # Called with each OpenAI-style batch that has just ended (its webhook events).
     on_batch_ended: list[BatchHook] = field(default_factory=list)
+    # Each token's request bucket (`policies/rates.py`).
+    rates: RequestRates = field(default_factory=RequestRates)
     # Sends failed webhooks of these subjects again (the webhook sender's, while it runs).
     redeliver: Callable[[list[str]], int] | None = None
     # The background loops this server runs and how each is doing (`/healthz`).

@@ -86,9 +86,14 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 def current_tenant(request: Request, credentials: Credentials, state: StateDep) -> str:
     """FastAPI dependency: the caller's tenant (`authenticate`), kept in the request's
-    state for the access log (`service/logs.py`)."""
+    state for the access log (`service/logs.py`), once its token's request rate allows
+    the request (429 with Retry-After when not: `policies/rates.py`)."""
     tenant = authenticate(credentials, state)
     request.state.tenant = tenant
+    assert credentials is not None  # authenticate refused a request without one
+    limits = state.config.limits(tenant)
+    key = _digest(credentials.credentials)
+    state.rates.take(key, limits.requests_per_second, limits.requests_burst)
     return tenant
 
 
