@@ -80,8 +80,10 @@ class JobSection(Section):
     # A scheduled job's schedule and fire time (UTC, ISO 8601), which its manifest records.
     schedule: str | None = None
     nominal_time: str | None = None
-    # The HTTP request that submitted it (`x-request-id`), which its log lines carry.
+    # The HTTP request that submitted it (`x-request-id`), which its log lines carry,
+    # and its trace (W3C traceparent), which the job's spans join (`worker/tracing.py`).
     request_id: str | None = Field(default=None, max_length=128)
+    traceparent: str | None = Field(default=None, max_length=128)
 
 
 class SourceSection(Section):

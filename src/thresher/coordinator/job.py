@@ -30,6 +30,7 @@ from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, Shard, open_source
 from thresher.spec import JobSpec, SinkSection
 from thresher.store import JobState, ShardState, Store, beating, open_store, this_owner
+from thresher.worker import tracing
 from thresher.worker.tasks import WorkerSetup
 
 
@@ -201,7 +202,24 @@ def _drive(
     reporter: Reporter,
 ) -> JobResult:
     """Run `shards` through the job's executor (as `placement` says) into `output` (the
-    started sink and where it publishes bad records), then finish the job."""
+    started sink and where it publishes bad records), then finish the job: in a span of
+    the job's trace, which its shards' spans join (`worker/tracing.py`)."""
+    with tracing.span("thresher.job", job.spec.job.traceparent, job_id=job.id) as traced:
+        traced.set(name=job.spec.job.name, shards=len(shards), workers=placement.workers)
+        result = _drive_traced(job, output, shards, placement, reporter)
+        m = result.manifest
+        traced.set(state=result.state.value, rows_in=m.get("rows_in"), rows_out=m.get("rows_out"))
+        traced.set(rows_error=m.get("rows_error"))
+        return result
+
+
+def _drive_traced(
+    job: Job,
+    output: tuple[Sink, str],
+    shards: list[Shard],
+    placement: Placement,
+    reporter: Reporter,
+) -> JobResult:
     sink = output[0]
     started, clock = datetime.now(UTC), time.perf_counter()
     executor = make_executor(job.spec.run, placement)
@@ -301,4 +319,5 @@ def worker_setup(job: Job, placement: Placement, sink: Sink) -> WorkerSetup:
         parts=sink.part_target(),
         on_bad_input=spec.errors.on_bad_input,
         profile=profile,
+        trace=tracing.current_traceparent(),  # the job's span, where the workers' join
     )

@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 from prometheus_client import Histogram
 
+from thresher.worker import tracing
+
 __all__ = [
     "FORMATS",
     "HTTP_SECONDS",
@@ -145,14 +147,22 @@ class RequestLog:
                 message["headers"] = [*message.get("headers", []), ours]
             await send(message)
 
-        with logging_context(request_id=request_id):
+        method = str(scope.get("method"))
+        parent = dict(scope.get("headers") or []).get(b"traceparent", b"").decode("latin-1")
+        with (
+            logging_context(request_id=request_id),
+            tracing.span(f"HTTP {method}", parent or None, request_id=request_id) as traced,
+        ):
             try:
                 await self.app(scope, receive, answer)
             finally:
-                _log_access(scope, status, time.perf_counter() - started)
+                path = _log_access(scope, status, time.perf_counter() - started)
+                traced.rename(f"{method} {path}")
+                traced.set(method=method, route=path, status=status)
 
 
-def _log_access(scope: MutableMapping[str, Any], status: int, seconds: float) -> None:
+def _log_access(scope: MutableMapping[str, Any], status: int, seconds: float) -> str:
+    """Log a request answered; its route's path template."""
     route = scope.get("route")
     path = getattr(route, "path", None) or "(no route)"
     tenant = (scope.get("state") or {}).get("tenant")
@@ -163,3 +173,4 @@ def _log_access(scope: MutableMapping[str, Any], status: int, seconds: float) ->
         tenant or "-", extra=fields,
     )  # fmt: skip
     HTTP_SECONDS.labels(str(fields["method"]), path, str(status)).observe(seconds)
+    return str(path)

@@ -33,6 +33,7 @@ from thresher.service.policies.roots import (
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
 from thresher.store import IdempotencyConflict
+from thresher.worker import tracing
 
 if TYPE_CHECKING:
     from thresher.service.state import ServiceState
@@ -186,6 +187,7 @@ def _with_origin(spec: JobSpec, tick: tuple[str, datetime] | None) -> JobSpec:
     """The spec with where it came from: the request (its log lines carry its id) and,
     for a scheduled job, the schedule and fire time its manifest records."""
     origin: dict[str, Any] = {"request_id": current_request_id()}
+    origin["traceparent"] = tracing.current_traceparent()  # the request's span: the job joins
     if tick is not None:
         schedule, nominal = tick
         origin |= {"schedule": schedule, "nominal_time": nominal.isoformat()}

@@ -39,6 +39,7 @@ class WorkerSetup:
     parts: PartTarget
     on_bad_input: Literal["skip", "fail"]
     profile: ProfileSetup | None = None  # None: `[monitor] profile = false`
+    trace: str | None = None  # the job span's traceparent, its shards' spans' parent
 
 
 @dataclass(frozen=True)
