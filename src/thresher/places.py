@@ -47,13 +47,19 @@ def resolve_uri(uri: str, base: Path) -> str:
     return f"{resolved}{trailing}{colon}{attr}"
 
 
+# The keys of a plug-in's options whose values are places: a features source's tables
+# name each by `uri`, an Iceberg catalog its database by `uri` and its files' root by
+# `warehouse` (pyiceberg's own property names).
+PLACE_KEYS = frozenset({"uri", "warehouse"})
+
+
 def resolve_option_uris(options: dict[str, Any] | list[Any], base: Path) -> None:
-    """Resolve, in place, every `uri` key's value (a string) at any depth of a plug-in's
-    options, as `resolve_uri` does a section's own: a plug-in that reads more than one
-    input (a features source's tables) names each like a source's `uri`."""
+    """Resolve, in place, every place key's value (`PLACE_KEYS`, a string) at any depth
+    of a plug-in's options, as `resolve_uri` does a section's own: a plug-in that reads
+    more than one input names each like a source's `uri`."""
     items = options.items() if isinstance(options, dict) else enumerate(options)
     for key, value in list(items):
-        if key == "uri" and isinstance(value, str) and isinstance(options, dict):
+        if key in PLACE_KEYS and isinstance(value, str) and isinstance(options, dict):
             options[key] = resolve_uri(value, base)
         elif isinstance(value, dict | list):
             resolve_option_uris(value, base)

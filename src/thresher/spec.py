@@ -39,6 +39,7 @@ from thresher.plugins import (
     check_plugin,
     completion_hooks,
     default_sink_format,
+    lookup,
     option_problems,
 )
 from thresher.profiles.settings import MonitorSection
@@ -350,6 +351,14 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     node[parts[-1]] = value
 
 
+def _names_table(section: str, format: Any) -> bool:
+    """Whether the section's plug-in reads its uri as a table's name (`Plugin.table_uri`)."""
+    if section == "model" or not isinstance(format, str):
+        return False
+    plugin = lookup(Kind(section), format)
+    return plugin is not None and plugin.table_uri
+
+
 def _read_mapping(path: Path) -> dict[str, Any]:
     text = path.read_text(encoding="utf-8")
     suffix = path.suffix.lower()
@@ -373,10 +382,15 @@ def _read_mapping(path: Path) -> dict[str, Any]:
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
     """Make relative local paths in uri fields relative to the spec file's folder: a
-    section's own, and any `uri` in its plug-in's options (a features source's tables)."""
+    section's own (unless its plug-in's uri names a table in a catalog), and any `uri`
+    or `warehouse` in its plug-in's options (a features source's tables, a catalog)."""
     for section in ("source", "model", "sink"):
         node = raw.get(section)
-        if isinstance(node, dict) and isinstance(node.get("uri"), str):
+        if (
+            isinstance(node, dict)
+            and isinstance(node.get("uri"), str)
+            and not _names_table(section, node.get("format"))
+        ):
             node["uri"] = resolve_uri(node["uri"], base)
         if isinstance(node, dict) and isinstance(node.get("options"), dict):
             resolve_option_uris(node["options"], base)
