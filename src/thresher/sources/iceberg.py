@@ -259,32 +259,39 @@ def _open_snapshot(reader: IcebergReader) -> _Snapshot:
 
 
 def _open(reader: IcebergReader) -> _Snapshot:
-    """The table's metadata as planned (its current metadata file, if still the planned
-    one, else the planned file itself, read through the table's own file access)."""
+    """The table's metadata as planned: its current metadata, if still the planned file,
+    else the planned file itself, read through the table's own file access (or, for a
+    table dropped since, the catalog's: its files may still be there)."""
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.io import load_file_io
     from pyiceberg.serializers import FromInputFile
     from pyiceberg.table import DataScan
 
     catalog = open_catalog(reader.catalog, CATALOG_FIELD)
+    planned = reader.metadata_location
     try:
-        table = catalog.load_table(table_identifier(reader.uri, "source.uri"))
-        metadata = table.metadata
-        if table.metadata_location != reader.metadata_location:
-            metadata = FromInputFile.table_metadata(table.io.new_input(reader.metadata_location))
-    except Exception as exc:  # dropped since planning, its metadata file removed
+        try:
+            table = catalog.load_table(table_identifier(reader.uri, "source.uri"))
+            io, metadata = table.io, table.metadata
+            if table.metadata_location != planned:
+                metadata = FromInputFile.table_metadata(io.new_input(planned))
+        except NoSuchTableError:
+            io = load_file_io(catalog.properties, planned)
+            metadata = FromInputFile.table_metadata(io.new_input(planned))
+        snapshot = metadata.snapshot_by_id(reader.snapshot_id)
+        assert snapshot is not None, "a planned metadata file holds its planned snapshot"
+    except Exception as exc:  # its metadata file removed, unreadable
         raise SourceError(
             f"{reader.uri}: cannot open the planned snapshot {reader.snapshot_id} "
-            f"({reader.metadata_location}): {exc}"
+            f"({planned}): {exc}"
         ) from exc
-    snapshot = metadata.snapshot_by_id(reader.snapshot_id)
-    if snapshot is None:
-        raise SourceError(f"{reader.uri}: snapshot {reader.snapshot_id} is gone (expired?)")
     schema = _snapshot_schema(metadata, snapshot)
     row_filter = parse_filter(reader.row_filter, schema)
     scan = DataScan(
-        table_metadata=metadata, io=table.io, row_filter=row_filter, snapshot_id=reader.snapshot_id
+        table_metadata=metadata, io=io, row_filter=row_filter, snapshot_id=reader.snapshot_id
     )
     tasks = {str(task.file.file_path): task for task in scan.plan_files()}
-    return _Snapshot(metadata, table.io, schema, row_filter, tasks)
+    return _Snapshot(metadata, io, schema, row_filter, tasks)
 
 
 def iceberg_source(

@@ -62,8 +62,9 @@ def open_catalog(setting: CatalogSetting, field: str) -> Catalog:
         ) from exc
     name, properties = catalog_properties(setting)
     uri = properties.get("uri", "")
-    if uri.startswith("sqlite:///") and not os.path.exists(urlsplit(uri).path):
-        raise SpecError([f"{field}.uri: no SQLite catalog at {urlsplit(uri).path}"])
+    path = urlsplit(uri.removeprefix("sqlite:///")).path  # `sqlite:////abs` or `sqlite:///rel`
+    if uri.startswith("sqlite:///") and not os.path.exists(path):
+        raise SpecError([f"{field}.uri: no SQLite catalog at {path}"])
     try:
         return load_catalog(name, **properties)
     except Exception as exc:  # pyiceberg's and its drivers': bad properties, unreachable
