@@ -12,6 +12,7 @@ Points: `worker_after_stage` (a worker staged its part, the coordinator has not 
 (committed, not yet recorded in the store), `mid_answers` (an `openai-batch` sink wrote
 its output file, not yet its error file, and replaced neither), `mid_publish` (a
 finishing job removed the previous output, and has not moved all of its own in),
+`after_table_commit` (an Iceberg sink's snapshot landed, its parts not yet removed),
 `resume_start` (a resume claimed the job),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
 / replaced its error part, and has not recorded it), and a schedule's tick:
@@ -36,6 +37,7 @@ POINTS = frozenset(
         "after_commit",
         "mid_answers",
         "mid_publish",
+        "after_table_commit",
         "resume_start",
         "retry_after_output",
         "retry_after_errors",

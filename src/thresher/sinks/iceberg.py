@@ -207,6 +207,7 @@ class IcebergSink:
                 "thresher.shard": str(staged.shard),
             }
             self._commit([staged.path], overwrite=False, properties=properties)
+            crash_point("after_table_commit", staged.shard)
         fs.rm(path)
 
     def finish(self, manifest: dict[str, Any]) -> None:
@@ -258,6 +259,7 @@ class IcebergSink:
             }
             urls = [as_url(fs, part) for part in parts]
             self._commit(urls, overwrite=record["overwrite"], properties=properties)
+            crash_point("after_table_commit")
         for part in parts:
             fs.rm(part)
         record["manifest"]["iceberg_snapshot_id"] = self._job_snapshot(job_id)
