@@ -178,16 +178,23 @@ def test_missing_tables_namespaces_and_catalogs_are_spec_errors(tmp_path: Path) 
         open_source(empty).plan()
 
 
-def test_a_spec_file_resolves_the_catalog_not_the_table_name(tmp_path: Path) -> None:
-    (tmp_path / "job.toml").write_text(
-        '[source]\nformat = "iceberg"\nuri = "db.c"\n'
-        'options.catalog = { type = "sql", uri = "sqlite:///cat.db", warehouse = "lake" }\n'
-        '[model]\nkind = "python"\nuri = "m.py:M"\n'
-        '[sink]\nformat = "iceberg"\nuri = "db.out"\n'
-        'options.catalog = { type = "sql", uri = "sqlite:///cat.db", warehouse = "lake" }\n'
-    )
+def test_the_readmes_spec_resolves_the_catalog_not_the_table_names(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Apache Iceberg", 1)[1]
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "job.toml").write_text(toml + '[model]\nkind = "python"\nuri = "m.py:M"\n')
     spec = load_spec(tmp_path / "job.toml")
-    assert spec.source.uri == "db.c" and spec.sink.uri == "db.out"
-    catalog = spec.source.options["catalog"]
-    assert catalog["uri"] == f"sqlite:///{tmp_path / 'cat.db'}"
-    assert catalog["warehouse"] == str(tmp_path / "lake")
+    assert (spec.source.uri, spec.sink.uri) == ("shop.customers", "shop.scores")
+    for options in (spec.source.options, spec.sink.options):
+        assert options["catalog"]["uri"] == f"sqlite:///{tmp_path / 'catalog.db'}"
+        assert options["catalog"]["warehouse"] == str(tmp_path / "lake")
+    assert spec.source.options["row_filter"] == "segment = 'retail' and age >= 18"
+    assert spec.sink.options["partition_by"] == ["segment"]
+
+
+def test_the_example_spec_is_valid() -> None:
+    folder = Path(__file__).parents[2] / "examples" / "iceberg"
+    spec = load_spec(folder / "job.toml")
+    assert (spec.source.format, spec.sink.format) == ("iceberg", "iceberg")
+    assert spec.source.options["catalog"]["uri"] == f"sqlite:///{folder / 'catalog.db'}"
+    assert spec.sink.options["catalog"] == spec.source.options["catalog"]
