@@ -5,6 +5,8 @@ the snapshot's data files; each job's snapshot names it."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +14,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
+from pyiceberg.types import StringType
 
-from .support import FAST, ID, KEEP, Workspace, make_table
+from .support import FAST, ID, KEEP, THRESHER, Workspace, latest_job, make_table, store_env
 from .test_sql_tables import check_scores
 
 pytestmark = pytest.mark.e2e
@@ -161,3 +164,52 @@ def test_bad_input_is_a_spec_error_naming_the_field(workspace: Workspace) -> Non
         assert result.returncode == 2, result.stderr
         assert said in result.stderr, result.stderr
     assert not catalog(workspace.root).table_exists("shop.scores")  # nothing was written
+
+
+def test_a_resume_reads_the_planned_snapshot_after_the_table_changed(
+    workspace: Workspace,
+) -> None:
+    """Killed mid-job; meanwhile rows are appended to the source table, a column renamed
+    and one added: `thresher resume` reads exactly the snapshot the plan froze."""
+    root = workspace.root
+    table = make_table(ROWS, seed=6)
+    lake = catalog(root)
+    lake.create_namespace("shop")
+    customers = lake.create_table("shop.customers", schema=table.schema)
+    for start in range(0, ROWS, 1000):
+        customers.append(table.slice(start, 1000))
+    trained = workspace.sklearn_skops(table)
+    options = {"catalog": CATALOG}
+    source = {"uri": "shop.customers", "format": "iceberg", "id_column": ID, "options": options}
+    sink = {"uri": "shop.scores", "format": "iceberg", "keep_columns": [KEEP], "options": options}
+    spec = workspace.spec({"source": source, "model": trained.section, "sink": sink})
+    killed = subprocess.run(
+        [str(THRESHER), "run", str(spec), *FAST],
+        cwd=root,
+        env=store_env(root, "after_commit:1"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not catalog(root).table_exists("shop.scores")  # nothing published
+    customers.append(make_table(500, seed=7))
+    with customers.update_schema() as update:
+        update.rename_column("f0", "first_feature")
+        update.add_column("note", StringType())
+    job_id = latest_job(root)
+    assert job_id is not None
+    resumed = subprocess.run(
+        [str(THRESHER), "resume", job_id],
+        cwd=root,
+        env=store_env(root),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    out = catalog(root).load_table("shop.scores")
+    rows = table.sort_by(ID)
+    check_scores(out.scan().to_arrow(), rows, trained.expect(rows))
+    (snapshot,) = out.snapshots()
+    assert snapshot.summary["thresher.job_id"] == job_id
