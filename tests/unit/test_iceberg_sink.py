@@ -225,3 +225,25 @@ def test_thresher_run_writes_data_in_memory_to_an_iceberg_table(tmp_path: Path) 
     (snapshot,) = table.snapshots()
     assert snapshot.snapshot_id == result.manifest["iceberg_snapshot_id"]
     assert table.scan().to_arrow().num_rows == 2_000
+
+
+def test_a_job_without_rows_makes_no_table_but_a_snapshot_of_an_existing_one(
+    tmp_path: Path,
+) -> None:
+    props, catalog = lake(tmp_path)
+    empty = sink(props)
+    empty.start(JOB, 1, resume=False)
+    manifest: dict[str, Any] = {"job_id": JOB}
+    empty.finish(manifest)
+    assert not catalog.table_exists("db.scores") and manifest["iceberg_snapshot_id"] is None
+    publish(sink(props), job="20260102-000000-000002")
+    later = "20260103-000000-000003"
+    for mode, rows in (("append", 6), ("overwrite", 0)):
+        made = sink(props, mode)
+        made.start(later, 1, resume=False)
+        manifest = {"job_id": later}
+        made.finish(manifest)
+        table = catalog.load_table("db.scores")
+        assert manifest["iceberg_snapshot_id"] == table.current_snapshot().snapshot_id
+        assert table.scan().to_arrow().num_rows == rows
+        later = "20260104-000000-000004"

@@ -247,6 +247,9 @@ class _Snapshot:
 
 
 _OPENED: dict[tuple[Any, ...], _Snapshot] = {}
+# Snapshots a process keeps open: a worker reads one job's, but `thresher serve` runs job
+# after job in one process, and each holds its table's scan tasks.
+KEEP_OPENED = 4
 
 
 def _open_snapshot(reader: IcebergReader) -> _Snapshot:
@@ -254,6 +257,8 @@ def _open_snapshot(reader: IcebergReader) -> _Snapshot:
     forked worker opens its own and never shares its parent's catalog connection."""
     key = (os.getpid(), reader.uri, reader.metadata_location, reader.snapshot_id, reader.row_filter)
     if key not in _OPENED:
+        while len(_OPENED) >= KEEP_OPENED:
+            del _OPENED[next(iter(_OPENED))]  # the oldest
         _OPENED[key] = _open(reader)
     return _OPENED[key]
 
