@@ -48,6 +48,11 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
     _builtin(S, "duckdb", "sources.duckdb:duckdb_source", NONE, extra="duckdb"),
     _builtin(S, "delta", "sources.delta:delta_source", "sources.delta:DeltaSourceOptions", "delta"),
     {
+        **_builtin(S, "iceberg", "sources.iceberg:iceberg_source", extra="iceberg"),
+        "options": "thresher.sources.iceberg:IcebergSourceOptions",
+        "table_uri": True,
+    },
+    {
         **_builtin(S, "features", "sources.features:features_source", extra="duckdb"),
         "options": "thresher.sources.features:FeaturesOptions",
         "completes": "thresher.sources.features:complete_features_spec",
@@ -74,6 +79,11 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
         **_builtin(K, "delta", "sinks.delta:delta_sink", "sinks.delta:DeltaSinkOptions", "delta"),
         "modes": ("overwrite", "append", "merge"),
         "completes": "thresher.sinks.modes:complete_merge_spec",
+    },
+    {
+        **_builtin(K, "iceberg", "sinks.iceberg:iceberg_sink", extra="iceberg"),
+        "options": "thresher.sinks.iceberg:IcebergSinkOptions",
+        "table_uri": True,
     },
     _builtin(M, "sklearn", "models.sklearn:load_sklearn", NONE, "sklearn", model_uri=FILE),
     _builtin(

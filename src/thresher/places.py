@@ -1,5 +1,6 @@
-"""The places a spec names: inputs relative to the spec's folder, and outputs that must
-be a folder, never nothing or a whole filesystem.
+"""The places a spec names: which format a uri implies (a file's suffix, a database's
+scheme), inputs relative to the spec's folder, and outputs that must be a folder, never
+nothing or a whole filesystem.
 
 A sink's overwrite replaces what its folder holds; an empty path would be the working
 directory and a root the machine's, so the spec refuses both (`sink.uri`,
@@ -14,7 +15,49 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check_output_place", "resolve_option_uris", "resolve_uri"]
+__all__ = [
+    "FILE_FORMATS",
+    "QUERY_FORMATS",
+    "check_output_place",
+    "infer_format",
+    "resolve_option_uris",
+    "resolve_uri",
+    "table_format",
+]
+
+FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl", "arrow")
+SUFFIX_FORMATS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".arrow": "arrow",
+    ".feather": "arrow",
+    ".ipc": "arrow",
+}
+# The SQL sources and sinks, which a uri's scheme names, and the uri each reads (a sink's
+# adds `?table=name`).
+QUERY_FORMATS = {
+    "postgresql": "postgresql://user@host:port/db",
+    "sqlite": "sqlite:///path/file.db",
+    "duckdb": "duckdb:///path/file.duckdb",
+}
+
+
+def table_format(uri: str) -> str | None:
+    """The SQL source or sink format a uri's scheme names (`sqlite:///x.db` -> `sqlite`)."""
+    scheme = uri.partition("://")[0] if "://" in uri else ""
+    return "postgresql" if scheme == "postgres" else scheme if scheme in QUERY_FORMATS else None
+
+
+def infer_format(uri: str) -> str | None:
+    """The file format a path's suffix implies (`data/*.csv` -> `csv`), or None."""
+    name = uri.rstrip("/").rsplit("/", 1)[-1].lower()
+    for suffix in (".gz", ".zst", ".bz2"):
+        name = name.removesuffix(suffix)
+    return SUFFIX_FORMATS.get(Path(name).suffix)
 
 
 def check_output_place(uri: str) -> str:
@@ -47,13 +90,19 @@ def resolve_uri(uri: str, base: Path) -> str:
     return f"{resolved}{trailing}{colon}{attr}"
 
 
+# The keys of a plug-in's options whose values are places: a features source's tables
+# name each by `uri`, an Iceberg catalog its database by `uri` and its files' root by
+# `warehouse` (pyiceberg's own property names).
+PLACE_KEYS = frozenset({"uri", "warehouse"})
+
+
 def resolve_option_uris(options: dict[str, Any] | list[Any], base: Path) -> None:
-    """Resolve, in place, every `uri` key's value (a string) at any depth of a plug-in's
-    options, as `resolve_uri` does a section's own: a plug-in that reads more than one
-    input (a features source's tables) names each like a source's `uri`."""
+    """Resolve, in place, every place key's value (`PLACE_KEYS`, a string) at any depth
+    of a plug-in's options, as `resolve_uri` does a section's own: a plug-in that reads
+    more than one input names each like a source's `uri`."""
     items = options.items() if isinstance(options, dict) else enumerate(options)
     for key, value in list(items):
-        if key == "uri" and isinstance(value, str) and isinstance(options, dict):
+        if key in PLACE_KEYS and isinstance(value, str) and isinstance(options, dict):
             options[key] = resolve_uri(value, base)
         elif isinstance(value, dict | list):
             resolve_option_uris(value, base)

@@ -5,9 +5,10 @@ Every plug-in, built-in or a third party's, is a `Plugin`: its kind, the name a 
 path of its factory (imported only when a job uses it) and, if it takes options, the
 dotted path of the pydantic model they follow, so a misspelt option is a spec error that
 names its field; a model's, what its uri names (`ModelUri`: a file a plan checks is there,
-a class whose other options are its arguments); and, if a job using it implies more of the
-spec (a source that names its sink's format, columns an OpenAI batch file's endpoint
-implies), its `completes` hook, so that no plug-in's special needs are written into
+a class whose other options are its arguments); a source's or sink's, whether its uri is a
+table's name in a catalog rather than a path (`table_uri`); and, if a job using it implies
+more of the spec (a source that names its sink's format, columns an OpenAI batch file's
+endpoint implies), its `completes` hook, so that no plug-in's special needs are written into
 `spec.py` or `models/`. Built-ins are listed in `builtin_plugins.py` (`BUILTINS` here); a
 package adds its own with an entry point in the `thresher.plugins` group whose value is a
 Plugin or a list of them:
@@ -131,6 +132,9 @@ class Plugin:
     model_uri: ModelUri = ModelUri.OTHER  # a model's: what its `model.uri` names
     # A sink's: the `sink.mode`s it writes (`merge`: upsert by the source's id column).
     modes: tuple[str, ...] = ("overwrite", "append")
+    # A source's or sink's: its `uri` names a table in a catalog (`db.scores`), which a
+    # spec file leaves as written instead of resolving it against the file's folder.
+    table_uri: bool = False
 
     def builds_class(self, uri: str) -> bool:
         """Whether this model plug-in reads `uri` as a class to build, whose keyword

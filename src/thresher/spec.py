@@ -33,37 +33,26 @@ from pydantic import (
 )
 
 from thresher.errors import SpecError, describe_errors
-from thresher.places import check_output_place, resolve_option_uris, resolve_uri
+from thresher.places import (
+    FILE_FORMATS,
+    QUERY_FORMATS,
+    check_output_place,
+    infer_format,
+    resolve_option_uris,
+    resolve_uri,
+    table_format,
+)
 from thresher.plugins import (
     Kind,
     check_plugin,
     check_sink_mode,
     completion_hooks,
     default_sink_format,
+    lookup,
     option_problems,
 )
 from thresher.profiles.settings import MonitorSection
 from thresher.sizes import MAX_INT64, parse_bytes
-
-FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl", "arrow")
-SUFFIX_FORMATS = {
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".csv": "csv",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-    ".arrow": "arrow",
-    ".feather": "arrow",
-    ".ipc": "arrow",
-}
-# The SQL sources and sinks, which a uri's scheme names, and the uri each reads (a sink's
-# adds `?table=name`).
-QUERY_FORMATS = {
-    "postgresql": "postgresql://user@host:port/db",
-    "sqlite": "sqlite:///path/file.db",
-    "duckdb": "duckdb:///path/file.duckdb",
-}
 
 
 class Section(BaseModel):
@@ -138,12 +127,6 @@ class SourceSection(Section):
         if not (self.key_column or self.id_column):
             raise ValueError(f"key_column: required for a {format} source (or set id_column)")
         return self
-
-
-def table_format(uri: str) -> str | None:
-    """The SQL source or sink format a uri's scheme names (`sqlite:///x.db` -> `sqlite`)."""
-    scheme = uri.partition("://")[0] if "://" in uri else ""
-    return "postgresql" if scheme == "postgres" else scheme if scheme in QUERY_FORMATS else None
 
 
 def _default_outputs() -> list[Literal["prediction", "proba"]]:
@@ -307,14 +290,6 @@ class JobSpec(Section):
         return self
 
 
-def infer_format(uri: str) -> str | None:
-    """The file format a path's suffix implies (`data/*.csv` -> `csv`), or None."""
-    name = uri.rstrip("/").rsplit("/", 1)[-1].lower()
-    for suffix in (".gz", ".zst", ".bz2"):
-        name = name.removesuffix(suffix)
-    return SUFFIX_FORMATS.get(Path(name).suffix)
-
-
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     """Read a spec file (TOML, YAML or JSON), apply `section.key=value` overrides, validate.
 
@@ -358,6 +333,14 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     node[parts[-1]] = value
 
 
+def _names_table(section: str, format: Any) -> bool:
+    """Whether the section's plug-in reads its uri as a table's name (`Plugin.table_uri`)."""
+    if section == "model" or not isinstance(format, str):
+        return False
+    plugin = lookup(Kind(section), format)
+    return plugin is not None and plugin.table_uri
+
+
 def _read_mapping(path: Path) -> dict[str, Any]:
     text = path.read_text(encoding="utf-8")
     suffix = path.suffix.lower()
@@ -381,10 +364,15 @@ def _read_mapping(path: Path) -> dict[str, Any]:
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
     """Make relative local paths in uri fields relative to the spec file's folder: a
-    section's own, and any `uri` in its plug-in's options (a features source's tables)."""
+    section's own (unless its plug-in's uri names a table in a catalog), and any `uri`
+    or `warehouse` in its plug-in's options (a features source's tables, a catalog)."""
     for section in ("source", "model", "sink"):
         node = raw.get(section)
-        if isinstance(node, dict) and isinstance(node.get("uri"), str):
+        if (
+            isinstance(node, dict)
+            and isinstance(node.get("uri"), str)
+            and not _names_table(section, node.get("format"))
+        ):
             node["uri"] = resolve_uri(node["uri"], base)
         if isinstance(node, dict) and isinstance(node.get("options"), dict):
             resolve_option_uris(node["options"], base)

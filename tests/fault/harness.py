@@ -12,6 +12,7 @@ from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -33,7 +34,7 @@ class FaultJob:
     root: Path
     spec: Path
     store: str
-    sink: str  # "parquet", "sqlite", "duckdb" or "delta"
+    sink: str  # "parquet", "sqlite", "duckdb", "delta" or "iceberg"
 
     @property
     def out(self) -> Path:
@@ -50,14 +51,29 @@ class FaultJob:
         beside a SQL sink's database."""
         if self.sink == "delta":
             return self.out / "_thresher"
+        if self.sink == "iceberg":  # in the table's location, which the catalog chose
+            return self.root / "lake" / "db" / "scores" / "_thresher"
         return self.out if self.sink == "parquet" else Path(f"{self.database}.scores")
+
+    def iceberg_table(self) -> Any:
+        """The Iceberg sink's table, as pyiceberg reads it; None before its first publish."""
+        from pyiceberg.catalog import load_catalog
+
+        catalog = load_catalog("default", **iceberg_catalog(self.root))
+        return catalog.load_table("db.scores") if catalog.table_exists("db.scores") else None
 
     def table_rows(self, columns: str) -> list[tuple[object, ...]]:
         """A table sink's `SELECT <columns> FROM scores`, read by the table's own library."""
-        if self.sink == "delta":
-            if not DeltaTable.is_deltatable(str(self.out)):
+        if self.sink in ("delta", "iceberg"):
+            if self.sink == "iceberg":
+                iceberg = self.iceberg_table()
+                if iceberg is None:
+                    return []
+                table = iceberg.scan().to_arrow()
+            elif not DeltaTable.is_deltatable(str(self.out)):
                 return []
-            table = DeltaTable(self.out).to_pyarrow_table()
+            else:
+                table = DeltaTable(self.out).to_pyarrow_table()
             names = table.column_names if columns == "*" else columns.split(", ")
             return list(zip(*(table.column(n).to_pylist() for n in names), strict=True))
         if self.sink == "duckdb":
@@ -174,7 +190,13 @@ def make_job(root: Path, sink: str, source: str = "parquet") -> FaultJob:
         "sqlite": 'uri = "sqlite:///out.db?table=scores"',
         "duckdb": 'uri = "duckdb:///out.duckdb?table=scores"',
         "delta": 'uri = "out"\nformat = "delta"',
+        "iceberg": 'uri = "db.scores"\nformat = "iceberg"\noptions.catalog = '
+        '{ type = "sql", uri = "sqlite:///catalog.db", warehouse = "lake" }',
     }[sink]
+    if sink == "iceberg":
+        from pyiceberg.catalog import load_catalog
+
+        load_catalog("default", **iceberg_catalog(root)).create_namespace_if_not_exists("db")
     spec = root / "job.toml"
     spec.write_text(
         f'[source]\nuri = "{uri}"\nid_column = "id"\nshard_bytes = {shard_bytes}\n'
@@ -183,6 +205,15 @@ def make_job(root: Path, sink: str, source: str = "parquet") -> FaultJob:
         f"[sink]\n{sink_uri}\n"
     )
     return FaultJob(root, spec, f"sqlite:///{root / 'store.db'}", sink)
+
+
+def iceberg_catalog(root: Path) -> dict[str, str]:
+    """The Iceberg sink's SQLite catalog, as the spec names it relative to its folder."""
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{root / 'catalog.db'}",
+        "warehouse": str(root / "lake"),
+    }
 
 
 # A deterministic model that is slow enough (20 ms a batch) for kills to land mid-shard,

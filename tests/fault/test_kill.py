@@ -59,7 +59,7 @@ def check_exact(job: FaultJob, golden: tuple[Counter[int], Counter[int]], label:
     assert job.has_success()
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta", "iceberg"])
 @pytest.mark.parametrize("point", ["before_commit", "mid_commit", "after_commit"])
 def test_coordinator_killed_at_commit_step(
     tmp_path: Path, golden: tuple[Counter[int], Counter[int]], point: str, sink: str
@@ -70,6 +70,25 @@ def test_coordinator_killed_at_commit_step(
     assert not job.has_success()
     finish(job)
     check_exact(job, golden, f"coordinator@{point} ({sink})")
+
+
+def test_killed_between_a_table_commit_and_its_bookkeeping(
+    tmp_path: Path, golden: tuple[Counter[int], Counter[int]]
+) -> None:
+    """The job's Iceberg snapshot landed, then the coordinator died before it removed the
+    parts and finished the publish: resume finds the snapshot by the commit name in its
+    summary and commits nothing twice. Append mode, so a second commit would show as
+    every row twice."""
+    job = make_job(tmp_path, "iceberg")
+    job.spec.write_text(job.spec.read_text() + 'mode = "append"\n')  # [sink] comes last
+    assert job.run(fault="after_table_commit").returncode == KILLED
+    assert not job.has_success()
+    table = job.iceberg_table()
+    assert table is not None and len(table.snapshots()) == 1
+    finish(job)
+    check_exact(job, golden, "coordinator@after_table_commit (iceberg)")
+    table = job.iceberg_table()
+    assert table is not None and len(table.snapshots()) == 1
 
 
 def test_worker_killed_after_staging(
@@ -175,11 +194,18 @@ def test_status_and_cancel(tmp_path: Path) -> None:
     assert job.has_success()
 
 
-@pytest.mark.parametrize("point", ["retry_after_output", "retry_after_errors"])
-def test_retry_errors_killed_mid_shard(tmp_path: Path, point: str) -> None:
+@pytest.mark.parametrize(
+    ("sink", "point"),
+    [
+        ("parquet", "retry_after_output"),
+        ("parquet", "retry_after_errors"),
+        ("iceberg", "after_table_commit"),  # its fixed rows' snapshot landed, part kept
+    ],
+)
+def test_retry_errors_killed_mid_shard(tmp_path: Path, sink: str, point: str) -> None:
     """retry-errors after the model was fixed, killed between its commit steps and run
     again: every row is in the output or the error file exactly once."""
-    job = make_job(tmp_path, "parquet")
+    job = make_job(tmp_path, sink)
     assert job.run().returncode == 0
     rejected = job.error_ids()
     assert rejected

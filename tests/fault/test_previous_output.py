@@ -29,6 +29,9 @@ def published(job: FaultJob) -> dict[str, bytes]:
     }
     if job.sink != "parquet":
         seen["table scores"] = repr(sorted(job.table_rows("*"))).encode()
+    if job.sink == "iceberg":  # and the snapshot readers see is still the same one
+        table = job.iceberg_table()
+        seen["snapshot"] = repr(table and table.current_snapshot().snapshot_id).encode()
     return seen
 
 
@@ -50,7 +53,7 @@ def new_golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[Counter[int], 
     return job.ids(), job.error_ids()
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta", "iceberg"])
 @pytest.mark.parametrize(
     "fault", ["before_commit:3", "mid_commit:3", "after_commit:3", "worker_after_stage:5"]
 )
@@ -66,7 +69,7 @@ def test_killed_run_leaves_previous_output(
     check_exact(job, new_golden, f"previous kept, then resume ({sink}, {fault})")
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite", "delta"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "delta", "iceberg"])
 def test_killed_while_publishing_rolls_forward(
     tmp_path: Path, sink: str, new_golden: tuple[Counter[int], Counter[int]]
 ) -> None:
@@ -91,7 +94,7 @@ def run_with(job: FaultJob, *overrides: str) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.mark.parametrize("sink", ["parquet", "duckdb", "delta"])
+@pytest.mark.parametrize("sink", ["parquet", "duckdb", "delta", "iceberg"])
 def test_failed_job_leaves_previous_output(tmp_path: Path, sink: str) -> None:
     job, before = first_run(tmp_path, sink)
     failed = run_with(job, "errors.max_error_rate=0.0")
@@ -108,10 +111,11 @@ def test_misspelt_model_kind_exits_2_and_keeps_output(tmp_path: Path, sink: str)
     assert published(job) == before
 
 
+@pytest.mark.parametrize("sink", ["parquet", "iceberg"])
 def test_cancelled_job_leaves_previous_output(
-    tmp_path: Path, new_golden: tuple[Counter[int], Counter[int]]
+    tmp_path: Path, sink: str, new_golden: tuple[Counter[int], Counter[int]]
 ) -> None:
-    job, before = first_run(tmp_path, "parquet")
+    job, before = first_run(tmp_path, sink)
     proc = job.start()
     try:
         wait_for_children(proc.pid)
@@ -130,4 +134,4 @@ def test_cancelled_job_leaves_previous_output(
         proc.communicate()
     assert published(job) == before
     finish(job)
-    check_exact(job, new_golden, "cancelled, then resume")
+    check_exact(job, new_golden, f"cancelled, then resume ({sink})")

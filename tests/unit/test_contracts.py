@@ -7,6 +7,7 @@ import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -181,4 +182,41 @@ def test_the_delta_source_keeps_the_source_contract(tmp_path: Path) -> None:
     section = SourceSection(uri=str(tmp_path / "t"), format="delta", id_column="id")
     plan = check_source(open_source(section, min_shards=2))
     assert len(plan.shards) > 1
+    assert plan.schema.names == [*data.schema.names]
+
+
+def _iceberg_catalog(tmp_path: Path) -> tuple[dict[str, str], Any]:
+    from pyiceberg.catalog import load_catalog
+
+    properties = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+        "warehouse": str(tmp_path / "lake"),
+    }
+    catalog = load_catalog("default", **properties)
+    catalog.create_namespace("db")
+    return properties, catalog
+
+
+def test_the_iceberg_sink_keeps_the_sink_contract(tmp_path: Path) -> None:
+    """(The contract's jobs overwrite; test_iceberg_sink.py has append's own.)"""
+    properties, catalog = _iceberg_catalog(tmp_path)
+    section = SinkSection(uri="db.scores", format="iceberg", options={"catalog": properties})
+    check_sink(lambda: open_sink(section))
+    # one snapshot per job that finished
+    snapshots = catalog.load_table("db.scores").snapshots()
+    assert [s.summary.operation.value for s in snapshots] == ["append", "overwrite"]
+
+
+def test_the_iceberg_source_keeps_the_source_contract(tmp_path: Path) -> None:
+    properties, catalog = _iceberg_catalog(tmp_path)
+    data = table().append_column("region", pa.array(["eu", "us", "ap"] * 1_000))
+    made = catalog.create_table("db.t", schema=data.schema)
+    with made.update_spec() as spec:
+        spec.add_identity("region")
+    made.append(data)
+    options = {"catalog": properties}
+    section = SourceSection(uri="db.t", format="iceberg", id_column="id", options=options)
+    plan = check_source(open_source(section, min_shards=2))
+    assert len(plan.shards) == 3  # a shard a data file: one a region
     assert plan.schema.names == [*data.schema.names]

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from thresher.errors import SpecError
-from thresher.places import resolve_uri
-from thresher.spec import JobSpec, apply_override, infer_format, load_spec, parse_spec
+from thresher.places import infer_format, resolve_uri
+from thresher.spec import JobSpec, apply_override, load_spec, parse_spec
 
 MINIMAL_TOML = """
 [job]
@@ -162,7 +162,7 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
         (
             raw_spec(source={"format": "xml"}),
             "source.format: must be one of 'parquet', 'csv', 'jsonl', 'arrow', 'postgresql',"
-            " 'sqlite', 'duckdb', 'delta', 'features', 'openai-batch'",
+            " 'sqlite', 'duckdb', 'delta', 'iceberg', 'features', 'openai-batch'",
         ),
         (raw_spec(run={"executor": "ray2"}), "run.executor: must be one of 'local', 'ray'"),
         (

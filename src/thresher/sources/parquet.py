@@ -84,7 +84,7 @@ class ParquetReader:
                 )
             )
             skip = shard.first_row - _group_starts(parquet.metadata)[shard.start]
-            for table in _rechunk(_window(batches, skip, shard.rows), rows_per_chunk):
+            for table in rechunk(_window(batches, skip, shard.rows), rows_per_chunk):
                 positions = np.arange(next_row, next_row + table.num_rows, dtype=np.int64)
                 next_row += table.num_rows
                 yield Chunk(table=table, positions=positions)
@@ -93,7 +93,7 @@ class ParquetReader:
         return "row", position
 
 
-def _rechunk(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+def rechunk(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
     """Tables of exactly `rows` rows (the last may be shorter) across row-group ends,
     without copying: a chunk is the same size wherever the row groups happen to end."""
     pending: list[pa.RecordBatch] = []

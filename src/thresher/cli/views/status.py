@@ -72,6 +72,9 @@ def show_job(store: Store, job_id: str, console: Console | None = None) -> None:
     if job.manifest and job.manifest.get("delta_version") is not None:
         table = without_password(str(job.manifest.get("table", "")))
         say(f"  table: {shown(table)} at version {job.manifest['delta_version']}")
+    if job.manifest and job.manifest.get("iceberg_snapshot_id") is not None:
+        table = str(job.manifest.get("table", ""))
+        say(f"  table: {shown(table)} at snapshot {job.manifest['iceberg_snapshot_id']}")
     if job.message:
         say(f"  message: {shown(job.message)}")
     if job.wait_reason:

@@ -20,6 +20,8 @@ def print_result(result: JobResult) -> None:
     click.echo(f"  output: {without_password(result.output)}")
     if m.get("delta_version") is not None:  # a table sink's new version (sinks/delta.py)
         click.echo(f"  table version: {m['delta_version']}")
+    if m.get("iceberg_snapshot_id") is not None:  # and an Iceberg one's (sinks/iceberg.py)
+        click.echo(f"  table snapshot: {m['iceberg_snapshot_id']}")
     if m["rows_error"]:
         click.echo(f"  errors: {result.errors_uri}")
     for problem in result.problems:

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
+from thresher.places import infer_format
 from thresher.service.errors import BadRequest, TooLarge, Unprocessable
 from thresher.service.limits import Pace, paced
 from thresher.service.policies.auth import Tenant
@@ -30,7 +31,6 @@ from thresher.service.uploads import (
     receive_upload,
     record_file,
 )
-from thresher.spec import infer_format
 from thresher.store import FileRecord, now
 
 router = APIRouter(prefix="/v1/files", tags=["files"])

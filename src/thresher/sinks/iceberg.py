@@ -1,0 +1,334 @@
+"""Apache Iceberg tables (`pyiceberg`: no Spark, no JVM), committed exactly once.
+
+    [sink]
+    format = "iceberg"
+    uri = "sales.scores"          # namespace.table in the catalog (the namespace must exist)
+    mode = "append"               # or "overwrite" (the default)
+    options.catalog = { type = "sql", uri = "sqlite:///catalog.db", warehouse = "lake" }
+    options.partition_by = ["region"]   # identity partitions, when thresher creates the table
+
+Workers stage each shard as a Parquet part under `<table location>/_thresher/_staging/`;
+the coordinator commits it to `_thresher/_pending/<job>/`, and `finish` makes the job's
+parts the table's in one snapshot (`iceberg_commit.py`): `append` adds them to its rows,
+`overwrite` replaces its content. Readers of the previous snapshot are never disturbed,
+and a job that fails, is killed or is cancelled leaves that snapshot current (as every
+sink: nothing is published before the job's end). A retry round appends its fixed rows
+shard by shard, to a job that did publish.
+
+Iceberg has no idempotent transactions of its own, so each snapshot's summary names its
+commit (`thresher.commit`: `thresher/<job>/publish`, a retry round's
+`thresher/<job>.r<round>/<shard>`), and a commit first looks for a snapshot of that name:
+found, it writes nothing. With the job id, the model's and spec's sha256 and the rows.
+
+The table's location is the catalog's (for a table not made yet, where the catalog would
+put it; thresher then makes it there), and thresher's side folder `_thresher/` lies in it,
+as in a Delta table: bad records, the `_SUCCESS` manifest (with `iceberg_snapshot_id`, the
+snapshot the job made) and the publish record. Iceberg readers read only the files its
+metadata lists, and Spark's orphan-file removal skips `_`-prefixed folders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pydantic import Field
+
+from thresher.errors import SinkError, SpecError
+from thresher.faults import crash_point
+from thresher.plugins import Options
+from thresher.sinks.files import FilePartTarget, check_directory
+from thresher.sinks.iceberg_commit import commit_parts, find_snapshot
+from thresher.sinks.parts import PartLayout, StagedPart, commit_file
+from thresher.sinks.publish import (
+    ERRORS,
+    MARKER,
+    SUCCESS,
+    PendingOutput,
+    published_by,
+    read_published_errors,
+    recover,
+    remove_staging,
+    write_json,
+)
+from thresher.sources.files import as_url, filesystem
+from thresher.sources.iceberg_catalog import (
+    CatalogSetting,
+    describe,
+    open_catalog,
+    table_exists,
+    table_identifier,
+)
+from thresher.spec import SinkSection
+
+SIDE = "_thresher"  # the side folder inside the table's location
+CATALOG_FIELD = "sink.options.catalog"
+
+
+class IcebergSinkOptions(Options):
+    """`sink.options` of the `iceberg` sink."""
+
+    catalog: CatalogSetting = None
+    partition_by: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class IcebergSink:
+    """An Iceberg table, appended to or replaced in one snapshot at job end."""
+
+    uri: str  # the table's identifier, `namespace.table`
+    catalog: CatalogSetting = None
+    mode: str = "overwrite"
+    force: bool = False
+    partition_by: tuple[str, ...] = ()
+    job_id: str = field(default="", init=False)
+    ledger_key: str = field(default="", init=False)
+    retry_round: int | None = field(default=None, init=False)
+    layout: PartLayout | None = field(default=None, init=False)
+    _opened: Any = field(default=None, init=False, repr=False)
+    _location: str | None = field(default=None, init=False, repr=False)
+
+    @property
+    def location(self) -> str:
+        """The table's location: its own, or where the catalog would make it."""
+        if self._location is None:
+            catalog = self._catalog()
+            if table_exists(catalog, self.uri, "sink.uri", self.catalog):
+                self._location = str(catalog.load_table(self.uri).location())
+            else:
+                from pyiceberg.schema import Schema
+
+                staged = catalog.create_table_transaction(self.uri, schema=Schema())
+                self._location = str(staged.table_metadata.location)  # nothing committed
+        return self._location.rstrip("/")
+
+    @property
+    def side_dir(self) -> str:
+        return f"{self.location}/{SIDE}"
+
+    def written_paths(self) -> list[str]:
+        return [self.side_dir]
+
+    def start(
+        self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
+    ) -> str:
+        """A retry round's rows are appended to the table in snapshots of the round's
+        own, so they add to a shard's rows, never replace them."""
+        self.job_id = self.ledger_key = job_id
+        self.retry_round = retry_round
+        width = max(5, len(str(max(shard_count - 1, 0))))
+        suffix = ".parquet"
+        if retry_round is not None:
+            self.ledger_key, suffix = f"{job_id}.r{retry_round}", f".r{retry_round}{suffix}"
+        self.layout = PartLayout(self.side_dir, f"part-{job_id}-", suffix, width)
+        fs, side = filesystem(self.side_dir)
+        if resume or retry_round is not None:
+            self._check_still_ours(job_id)
+            fs.makedirs(side, exist_ok=True)
+            remove_staging(fs, side)  # the table's snapshots know what was committed
+        else:
+            self._check_table()
+            check_directory(fs, side, self.force, self.side_dir, "sink.uri")
+            if not fs.exists(f"{side}/{MARKER}"):
+                write_json(fs, f"{side}/{MARKER}", {"format": "iceberg", "table": self.uri})
+            PendingOutput(self.side_dir, job_id).create()
+        recover(self.side_dir, skip=job_id, first=self._publish_table)
+        return self._errors().root
+
+    def _check_table(self) -> None:
+        """Refuse a table thresher did not write (unless forced), and partitions other
+        than the table's."""
+        catalog = self._catalog()
+        if not table_exists(catalog, self.uri, "sink.uri", self.catalog):
+            return
+        fs, side = filesystem(self.side_dir)
+        if not fs.exists(f"{side}/{MARKER}") and not self.force:
+            raise SinkError(
+                f"sink.uri: table {self.uri} in the Iceberg {describe(self.catalog)} exists"
+                " and thresher did not write it; choose another table or set sink.force ="
+                " true to write into it"
+            )
+        table = catalog.load_table(self.uri)
+        spec, schema = table.spec(), table.schema()
+        columns = [schema.find_column_name(f.source_id) for f in spec.fields]
+        if self.partition_by and columns != list(self.partition_by):
+            raise SpecError(
+                [
+                    f"sink.options.partition_by: table {self.uri} is partitioned by "
+                    f"{columns or 'nothing'}, not {list(self.partition_by)}"
+                ]
+            )
+
+    def _check_still_ours(self, job_id: str) -> None:
+        """In overwrite mode, a later job's published table replaced this job's world."""
+        owner = published_by(self.side_dir)
+        if self.mode == "overwrite" and owner is not None and owner > job_id:
+            raise SinkError(
+                f"sink.uri: {self.uri} now holds job {owner}'s output, a later job than "
+                f"{job_id}; run the job again instead of resuming it"
+            )
+
+    def part_target(self) -> FilePartTarget:
+        return FilePartTarget(self._layout(), self._errors(), "parquet")
+
+    def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
+        """The output part (appended to the table, or into the job's pending folder),
+        then the error part."""
+        if output is not None:
+            if self.retry_round is not None:
+                self._append(output)
+            else:
+                name = self._layout().final(output.shard).removeprefix(self.side_dir + "/")
+                PendingOutput(self.side_dir, self.job_id).commit(output, name)
+        if output is not None and errors is not None:
+            crash_point("mid_commit", output.shard)
+        if errors is not None:
+            if self.retry_round is not None:
+                commit_file(errors, self._errors())
+            else:
+                name = self._errors().final(errors.shard).removeprefix(self.side_dir + "/")
+                PendingOutput(self.side_dir, self.job_id).commit(errors, name)
+
+    def _append(self, staged: StagedPart) -> None:
+        """One snapshot of a retried shard's rows, named by its commit: a part the table
+        already has is not appended again."""
+        if staged.path is None:
+            return  # no rows: nothing to append
+        commit_id = f"thresher/{self.ledger_key}/{staged.shard}"
+        fs, path = filesystem(staged.path)
+        if not fs.exists(path):
+            return  # appended, and the part removed, by an earlier commit
+        if self._snapshot_of(commit_id) is None:
+            properties = {
+                "thresher.commit": commit_id,
+                "thresher.job_id": self.job_id,
+                "thresher.shard": str(staged.shard),
+            }
+            self._commit([staged.path], overwrite=False, properties=properties)
+            crash_point("after_table_commit", staged.shard)
+        fs.rm(path)
+
+    def finish(self, manifest: dict[str, Any]) -> None:
+        """Publish: the one snapshot that appends the job's rows or replaces the table's
+        content with them; then the error parts and `_SUCCESS`. Adds
+        `iceberg_snapshot_id`, the snapshot the job made, to `manifest` (which the store
+        records)."""
+        fs, side = filesystem(self.side_dir)
+        remove_staging(fs, side)
+        manifest.update(table=self.uri)
+        if self.retry_round is not None:
+            manifest.update(iceberg_snapshot_id=self._job_snapshot(self.ledger_key))
+            write_json(fs, f"{side}/{SUCCESS}", manifest)
+            return
+        pending = PendingOutput(self.side_dir, self.job_id)
+        if pending.published():
+            self._check_published()
+            manifest.update(iceberg_snapshot_id=self._job_snapshot(self.job_id))
+            return  # published before a crash cut the job's own bookkeeping short
+        pending.publish(manifest, self.mode == "overwrite", first=self._publish_table)
+        manifest.update(iceberg_snapshot_id=self._job_snapshot(self.job_id))
+
+    def _check_published(self) -> None:
+        """A job whose pending folder is gone published, unless the folder was never
+        here: a catalog that puts a new table somewhere else on every ask (a random
+        location) moved the side folder between the job's start and its resume."""
+        if self._job_snapshot(self.job_id) is None and published_by(self.side_dir) != self.job_id:
+            raise SinkError(
+                f"sink.uri: job {self.job_id}'s committed parts are not in {self.side_dir}:"
+                f" the table {self.uri} was to be made at another location; run the job again"
+            )
+
+    def _publish_table(self, job_id: str, record: dict[str, Any]) -> None:
+        """Job `job_id`'s publish: its pending parts appended to the table, or made its
+        whole content, in one snapshot (commit `thresher/<job>/publish`), then the parts
+        go. Run again after it committed (a crash before the publish finished), it writes
+        nothing."""
+        fs, folder = filesystem(PendingOutput(self.side_dir, job_id).folder)
+        parts = sorted(fs.glob(f"{folder}/part-*.parquet"))
+        commit_id = f"thresher/{job_id}/publish"
+        if self._snapshot_of(commit_id) is None:
+            manifest = record["manifest"]
+            properties = {
+                "thresher.commit": commit_id,
+                "thresher.job_id": job_id,
+                "thresher.model_sha256": str(manifest.get("model", {}).get("sha256")),
+                "thresher.spec_sha256": str(manifest.get("spec_sha256")),
+                "thresher.rows": str(manifest.get("rows_out")),
+            }
+            urls = [as_url(fs, part) for part in parts]
+            self._commit(urls, overwrite=record["overwrite"], properties=properties)
+            crash_point("after_table_commit")
+        for part in parts:
+            fs.rm(part)
+        record["manifest"]["iceberg_snapshot_id"] = self._job_snapshot(job_id)
+
+    def _commit(self, parts: list[str], overwrite: bool, properties: dict[str, str]) -> None:
+        commit_parts(
+            self._catalog(),
+            self.uri,
+            location=self.location,
+            parts=parts,
+            overwrite=overwrite,
+            properties=properties,
+            partition_by=self.partition_by,
+        )
+
+    def _snapshot_of(self, commit_id: str) -> int | None:
+        """The snapshot commit `commit_id` made; None if there is none (or no table)."""
+        catalog = self._catalog()
+        if not catalog.table_exists(table_identifier(self.uri, "sink.uri")):
+            return None
+        return find_snapshot(catalog.load_table(self.uri), commit_id)
+
+    def _job_snapshot(self, key: str) -> int | None:
+        """The latest snapshot job `key` (or its retry round) made; None if none."""
+        catalog = self._catalog()
+        if not catalog.table_exists(table_identifier(self.uri, "sink.uri")):
+            return None
+        job_id = key.split(".r", maxsplit=1)[0]
+        for snapshot in reversed(catalog.load_table(self.uri).snapshots()):
+            if snapshot.summary is not None and snapshot.summary["thresher.job_id"] == job_id:
+                return int(snapshot.snapshot_id)
+        return None
+
+    def abort(self) -> None:
+        """Staging goes; pending parts wait for `thresher resume`."""
+        fs, side = filesystem(self.side_dir)
+        remove_staging(fs, side)
+
+    def read_output(self) -> Iterator[pa.Table]:
+        """The table's rows at its current snapshot (a table has no order)."""
+        catalog = self._catalog()
+        if catalog.table_exists(table_identifier(self.uri, "sink.uri")):
+            for batch in catalog.load_table(self.uri).scan().to_arrow_batch_reader():
+                yield pa.Table.from_batches([batch])
+
+    def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
+        """The published bad records: one shard's (after `start`), or all, in order."""
+        part = None if shard is None else self._errors().final(shard)
+        return read_published_errors(self.side_dir, part)
+
+    def _catalog(self) -> Any:
+        if self._opened is None:
+            self._opened = open_catalog(self.catalog, CATALOG_FIELD)
+        return self._opened
+
+    def _errors(self) -> PartLayout:
+        layout = self._layout()
+        return PartLayout(f"{self.side_dir}/{ERRORS}", layout.prefix, ".jsonl", layout.width)
+
+    def _layout(self) -> PartLayout:
+        if self.layout is None:
+            raise SinkError("the sink was not started")
+        return self.layout
+
+
+def iceberg_sink(section: SinkSection) -> IcebergSink:
+    """The `iceberg` sink plug-in."""
+    options = IcebergSinkOptions.model_validate(section.options)
+    table_identifier(section.uri, "sink.uri")
+    return IcebergSink(
+        section.uri, options.catalog, section.mode, section.force, tuple(options.partition_by)
+    )
