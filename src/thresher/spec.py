@@ -45,6 +45,7 @@ from thresher.profiles.settings import MonitorSection
 from thresher.sizes import MAX_INT64, parse_bytes
 
 FILE_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl", "arrow")
+FILE_INPUTS = (*FILE_FORMATS, "images")  # the sources that take `files`
 SUFFIX_FORMATS = {
     ".parquet": "parquet",
     ".pq": "parquet",
@@ -105,8 +106,8 @@ class SourceSection(Section):
     @model_validator(mode="after")
     def _known_source(self) -> SourceSection:
         self._infer_format()
-        if self.files and self.format not in FILE_FORMATS:
-            raise ValueError(f"files: only the file sources ({', '.join(FILE_FORMATS)}) take them")
+        if self.files and self.format not in FILE_INPUTS:
+            raise ValueError(f"files: only the file sources ({', '.join(FILE_INPUTS)}) take them")
         assert self.format is not None
         check_plugin(Kind.SOURCE, self.format, self.options)
         return self
