@@ -220,3 +220,18 @@ def test_clip_image_embeddings_share_the_text_space(tmp_path: Path) -> None:
     assert both.text_embeds.shape[-1] == expected.shape[-1] == 16
     for p, vector in zip(paths, expected, strict=True):
         assert rows[str(p)]["embedding"] == pytest.approx(vector, abs=1e-5)
+
+
+def test_thresher_predict_takes_a_folder_of_images(tmp_path: Path, resnet_file: Any) -> None:
+    path, module = resnet_file
+    paths = image_folder(tmp_path / "in", 5)
+    bad_files(tmp_path / "in")
+    options = {"labels": LABELS, "image": RECIPE}
+    kwargs = {"kind": "vision", "format": "images", "id_column": "path", "model_options": options}
+    with pytest.raises(thresher.BadInputError):  # predict stops at bad input unless told
+        thresher.predict(str(tmp_path / "in"), str(path), **kwargs)
+    table = thresher.predict(str(tmp_path / "in"), str(path), on_bad_input="skip", **kwargs)
+    assert table["path"].to_pylist() == [str(p) for p in paths]
+    with torch.inference_mode():
+        logits = module(torch.from_numpy(np.stack([by_hand(p) for p in paths]))).numpy()
+    assert table["label"].to_pylist() == [LABELS[i] for i in logits.argmax(axis=1)]
