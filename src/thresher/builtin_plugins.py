@@ -45,6 +45,9 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
     _builtin(S, "arrow", "sources.arrow_ipc:arrow_source", "sources.base:InputOptions"),
     _builtin(S, "postgresql", "sources.postgresql:postgres_source", NONE, extra="postgres"),
     _builtin(S, "sqlite", "sources.sqlite:sqlite_source", NONE),
+    _builtin(
+        S, "images", "sources.images:image_source", "sources.images:ImageSourceOptions", "images"
+    ),
     _builtin(S, "duckdb", "sources.duckdb:duckdb_source", NONE, extra="duckdb"),
     _builtin(S, "delta", "sources.delta:delta_source", "sources.delta:DeltaSourceOptions", "delta"),
     {
@@ -113,6 +116,7 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
         "text",
     ),
     _builtin(M, "llm", "models.llm:load_llm", "models.options:LlmOptions", "text"),
+    _builtin(M, "vision", "models.vision:load_vision", "models.vision:VisionOptions", "images"),
     _builtin(
         M,
         "xgboost",

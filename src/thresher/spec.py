@@ -54,6 +54,8 @@ from thresher.plugins import (
 from thresher.profiles.settings import MonitorSection
 from thresher.sizes import MAX_INT64, parse_bytes
 
+FILE_INPUTS = (*FILE_FORMATS, "images")  # the sources that take `files`
+
 
 class Section(BaseModel):
     """A spec section: unknown keys are errors, so a typo never passes silently."""
@@ -97,8 +99,8 @@ class SourceSection(Section):
     @model_validator(mode="after")
     def _known_source(self) -> SourceSection:
         self._infer_format()
-        if self.files and self.format not in FILE_FORMATS:
-            raise ValueError(f"files: only the file sources ({', '.join(FILE_FORMATS)}) take them")
+        if self.files and self.format not in FILE_INPUTS:
+            raise ValueError(f"files: only the file sources ({', '.join(FILE_INPUTS)}) take them")
         assert self.format is not None
         check_plugin(Kind.SOURCE, self.format, self.options)
         return self

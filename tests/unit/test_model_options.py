@@ -65,7 +65,7 @@ def test_a_class_model_names_the_arguments_it_takes(kind: str, tmp_path: Path) -
     uri = f"{tmp_path / 'user_models.py'}:Scorer"
     assert _problems({"kind": kind, "uri": uri, "options": {"threshold": 0.2, "scale": 2}}) == []
     (problem,) = _problems({"kind": kind, "uri": uri, "options": {"treshold": 0.2}})
-    own = ", device, weights" if kind == "torch" else ""
+    own = ", device, weights, image, image_column" if kind == "torch" else ""
     assert problem == (
         "model.options.treshold: unknown key (did you mean 'threshold'?);"
         f" Scorer takes threshold, scale{own}"

@@ -41,6 +41,8 @@ log = logging.getLogger("thresher")
 
 # `predict`'s and `run`'s keyword options: the spec's own fields, by the section they are in.
 SPEC_OPTIONS = {
+    "format": ("source", "format"),  # a path's source format ("images": a folder of them)
+    "source_options": ("source", "options"),
     "columns": ("source", "columns"),
     "id_column": ("source", "id_column"),
     "shard_bytes": ("source", "shard_bytes"),

@@ -9,6 +9,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
+from thresher.records import Stage
 from thresher.spec import ModelSection
 
 Column: TypeAlias = np.ndarray | pa.Array | pa.ChunkedArray
@@ -39,6 +40,22 @@ class SortsByLength(Protocol):
     """
 
     def sort_key(self, batch: pa.Table) -> np.ndarray: ...
+
+
+# A chunk's rows that `prepare` could not use: row -> (stage, error type, message).
+Failures: TypeAlias = dict[int, tuple[Stage, str, str]]
+
+
+@runtime_checkable
+class PreparesRows(Protocol):
+    """Optional: a model whose inputs need work before batching that is no part of the
+    model call (images decoded, resized and normalised: media/). The worker calls
+    `prepare` on each chunk as it is read, on the reading thread, a chunk ahead of the
+    model, with the chunk's whole table; it returns the table with the inputs prepared,
+    less the rows that failed, and why each failed. A failed row is one bad record with
+    its stage (`decode`, `preprocess`); the others go on to `predict`."""
+
+    def prepare(self, table: pa.Table) -> tuple[pa.Table, Failures]: ...
 
 
 @runtime_checkable

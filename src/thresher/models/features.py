@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from thresher.arrays import column_to_numpy, to_matrix
+from thresher.media.columns import DECODED, columns_holding, decoded_arrays
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,9 +56,20 @@ def to_numpy_dict(table: pa.Table) -> dict[str, np.ndarray]:
 
 
 def to_batch_format(table: pa.Table, batch_format: BatchFormat) -> Any:
-    """The table as the spec's `batch_format`: a DataFrame, a numpy dict, or the table."""
-    if batch_format == "pandas":
-        return table.to_pandas()
-    if batch_format == "numpy":
-        return to_numpy_dict(table)
-    return table
+    """The table as the spec's `batch_format`: a DataFrame, a numpy dict, or the table.
+    Decoded images (media/columns.py) become one uint8 array per row in a DataFrame or a
+    numpy dict (an object array); a table keeps them as Arrow structs."""
+    images = columns_holding(table.schema, DECODED)
+    if batch_format == "arrow":
+        return table
+    plain = table.drop_columns(images) if images else table
+    batch: Any = plain.to_pandas() if batch_format == "pandas" else to_numpy_dict(plain)
+    for name in images:
+        arrays = decoded_arrays(table.column(name))
+        column = np.empty(len(arrays), dtype=object)
+        for row, array in enumerate(arrays):  # one by one: a slice would broadcast them
+            column[row] = array
+        batch[name] = column
+    if images and batch_format == "pandas":
+        batch = batch[table.column_names]  # the columns in the table's order
+    return batch

@@ -20,7 +20,7 @@ takes their cores, so by default the threads sleep (benchmarks/results/onnx-spin
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import pyarrow as pa
 from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError, ModelOutputError
 from thresher.models.base import Column, LoadContext, Model
+from thresher.models.images import image_options, tensor_model
 from thresher.models.outputs import as_column, proba_columns, proba_names, safe_name
 from thresher.spec import ModelSection
 
@@ -83,10 +84,32 @@ def load_onnx(spec: ModelSection, context: LoadContext) -> Model:
     options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spinning)))
     providers = _providers(ort.get_available_providers(), spec.options.get("device"))
     session = ort.InferenceSession(spec.uri, sess_options=options, providers=providers)
+    image = image_options(spec.options)
+    if image is not None:
+        column = spec.options.get("image_column")
+        return tensor_model(session_runner(session), image, context.threads, column)
     feeds = plan_feeds(session.get_inputs(), context.features)
     fetches = plan_fetches(session.get_outputs(), spec.outputs)
     classes = spec.options.get("classes")
     return OnnxModel(session, feeds, fetches, list(classes) if classes is not None else None)
+
+
+def session_runner(session: Any) -> Callable[[np.ndarray], Any]:
+    """A one-input graph as a function of a float32 batch: its first output, or every
+    output by name when it has several."""
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if len(inputs) != 1:
+        names = [node.name for node in inputs]
+        raise ModelLoadError(f"model.uri: an image model takes one input; the graph has {names}")
+    name = inputs[0].name
+
+    def run(batch: np.ndarray) -> Any:
+        results = session.run(None, {name: batch})
+        if len(results) == 1:
+            return results[0]
+        return {safe_name(node.name): value for node, value in zip(outputs, results, strict=True)}
+
+    return run
 
 
 class OnnxModel:

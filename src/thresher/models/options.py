@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool
 
+from thresher.media.preprocess import ImageOptions
 from thresher.plugins import Options
 
 __all__ = [
@@ -30,6 +31,8 @@ class OnnxOptions(Options):
     classes: list[Any] | None = None  # labels of the probability columns, in index order
     device: str | None = None  # "auto", "cpu" or "cuda"
     spinning: StrictBool = False  # intra-op threads spin between batches (see models/onnx.py)
+    image: ImageOptions | None = None  # fed images, preprocessed so (models/images.py)
+    image_column: str | None = None  # which image column, when the input has several
 
 
 class BoosterOptions(Options):
@@ -43,6 +46,8 @@ class TorchOptions(Options):
 
     device: str | None = None  # "auto", "cpu", "cuda" or "cuda:N"
     weights: str | None = None  # a `pkg.module:Class` model's state dict file
+    image: ImageOptions | None = None  # fed images, preprocessed so (models/images.py)
+    image_column: str | None = None  # which image column, when the input has several
 
 
 class _TextOptions(Options):

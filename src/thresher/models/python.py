@@ -43,7 +43,8 @@ from typing import Any
 import pyarrow as pa
 
 from thresher.errors import ModelLoadError
-from thresher.models.base import Column, LoadContext, Model
+from thresher.media.prepare import ImagePreparer
+from thresher.models.base import Column, Failures, LoadContext, Model
 from thresher.models.features import BatchFormat, to_batch_format
 from thresher.models.outputs import as_columns
 from thresher.spec import ModelSection
@@ -73,18 +74,29 @@ def load_python(spec: ModelSection, context: LoadContext) -> Model:
     setup = getattr(instance, "setup", None)
     if callable(setup):
         setup()
-    return PythonModel(instance, spec.batch_format, context.features)
+    return PythonModel(instance, spec.batch_format, context.features, context.threads)
 
 
 class PythonModel:
     """A user's model object or function; `predict` hands it each batch in its format:
-    to its `predict`, else to the object itself (a function, a `__call__`)."""
+    to its `predict`, else to the object itself (a function, a `__call__`). Image files
+    among its inputs (an `images` source's `image`) reach it decoded: a `(height, width,
+    3)` uint8 array per row (see `prepare`)."""
 
-    def __init__(self, instance: Any, batch_format: BatchFormat, inputs: Sequence[str]) -> None:
+    def __init__(
+        self, instance: Any, batch_format: BatchFormat, inputs: Sequence[str], threads: int = 1
+    ) -> None:
         predict = getattr(instance, "predict", None)
         self._call = predict if callable(predict) else instance
         self._batch_format = batch_format
         self._inputs = frozenset(inputs)
+        self._images = ImagePreparer(threads=threads)
+
+    def prepare(self, table: pa.Table) -> tuple[pa.Table, Failures]:
+        """The chunk's image files decoded, on the worker's reading thread; a table
+        without any, as it is."""
+        table, failures = self._images.prepare(table)
+        return table, failures  # type: ignore[return-value]
 
     def predict(self, batch: pa.Table) -> Mapping[str, Column]:
         """The user's predict on this batch, its result normalized to named columns,

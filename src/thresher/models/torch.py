@@ -24,7 +24,7 @@ a dict of tensors becomes one column per key.
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ import torch
 from thresher.arrays import to_matrix
 from thresher.errors import ModelLoadError, ModelOutputError
 from thresher.models.base import Column, LoadContext, Model
+from thresher.models.images import image_options, tensor_model
 from thresher.models.options import TorchOptions
 from thresher.models.outputs import as_column, safe_name
 from thresher.models.python import import_target
@@ -57,13 +58,35 @@ def load_torch(spec: ModelSection, context: LoadContext) -> Model:
     device = torch_device(spec.options.get("device"))
     path = Path(spec.uri)
     if path.suffix.lower() in EXPORT_SUFFIXES + SCRIPT_SUFFIXES:
-        return TorchModel(_read_file(path, device, spec.trust), device)
-    if not is_class_uri(spec.uri):
+        module = read_module(path, device, spec.trust)
+    elif is_class_uri(spec.uri):
+        module = _build_module(spec, device)
+    else:
         known = ", ".join(EXPORT_SUFFIXES + SCRIPT_SUFFIXES)
         raise ModelLoadError(
             f"model.uri: {spec.uri} is neither a model file ({known}) nor pkg.module:Class"
         )
-    return TorchModel(_build_module(spec, device), device)
+    image = image_options(spec.options)
+    if image is not None:
+        column = spec.options.get("image_column")
+        return tensor_model(module_runner(module, device), image, context.threads, column)
+    return TorchModel(module, device)
+
+
+def module_runner(module: Any, device: torch.device) -> Callable[[np.ndarray], Any]:
+    """A module as a function of a float32 batch: its output tensor (or dict of tensors)
+    as numpy."""
+
+    def run(batch: np.ndarray) -> Any:
+        # A view of Arrow's buffers is read-only, which torch warns of: copy those.
+        writable = np.require(batch, requirements=["W"])
+        with torch.inference_mode():
+            result = module(torch.from_numpy(writable).to(device))
+        if isinstance(result, Mapping):
+            return {key: _to_numpy(value) for key, value in result.items()}
+        return _to_numpy(result)
+
+    return run
 
 
 def torch_device(option: Any) -> torch.device:
@@ -118,7 +141,8 @@ class TorchModel:
         )
 
 
-def _read_file(path: Path, device: torch.device, trust: bool) -> Any:
+def read_module(path: Path, device: torch.device, trust: bool) -> Any:
+    """The module a `.pt2` program or TorchScript file (or, trusted, a pickle) holds."""
     if not path.is_file():
         raise ModelLoadError(f"model.uri: {path} is not a file; point it at the saved model")
     if path.suffix.lower() in EXPORT_SUFFIXES:

@@ -235,8 +235,9 @@ MOSTLY_DISTINCT = 0.9
 
 def _repeats(column: pa.ChunkedArray) -> bool:
     """Whether a column's values repeat enough for a dictionary: not floats, and not
-    nearly all distinct in its first rows."""
-    if _floating(column.type):
+    nearly all distinct in its first rows. Nested values (a classifier's top-k labels)
+    are not judged: Arrow counts no distinct lists."""
+    if _floating(column.type) or pa.types.is_nested(column.type):
         return False
     first = column.slice(0, DISTINCT_SAMPLE)
     valid = len(first) - int(first.null_count)

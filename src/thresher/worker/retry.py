@@ -14,10 +14,11 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from thresher.models.base import Model, runs_native
+from thresher.models.base import Model, PreparesRows, runs_native
 from thresher.sinks.parts import ErrorPart
 from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
 from thresher.worker.autobatch import BatchTuner
+from thresher.worker.prepare import prepare_chunk
 from thresher.worker.shard import ShardWork, read_rows, sorts_by_length, tuner_for
 from thresher.worker.tasks import RetryTask, ShardResult, WorkerSetup
 
@@ -40,11 +41,14 @@ def run_retry(
     fixed = 0
     for chunk in setup.reader.read(shard, read_rows(setup.batch, sorts_by_length(model))):
         picked = pick_rows(chunk, task.rows, setup, shard)
+        if isinstance(model, PreparesRows):  # images decoded: those that fail, fail again
+            picked = prepare_chunk(picked, model, setup, shard)
+            errors.add_all(picked.bad)
         if picked.table.num_rows:
             output = work.predict_in_batches(picked)
             writer.write(output)
             fixed += output.num_rows
-        report(picked.table.num_rows)
+        report(picked.table.num_rows + len(picked.bad))
     return ShardResult(
         shard=shard.index,
         attempt=task.attempt,

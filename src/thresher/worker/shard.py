@@ -16,14 +16,15 @@ import pyarrow.compute as pc
 
 from thresher.errors import ModelOutputError
 from thresher.models.base import Model, SortsByLength, runs_native
-from thresher.records import BadRecord, Stage
 from thresher.sinks.parts import ErrorPart
-from thresher.sources.base import Chunk, ManyRowsPerLine, Shard
+from thresher.sources.base import Chunk, Shard
 from thresher.spec import BatchSection
 from thresher.worker.autobatch import BatchTuner
 from thresher.worker.pipeline import Prefetch, WriteBehind
-from thresher.worker.predict import predict_isolating, row_as_text
+from thresher.worker.predict import predict_isolating
+from thresher.worker.prepare import prepared
 from thresher.worker.profiling import ChunkProfiler
+from thresher.worker.rows import Rows
 from thresher.worker.tasks import ShardResult, ShardTask, WorkerSetup
 
 READ_WINDOW = 8192  # rows a text model sorts by length at once (see read_rows)
@@ -46,7 +47,7 @@ class ShardWork:
         around the model call are paid per batch too."""
         clock = time.perf_counter()
         setup = self.setup
-        rows = _drop_missing(_Rows(setup, self.shard, chunk.table, chunk.positions), self.errors)
+        rows = _drop_missing(Rows(setup, self.shard, chunk.table, chunk.positions), self.errors)
         table, positions = rows.table, rows.positions
         features = table.select(list(setup.context.features))
         predicted = predict_isolating(self.model, features, setup.model.uri, self.tuner)
@@ -139,7 +140,7 @@ def run_shard(
     rows_in = rows_out = 0
     window = read_rows(setup.batch, sorts_by_length(model))
     with (
-        Prefetch(setup.reader.read(shard, window)) as chunks,
+        Prefetch(prepared(setup.reader.read(shard, window), model, setup, shard)) as chunks,
         WriteBehind(part.write) as writer,
     ):
         for chunk in chunks:
@@ -197,33 +198,7 @@ def sorts_by_length(model: Model) -> bool:
     return isinstance(model, SortsByLength)
 
 
-@dataclass(frozen=True)
-class _Rows:
-    """A chunk's rows with what it takes to report any of them as a bad record."""
-
-    setup: WorkerSetup
-    shard: Shard
-    table: pa.Table
-    positions: np.ndarray
-
-    def bad(self, index: int, stage: Stage, error: str, message: str) -> BadRecord:
-        reader, position = self.setup.reader, int(self.positions[index])
-        kind, number = reader.locate(self.shard, position)
-        id_column = self.setup.id_column
-        return BadRecord(
-            source=self.shard.path,
-            stage=stage,
-            error=error,
-            message=message,
-            raw=row_as_text(self.table, index),
-            line=number if kind == "line" else None,
-            row=number if kind == "row" else None,
-            id=self.table.column(id_column)[index].as_py() if id_column else None,
-            index=reader.input_index(position) if isinstance(reader, ManyRowsPerLine) else None,
-        )
-
-
-def _drop_missing(rows: _Rows, errors: ErrorPart) -> _Rows:
+def _drop_missing(rows: Rows, errors: ErrorPart) -> Rows:
     """Rows with a missing (null) model input become decode errors naming the column."""
     table = rows.table
     missing: np.ndarray | None = None
