@@ -19,7 +19,8 @@ from thresher.media.columns import TENSOR, columns_holding, decoded_arrays
 from thresher.media.decode import MediaError, decode
 from thresher.media.kinds import sniff
 from thresher.media.prepare import ImagePreparer
-from thresher.sources.images import ImageSource, ImageSourceOptions
+from thresher.sources.file_rows import FileRowsSource
+from thresher.sources.images import ImageSourceOptions, image_files
 from thresher.testing import check_source
 from thresher.worker.autobatch import BatchTuner
 
@@ -38,8 +39,8 @@ class Shapes:
 """
 
 
-def source(folder: Path, **options: Any) -> ImageSource:
-    return ImageSource(str(folder), 64 * 1024 * 1024, ImageSourceOptions(**options))
+def source(folder: Path, **options: Any) -> FileRowsSource:
+    return image_files(str(folder), 64 * 1024 * 1024, ImageSourceOptions(**options))
 
 
 def run_job(tmp_path: Path, folder: Path, model: dict[str, Any], **sections: Any) -> Any:
@@ -87,7 +88,7 @@ def test_the_source_keeps_its_contract_and_tells_files_by_content(tmp_path: Path
 def test_shards_are_cut_by_bytes_too_and_the_listing_is_frozen(tmp_path: Path) -> None:
     paths = image_folder(tmp_path, 6)
     biggest = max(p.stat().st_size for p in paths)
-    by_bytes = ImageSource(str(tmp_path), 1024, ImageSourceOptions())
+    by_bytes = image_files(str(tmp_path), 1024, ImageSourceOptions())
     plan = by_bytes.plan()
     assert len(plan.shards) == 6 if biggest >= 1024 else len(plan.shards) >= 2
     image_folder(tmp_path, 2, start=100)  # lands after planning
@@ -99,7 +100,7 @@ def test_shards_are_cut_by_bytes_too_and_the_listing_is_frozen(tmp_path: Path) -
 def test_a_glob_and_suffixes_pick_the_files(tmp_path: Path) -> None:
     image_folder(tmp_path, 8)
     (tmp_path / "notes.txt").write_text("x")
-    globbed = ImageSource(str(tmp_path / "*.png"), 1 << 26, ImageSourceOptions()).plan()
+    globbed = image_files(str(tmp_path / "*.png"), 1 << 26, ImageSourceOptions()).plan()
     assert globbed.shards[-1].stop == 2
     suffixed = source(tmp_path, suffixes=[".JPEG", ".webp"]).plan()
     assert suffixed.shards[-1].stop == 4
