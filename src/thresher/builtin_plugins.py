@@ -48,6 +48,13 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
     _builtin(
         S, "images", "sources.images:image_source", "sources.images:ImageSourceOptions", "images"
     ),
+    _builtin(
+        S,
+        "documents",
+        "sources.documents:document_source",
+        "sources.documents:DocumentSourceOptions",
+        "documents",
+    ),
     _builtin(S, "duckdb", "sources.duckdb:duckdb_source", NONE, extra="duckdb"),
     _builtin(S, "delta", "sources.delta:delta_source", "sources.delta:DeltaSourceOptions", "delta"),
     {

@@ -54,7 +54,7 @@ from thresher.plugins import (
 from thresher.profiles.settings import MonitorSection
 from thresher.sizes import MAX_INT64, parse_bytes
 
-FILE_INPUTS = (*FILE_FORMATS, "images")  # the sources that take `files`
+FILE_INPUTS = (*FILE_FORMATS, "images", "documents")  # the sources that take `files`
 
 
 class Section(BaseModel):

@@ -155,6 +155,8 @@ def test_trigger_makes_a_manual_tick_the_ticker_starts_once(site: Site) -> None:
     assert (tick["outcome"], tick["manual"]) == ("started", True)
     assert site.call("GET", f"/v1/jobs/{tick['job_id']}").json()["status"] == "queued"
     assert len(site.state.store.jobs()) == 1
-    line = 'thresher_ticks_total{schedule="acme/hourly",outcome="started"} 1'
-    assert line in site.call("GET", "/metrics").text.splitlines()
+    from test_service_http import metric
+
+    text = site.call("GET", "/metrics").text
+    assert metric(text, "thresher_ticks_total", schedule="acme/hourly", outcome="started") == 1
     assert "acme/hourly" not in site.call("GET", "/metrics", tenant="globex").text

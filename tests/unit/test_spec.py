@@ -162,7 +162,8 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
         (
             raw_spec(source={"format": "xml"}),
             "source.format: must be one of 'parquet', 'csv', 'jsonl', 'arrow', 'postgresql',"
-            " 'sqlite', 'images', 'duckdb', 'delta', 'iceberg', 'features', 'openai-batch'",
+            " 'sqlite', 'images', 'documents', 'duckdb', 'delta', 'iceberg', 'features',"
+            " 'openai-batch'",
         ),
         (raw_spec(run={"executor": "ray2"}), "run.executor: must be one of 'local', 'ray'"),
         (
