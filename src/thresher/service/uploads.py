@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +48,16 @@ def record_file(store: Store, record: FileRecord, limit: int | None = None) -> N
     try:
         store.files.add(record, limit)
     except AtLimit as exc:
-        Path(record.path).unlink(missing_ok=True)
+        remove_stored(Path(record.path))
         raise _over_stored(record.tenant, exc.limit, exc.used, record.bytes) from None
+
+
+def remove_stored(path: Path) -> None:
+    """Remove an upload's bytes: a file, or an unpacked archive's folder."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def check_stored(store: Store, tenant: str, limit: int) -> None:

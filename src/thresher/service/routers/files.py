@@ -16,7 +16,8 @@ from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
 from thresher.places import infer_format
-from thresher.service.errors import BadRequest, TooLarge, Unprocessable
+from thresher.service.archives import ARCHIVE_FORMATS, is_archive, unpack
+from thresher.service.errors import BadRequest, Conflict, TooLarge, Unprocessable
 from thresher.service.limits import Pace, paced
 from thresher.service.policies.auth import Tenant
 from thresher.service.schemas import FileDeleted, FileInfo, FileList
@@ -30,12 +31,13 @@ from thresher.service.uploads import (
     new_file_id,
     receive_upload,
     record_file,
+    remove_stored,
 )
 from thresher.store import FileRecord, now
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
-UPLOAD_FORMATS = ("jsonl", "csv", "parquet")  # what an upload is checked as, line by line
+UPLOAD_FORMATS = ("jsonl", "csv", "parquet", *ARCHIVE_FORMATS)  # what an upload is read as
 # What a tenant may upload as (OpenAI's purposes); `batch_output` files are the server's.
 PURPOSES = ("batch", "user_data", "fine-tune", "assistants", "vision", "evals")
 
@@ -92,25 +94,38 @@ async def upload_file(
         request.headers.get("content-type", ""), paced(request.stream(), pace), staging, limit
     )
     purpose, fmt = _kind_of(received, file_format, staging)
+    if fmt in ARCHIVE_FORMATS:
+        folder = state.uploads_dir / file_id
+        limit = state.config.upload_max_decompressed_bytes
+        path, size = folder, await run_in_threadpool(_unpacked, staging, folder, limit)
+    else:
+        path, size = _stored(received, staging, fmt, state.uploads_dir / file_id), received.bytes
+    record = FileRecord(
+        file_id, tenant, received.filename, fmt, size, received.sha256, str(path), now(), purpose
+    )
+    await run_in_threadpool(record_file, state.store, record, stored_bytes)
+    return FileInfo(**record.public())
+
+
+def _stored(received: Received, staging: Path, fmt: str, stem: Path) -> Path:
+    """The upload kept as it came, under the suffix its format and compression say."""
     try:
         compression = compression_of(received.filename, staging, fmt)
     except ValueError as exc:
         staging.unlink(missing_ok=True)
         raise Unprocessable([f"file: {exc}"]) from None
-    path = staging.rename(state.uploads_dir / f"{file_id}.{fmt}{compression}")
-    record = FileRecord(
-        file_id,
-        tenant,
-        received.filename,
-        fmt,
-        received.bytes,
-        received.sha256,
-        str(path),
-        now(),
-        purpose,
-    )
-    await run_in_threadpool(record_file, state.store, record, stored_bytes)
-    return FileInfo(**record.public())
+    return staging.rename(stem.with_name(f"{stem.name}.{fmt}{compression}"))
+
+
+def _unpacked(staging: Path, folder: Path, limit: int) -> int:
+    """An images or documents upload: its archive unpacked into `folder` (the archive
+    then removed); the bytes unpacked (what the upload keeps)."""
+    try:
+        if not is_archive(staging):
+            raise Unprocessable(["file: an images or documents upload is a .zip or .tar archive"])
+        return unpack(staging, folder, limit)
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def _kind_of(received: Received, file_format: str | None, staging: Path) -> tuple[str, str]:
@@ -168,6 +183,8 @@ def list_files(
 def file_content(file_id: str, state: StateDep, tenant: Tenant) -> FileResponse:
     """The file as stored (an upload as it came; a batch's output or error JSONL)."""
     record = find_file(state.store, tenant, file_id)
+    if Path(record.path).is_dir():
+        raise Conflict(f"file {file_id!r} is an unpacked archive: its files are a job's input")
     return FileResponse(record.path, media_type="application/octet-stream")
 
 
@@ -176,5 +193,5 @@ def delete_file(file_id: str, state: StateDep, tenant: Tenant) -> FileDeleted:
     """Forget the file and remove its bytes; a job already reading it may fail."""
     record = find_file(state.store, tenant, file_id)
     state.store.files.remove(tenant, file_id)
-    Path(record.path).unlink(missing_ok=True)
+    remove_stored(Path(record.path))
     return FileDeleted(id=file_id)
