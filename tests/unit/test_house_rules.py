@@ -280,6 +280,7 @@ PUBLIC: dict[str, list[str]] = {
     "thresher.openai": [],
     "thresher.service.openai": [],
     "thresher.service.routers": [],
+    "thresher.service.ui": ["STATIC", "router"],
     "thresher.sinks": ["PartLayout", "PartTarget", "PartWriter", "Sink", "StagedPart", "open_sink"],
     "thresher.sources": [
         "Chunk",

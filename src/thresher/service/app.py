@@ -20,8 +20,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 
-from thresher.service import submission
+from thresher.service import submission, ui
 from thresher.service.background.batches import start_batches
 from thresher.service.background.buffer import router as buffer_router
 from thresher.service.background.buffer import start_flusher
@@ -120,6 +121,8 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
         streamed={("POST", "/v1/files")},  # the upload route streams to disk, paced itself
     )
     app.add_middleware(RequestLog)  # outermost: every answer, refusals too, is logged
+    app.include_router(ui.router)
+    app.mount("/ui/static", StaticFiles(directory=ui.STATIC), name="ui-static")
     for router in (*(r.router for r in RESOURCES), buffer_router, metrics.router):
         app.include_router(router)
     return app

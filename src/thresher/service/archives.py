@@ -103,8 +103,8 @@ def _entries(archive: Path) -> Iterator[tuple[str, _Opened]]:
             if member.isdir():
                 continue
             if not member.isreg():
-                kind = "link" if member.issym() or member.islnk() else "special file"
-                raise Unprocessable([f"file: the archive's entry {member.name!r} is a {kind}"])
+                what = "link" if member.issym() or member.islnk() else "special file"
+                raise Unprocessable([f"file: the archive's entry {member.name!r} is a {what}"])
             yield member.name, _Opened(partial(tarred.extractfile, member))
 
 

@@ -1,0 +1,265 @@
+"""The dashboard's pages, served by `thresher serve` under `/ui`: what an on-call person
+looks at — jobs live (state, progress, rows/s, ETA), a job's shards, bad records and
+cancel, the schedules with their next fire times, pause and resume.
+
+Server-rendered with Jinja2 (templates/) and one small script (static/app.js) that
+refreshes the jobs table from `/ui/jobs.json` every two seconds: nothing to build, no
+CDN, every asset in the installed package. Each page answers with a Content-Security-
+Policy that allows no inline script and no other origin. A tenant signs in with its
+token (`session.py`) and sees only its own objects: another tenant's job is a 404, as in
+the API, whose functions the pages call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from thresher.service.downloads import error_parts, output_of, stream_errors
+from thresher.service.errors import NotFound, ServiceError
+from thresher.service.policies.auth import tenant_of
+from thresher.service.policies.disclosure import private_roots
+from thresher.service.routers import jobs as jobs_api
+from thresher.service.routers import schedules as schedules_api
+from thresher.service.state import ServiceState, StateDep
+from thresher.service.ui.session import COOKIE, MAX_AGE, Session, SessionKey
+
+__all__ = ["SECURITY_HEADERS", "router"]
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
+PAGE = 50  # jobs a page
+BAD_SHOWN = 20  # a job page's first bad records
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self';"
+    " img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none';"
+    " base-uri 'none'; object-src 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled")
+
+
+def _key(state: ServiceState) -> SessionKey:
+    return SessionKey.of(state.config.webhook_secret or "")
+
+
+def _session(request: Request, state: ServiceState) -> Session | None:
+    """The signed-in tenant's session, while its token still exists."""
+    session = _key(state).open(request.cookies.get(COOKIE))
+    if session is None or state.store.tokens.tenant_of(session.digest) != session.tenant:
+        return None
+    return session
+
+
+def _page(request: Request, template: str, code: int = 200, /, **context: Any) -> HTMLResponse:
+    response = TEMPLATES.TemplateResponse(request, template, context, status_code=code)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def _to_login() -> Response:
+    return RedirectResponse("/ui/login", status_code=303, headers=SECURITY_HEADERS)
+
+
+def _checked(request: Request, state: ServiceState, csrf: str) -> Session | None:
+    """The session of a form's action, when its CSRF token is the session's."""
+    session = _session(request, state)
+    if session is None or csrf != _key(state).csrf(session):
+        return None
+    return session
+
+
+@router.get("")
+def home() -> Response:
+    return RedirectResponse("/ui/jobs", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.get("/login")
+def login_page(request: Request) -> Response:
+    return _page(request, "login.html")
+
+
+@router.post("/login")
+def login(request: Request, state: StateDep, token: Annotated[str, Form()] = "") -> Response:
+    """A bearer token for a session cookie; a wrong one is the same page, 401."""
+    tenant = tenant_of(state.store, token.strip()) if token.strip() else None
+    if tenant is None:
+        return _page(request, "login.html", 401, problem="That token is not one this server knows.")
+    digest = hashlib.sha256(token.strip().encode()).hexdigest()
+    response = RedirectResponse("/ui/jobs", status_code=303, headers=SECURITY_HEADERS)
+    response.set_cookie(
+        COOKIE, _key(state).seal(tenant, digest), max_age=MAX_AGE, httponly=True,
+        samesite="strict", secure=request.url.scheme == "https", path="/ui",
+    )  # fmt: skip
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, state: StateDep, csrf: Annotated[str, Form()] = "") -> Response:
+    response = _to_login()
+    if _checked(request, state, csrf) is not None:
+        response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+def _job_rows(
+    state: ServiceState, tenant: str, wanted: str | None, name: str
+) -> list[dict[str, Any]]:
+    """The tenant's newest jobs (of `wanted` state and a name holding `name`), as shown."""
+    ids = state.store.views.tenant_job_ids(tenant, 10 * PAGE, None)
+    rows = []
+    for record in (state.store.job(i) for i in ids):
+        if (wanted and record.state.value != wanted) or name.lower() not in record.name.lower():
+            continue
+        rows.append(_shown(jobs_api.describe(state, record)))
+        if len(rows) >= PAGE:
+            break
+    return rows
+
+
+def _shown(info: Any) -> dict[str, Any]:
+    """A job as a row of the table: progress, rows/s and an ETA from the measured rate."""
+    row: dict[str, Any] = info.model_dump(mode="json")
+    done, total = info.progress.shards_done, info.progress.shards_total
+    row["percent"] = round(100 * done / total) if total else 0
+    started = info.started_at or (info.created_at if info.status == "running" else None)
+    rate, eta = info.rows_per_second, None
+    if info.status == "running" and started:
+        seconds = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds()
+        rows = info.request_counts.total
+        rate = rows / seconds if seconds > 0 and rows else None
+        if done and total > done and seconds > 0:
+            eta = round(seconds / done * (total - done))
+    row["rate"], row["eta"] = (round(rate) if rate else None), eta
+    return row
+
+
+@router.get("/jobs")
+def jobs_page(
+    request: Request,
+    state: StateDep,
+    status: Annotated[str | None, Query()] = None,
+    name: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    session = _session(request, state)
+    if session is None:
+        return _to_login()
+    wanted = status if status in STATES else None
+    rows = _job_rows(state, session.tenant, wanted, name)
+    return _page(
+        request, "jobs.html", tenant=session.tenant, csrf=_key(state).csrf(session),
+        jobs=rows, states=STATES, status=wanted or "", name=name,
+    )  # fmt: skip
+
+
+@router.get("/jobs.json")
+def jobs_json(
+    request: Request,
+    state: StateDep,
+    status: Annotated[str | None, Query()] = None,
+    name: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    """The jobs table's rows, for the page's live refresh."""
+    session = _session(request, state)
+    if session is None:
+        return JSONResponse({"detail": "sign in"}, status_code=401, headers=SECURITY_HEADERS)
+    wanted = status if status in STATES else None
+    rows = _job_rows(state, session.tenant, wanted, name)
+    return JSONResponse({"data": rows}, headers=SECURITY_HEADERS)
+
+
+@router.get("/jobs/{job_id}")
+def job_page(job_id: str, request: Request, state: StateDep) -> Response:
+    session = _session(request, state)
+    if session is None:
+        return _to_login()
+    try:
+        record = jobs_api.tenant_job(state, session.tenant, job_id)
+    except NotFound:
+        return _page(request, "missing.html", 404, tenant=session.tenant, what=f"job {job_id}")
+    info = _shown(jobs_api.describe(state, record))
+    shards = [vars(s) | {"state": s.state.value} for s in state.store.shards(job_id)]
+    return _page(
+        request, "job.html", tenant=session.tenant, csrf=_key(state).csrf(session), job=info,
+        shards=shards, spec=json.dumps(record.spec.model_dump(mode="json"), indent=2),
+        manifest=json.dumps(record.manifest or {}, indent=2, default=str),
+        bad=_first_bad(state, record) if record.state.finished else [],
+    )  # fmt: skip
+
+
+def _first_bad(state: ServiceState, record: Any) -> list[dict[str, Any]]:
+    """The job's first bad records (file, line or row, stage, error, message)."""
+    chunks = stream_errors(error_parts(output_of(record.spec.sink)), "jsonl", private_roots(state))
+    text = b"".join(itertools.islice(chunks, 4)).decode("utf-8", errors="replace")
+    return [json.loads(line) for line in text.splitlines()[:BAD_SHOWN] if line.strip()]
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel(
+    job_id: str, request: Request, state: StateDep, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    session = _checked(request, state, csrf)
+    if session is None:
+        return _page(request, "missing.html", 403, what="that action (sign in again)")
+    try:
+        jobs_api.cancel_job(job_id, state, session.tenant)
+    except ServiceError:
+        return _page(request, "missing.html", 404, tenant=session.tenant, what=f"job {job_id}")
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.get("/jobs/{job_id}/{what}")
+def download(job_id: str, what: str, request: Request, state: StateDep) -> Response:
+    """A job's results or bad records, downloaded with the session (the API's own)."""
+    session = _session(request, state)
+    if session is None:
+        return _to_login()
+    try:
+        if what == "results":
+            return jobs_api.get_results(job_id, state, session.tenant, None)
+        if what == "errors":
+            return jobs_api.get_errors(job_id, state, session.tenant, None)
+    except ServiceError as exc:
+        return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
+    return _page(request, "missing.html", 404, tenant=session.tenant, what=what)
+
+
+@router.get("/schedules")
+def schedules_page(request: Request, state: StateDep) -> Response:
+    session = _session(request, state)
+    if session is None:
+        return _to_login()
+    shown = [
+        schedules_api.describe(state, s).model_dump(mode="json")
+        for s in schedules_api._visible(state, session.tenant)
+    ]
+    return _page(
+        request, "schedules.html", tenant=session.tenant, csrf=_key(state).csrf(session),
+        schedules=shown,
+    )  # fmt: skip
+
+
+@router.post("/schedules/{name}/{action}")
+def schedule_action(
+    name: str, action: str, request: Request, state: StateDep, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    """Pause or resume one of the tenant's own schedules."""
+    session = _checked(request, state, csrf)
+    if session is None or action not in ("pause", "resume"):
+        return _page(request, "missing.html", 403, what="that action (sign in again)")
+    act = schedules_api.pause_schedule if action == "pause" else schedules_api.resume_schedule
+    try:
+        act(name, state, session.tenant)
+    except ServiceError as exc:
+        return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
+    return RedirectResponse("/ui/schedules", status_code=303, headers=SECURITY_HEADERS)

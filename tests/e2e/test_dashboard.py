@@ -1,0 +1,138 @@
+"""The dashboard in a real browser (Playwright driving Debian's Chromium) against a real
+`thresher serve`: sign in with a token, watch a running job's progress advance without a
+reload, open a job, read a bad record's line number, cancel from the page, pause a
+schedule; another tenant sees none of it; no console error (a Content-Security-Policy
+violation is one) on any page. Screenshots of every page land in the test's folder
+(`THRESHER_UI_SHOTS` names another, to look at them)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .servers import Server, ServiceSite, wait_for_job
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+BAD = b'{"id": 1, "x": 1.0}\n{"id": 2, "x": 2.0}\nnot json at all\n{"id": 4, "x": 4.0}\n'
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("THRESHER_TEST_CHROMIUM") or shutil.which("chromium")
+    if not chromium:
+        pytest.fail("no Chromium: `bash scripts/chromium.sh` installs Debian's")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+class Visitor:
+    """One tenant's browser session, its console errors and screenshots."""
+
+    def __init__(self, browser: Any, server: Server, shots: Path, who: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1100, "height": 800})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.url, self.shots, self.who = server.url, shots, who
+
+    def sign_in(self, token: str) -> None:
+        self.page.goto(f"{self.url}/ui/login")
+        self.page.fill("#token", token)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url("**/ui/jobs")
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(self.shots / f"{self.who}-{name}.png"), full_page=True)
+
+
+def slow_parts(site: ServiceSite, files: int) -> Path:
+    folder = site.shared / "parts"
+    folder.mkdir()
+    for n in range(files):
+        (folder / f"part-{n:02d}.jsonl").write_text(f'{{"id": {n}, "x": {n}.0}}\n')
+    return folder
+
+
+def acme_jobs(site: ServiceSite, server: Server, token: str) -> tuple[str, str]:
+    """A finished job with a bad line (line 3), a slow running one, and a schedule."""
+    with server.client(token) as client:
+        file_id = client.post("/v1/files", files={"file": ("in.jsonl", BAD)}).json()["id"]
+        bad = client.post(
+            "/v1/jobs", json={"input_file_id": file_id, "model": "double", "id_column": "id"}
+        ).json()["id"]
+        wait_for_job(client, bad)
+        body = {"source": {"uri": str(slow_parts(site, 12)), "format": "jsonl"},
+                "model": "slow", "id_column": "id", "name": "nightly-slow"}  # fmt: skip
+        slow = client.post("/v1/jobs", json=body).json()["id"]
+        schedule = {"name": "nightly", "cron": "0 2 * * *", "job": {
+            "source": {"uri": str(site.shared / "parts"), "format": "jsonl"},
+            "model": "double"}}  # fmt: skip
+        assert client.post("/v1/schedules", json=schedule).status_code == 201
+    return bad, slow
+
+
+def test_the_dashboard_in_a_browser(tmp_path: Path, browser: Any) -> None:
+    shots = Path(os.environ.get("THRESHER_UI_SHOTS") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    site = ServiceSite(tmp_path, slow_delay=0.6)
+    acme, globex = site.token("acme"), site.token("globex")
+    server = Server(site)
+    try:
+        bad, slow = acme_jobs(site, server, acme)
+        a = Visitor(browser, server, shots, "acme")
+        a.sign_in(acme)
+        progress = a.page.locator(f'tr[data-id="{slow}"] [data-field="progress"]')
+        first = progress.inner_text()
+        a.shot("jobs")
+        a.page.wait_for_function(  # the live refresh moves it on, with no reload
+            "([id, before]) => document.querySelector(`tr[data-id='${id}'] [data-field=progress]`)"
+            ".innerText !== before",
+            arg=[slow, first],
+            timeout=20_000,
+        )
+        a.page.click(f"a[href='/ui/jobs/{bad}']")
+        assert a.page.locator("table.bad td.line").first.inner_text() == "3"
+        a.shot("job-bad-records")
+        with a.page.expect_download() as got:
+            a.page.click("text=results")
+        assert got.value.path().read_bytes().count(b"\n") == 3  # the three good rows
+        a.page.goto(f"{server.url}/ui/jobs/{slow}")
+        a.page.click("button.danger")  # cancel
+        a.page.wait_for_url(f"**/ui/jobs/{slow}")
+        with server.client(acme) as client:
+            assert wait_for_job(client, slow)["status"] == "cancelled"
+        a.page.reload()
+        assert a.page.locator("#job-state").inner_text() == "cancelled"
+        a.shot("job-cancelled")
+        a.page.goto(f"{server.url}/ui/schedules")
+        a.page.click("text=Pause")
+        assert a.page.locator("text=Resume").count() == 1
+        a.shot("schedules")
+
+        b = Visitor(browser, server, shots, "globex")
+        b.sign_in(globex)
+        assert slow not in b.page.content() and bad not in b.page.content()
+        b.shot("jobs")
+        assert a.errors == [] and b.errors == []  # before the one page meant to be a 404
+        answer = b.page.goto(f"{server.url}/ui/jobs/{slow}")
+        assert answer is not None and answer.status == 404
+        b.shot("not-theirs")
+        headers = answer.headers
+        assert "script-src 'self'" in headers["content-security-policy"]
+    finally:
+        server.stop()
+    cookies = a.context.cookies()
+    (session,) = [c for c in cookies if c["name"] == "thresher_session"]
+    assert session["httpOnly"] and session["sameSite"] == "Strict"
+    assert acme not in session["value"]  # the token never travels in the cookie
