@@ -69,7 +69,7 @@ def test_the_watch_sees_main_branch_snapshots_in_commit_order(tmp_path: Path) ->
     watch, options = IcebergWatch(), {"catalog": props}
     assert watch.versions_after("db.t", None, options) == []  # no table yet
     assert watch.versions_after("nowhere.t", None, options) == []  # no namespace yet
-    table, snaps = appended(catalog, range(0, 3), range(3, 5), range(5, 9))
+    _, snaps = appended(catalog, range(0, 3), range(3, 5), range(5, 9))
     found = watch.versions_after("db.t", None, options)
     assert [v.id for v in found] == [str(s) for s in snaps]
     assert [v.number for v in found] == [1, 2, 3]  # sequence numbers
@@ -119,5 +119,5 @@ def test_a_first_outside_lasts_history_reads_the_whole_table(tmp_path: Path) -> 
     assert "is not in snapshot" in read_note(plan)["why"]
     with pytest.raises(SpecError, match=r"source\.options\.snapshots: db\.t has no snapshot 7"):
         source(props, snapshots=[snaps[0], 7]).plan()
-    with pytest.raises(SpecError, match="set one of snapshot_id, timestamp and snapshots"):
+    with pytest.raises(ValueError, match="set one of snapshot_id, timestamp and snapshots"):
         source(props, snapshots=[snaps[0], snaps[1]], snapshot_id=snaps[0])

@@ -285,7 +285,8 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         source["allowed_roots"] = list(state.config.allowed_roots)
     elif request.source is not None and request.source.format == "iceberg":
         check_catalog(request.source.options.get("catalog"), state.config.allowed_roots)
-        uri, roots = request.source.uri, list(state.config.allowed_roots)
+        roots = list(state.config.allowed_roots)  # the table's files: confined when planned
+        source = {"uri": request.source.uri, "format": "iceberg", "allowed_roots": roots}
     else:
         assert request.source is not None and request.source.uri is not None
         uri, roots = _readable(state, tenant, request.source.uri)
