@@ -92,7 +92,7 @@ def test_pinned_snapshot_by_id_and_by_time(tmp_path: Path) -> None:
         SpecError, match=re.escape("source.options.snapshot_id: db.c has no snapshot 42")
     ):
         source(props, snapshot_id=42).plan()
-    with pytest.raises(ValueError, match=re.escape("snapshot_id or timestamp")):
+    with pytest.raises(ValueError, match=re.escape("one of snapshot_id, timestamp and snapshots")):
         source(props, snapshot_id=1, timestamp=when)
 
 

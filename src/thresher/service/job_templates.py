@@ -17,6 +17,7 @@ from thresher.notify.urls import check_webhook_url
 from thresher.schedules.templates import fill_in
 from thresher.service.config import ServerConfig
 from thresher.service.errors import ServiceError
+from thresher.service.policies.catalogs import check_catalog
 from thresher.service.policies.roots import check_under_roots
 from thresher.service.submission import JobRequest
 
@@ -40,8 +41,12 @@ def check_job_template(
     try:
         if request.notify is not None:
             check_webhook_url(request.notify.webhook, config.webhook_allow_private)
+        if request.source is not None and request.source.format == "iceberg":
+            check_catalog(request.source.options.get("catalog"), config.allowed_roots)
         if request.source is not None and check_roots:
             for uri in request.source.files or [request.source.uri or ""]:
+                if request.source.format == "iceberg":
+                    break  # a table's name, not a place: its catalog is checked above
                 check_under_roots(uri, config.allowed_roots)
     except (ServiceError, ValueError) as exc:
         return [str(exc)]

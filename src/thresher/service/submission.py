@@ -24,6 +24,7 @@ from thresher.service.background.isolated import input_columns
 from thresher.service.errors import NotFound, ServiceError, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
 from thresher.service.logs import current_request_id
+from thresher.service.policies.catalogs import check_catalog
 from thresher.service.policies.quotas import check_submission
 from thresher.service.policies.roots import (
     check_source_files,
@@ -60,15 +61,20 @@ class SourceRequest(_Strict):
         max_length=MAX_FILES,
         description="Exactly these files (absolute paths or URLs under allowed_roots), in order.",
     )
-    format: Literal["parquet", "csv", "jsonl", "delta", "features"] | None = Field(
-        None, description="Default: from the suffix. `delta`: `uri` is a Delta table."
+    format: Literal["parquet", "csv", "jsonl", "delta", "iceberg", "features"] | None = Field(
+        None,
+        description="Default: from the suffix. `delta`: `uri` is a Delta table; `iceberg`:"
+        " `uri` is an Iceberg table's name (namespace.table) in `options.catalog`, a SQL"
+        " catalog on a SQLite file under allowed_roots.",
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
         max_length=MAX_COLUMNS,
         description="The source's own options, as in a job spec's [source.options]: delta's"
         " version, timestamp and partitions, or `versions` = [first, last] to read only the"
-        " rows those versions appended (a table trigger's jobs); features' timestamp and"
+        " rows those versions appended (a table trigger's jobs); iceberg's catalog,"
+        " snapshot_id, timestamp, row_filter, or `snapshots` = [first_id, last_id];"
+        " features' timestamp and"
         " tables (each table's uri under allowed_roots too).",
     )
 
@@ -277,6 +283,10 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         files = check_source_files(request.source.files, state.config.allowed_roots)
         source = {"uri": _folder(files), "files": files, "format": request.source.format}
         source["allowed_roots"] = list(state.config.allowed_roots)
+    elif request.source is not None and request.source.format == "iceberg":
+        check_catalog(request.source.options.get("catalog"), state.config.allowed_roots)
+        roots = list(state.config.allowed_roots)  # the table's files: confined when planned
+        source = {"uri": request.source.uri, "format": "iceberg", "allowed_roots": roots}
     else:
         assert request.source is not None and request.source.uri is not None
         uri, roots = _readable(state, tenant, request.source.uri)

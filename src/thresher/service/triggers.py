@@ -16,14 +16,21 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from thresher.errors import SourceError
+from thresher.errors import SourceError, SpecError
 from thresher.service.config import ConfigError, ServerConfig
 from thresher.service.job_templates import check_job_template
 from thresher.sources.files import confine
+from thresher.sources.iceberg_catalog import table_identifier
 from thresher.store import Store, TriggerDefRow
 from thresher.triggers import candidates, list_watch
 from thresher.triggers.settings import TriggerFields, TriggerSettings
-from thresher.triggers.tables import WATCHES, TableVersion, VersionRun, table_job_body
+from thresher.triggers.tables import (
+    WATCHES,
+    TableVersion,
+    VersionRun,
+    source_options,
+    table_job_body,
+)
 
 __all__ = [
     "Watched",
@@ -118,7 +125,11 @@ def check_trigger(config: ServerConfig, trigger: TriggerFields) -> list[str]:
     """What keeps the trigger from running, each naming its field (`watch`, `job.model`,
     `job.notify.webhook`, …); empty when it would run. Its job is checked as a schedule's
     is, but for its files, which come from the watch (judged here)."""
-    return _watch_problems(config, trigger.watch) + _job_problems(config, trigger)
+    if trigger.table is not None and not WATCHES[trigger.table].is_path:
+        watch = _name_problems(trigger.watch)
+    else:
+        watch = _watch_problems(config, trigger.watch)
+    return watch + _job_problems(config, trigger)
 
 
 def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
@@ -128,7 +139,7 @@ def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
     given = [f"source.{key}" for key in ("uri", "files", "format") if key in source]
     given += ["input_file_id"] if "input_file_id" in trigger.job else []
     options = source.get("options", {})
-    pins = ("version", "versions", "timestamp") if trigger.table else ()
+    pins = WATCHES[trigger.table].pins if trigger.table else ()
     given += [f"source.options.{k}" for k in pins if isinstance(options, dict) and k in options]
     if given:
         what = "the versions" if trigger.table else "the files"
@@ -141,6 +152,16 @@ def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
         example = {**source, "files": [f"{trigger.watch.rstrip('/')}/example"]}
         job = {**trigger.job, "source": example}  # the job a set will make
     return [f"job.{p}" for p in check_job_template(config, job, check_roots=False)]
+
+
+def _name_problems(watch: str) -> list[str]:
+    """A table named in a catalog (the catalog, in `job.source.options`, is checked with
+    the job)."""
+    try:
+        table_identifier(watch, "watch")
+    except SpecError as exc:
+        return exc.problems
+    return []
 
 
 def _watch_problems(config: ServerConfig, watch: str) -> list[str]:
@@ -167,7 +188,10 @@ def warn_trigger(trigger: TriggerFields) -> list[str]:
     the first file the pattern matches (or after CHECK_FILES files)."""
     if trigger.table is not None:
         try:
-            versions = WATCHES[trigger.table].versions_after(trigger.watch.rstrip("/"), None)
+            watch = WATCHES[trigger.table]
+            versions = watch.versions_after(
+                trigger.watch.rstrip("/"), None, source_options(trigger)
+            )
         except Exception as exc:  # any filesystem's or table library's error
             return [f"watch: cannot be read yet ({exc}); the trigger will keep looking"]
         return [] if versions else [f"watch: no {trigger.table} table at {trigger.watch} yet"]

@@ -6,6 +6,7 @@
     options.catalog = { type = "sql", uri = "sqlite:///catalog.db", warehouse = "lake" }
     options.snapshot_id = 3051729675574597004     # or timestamp = 2026-01-31T00:00:00Z
     options.row_filter = "region = 'eu' and age >= 18"
+    # options.snapshots = [first_id, last_id]     # only the rows those snapshots appended
 
 Planning loads the table (`iceberg_catalog.py`), takes its current snapshot or the pinned
 one, and plans the data files pyiceberg's scan of it keeps (`row_filter` prunes
@@ -20,10 +21,18 @@ field id (renamed and added columns read right), its deletes applied, the row fi
 applied to the rows, batch by batch (pyiceberg's public scan holds a whole file in memory
 at once, so the reader calls its per-file generator). A row's number in an error report
 is its place among the rows the job read from that file.
+
+With `snapshots = [first, last]` (what a table trigger's job reads), the table is read at
+`last`, and only the data files those snapshots added are planned when every one of them
+is an append (`sources/iceberg_snapshots.py`); if one is not (an overwrite, delete,
+replace), the job reads the whole table at `last`, says so at WARNING, and its manifest's
+`source_read` records which snapshot and why.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +45,8 @@ from pydantic import Field, model_validator
 
 from thresher.errors import SourceError, SpecError
 from thresher.plugins import Options
-from thresher.sources.base import MAX_COLUMNS, Chunk, Plan, Shard, check_width
+from thresher.sources.base import MAX_COLUMNS, READ_KEY, Chunk, Plan, Shard, check_width
+from thresher.sources.files import confine
 from thresher.sources.iceberg_catalog import (
     CatalogSetting,
     arrow_schema,
@@ -44,8 +54,11 @@ from thresher.sources.iceberg_catalog import (
     open_catalog,
     table_identifier,
 )
+from thresher.sources.iceberg_snapshots import SnapshotsRead, read_snapshots
 from thresher.sources.parquet import rechunk
 from thresher.spec import SourceSection
+
+log = logging.getLogger("thresher.sources.iceberg")
 
 METADATA_KEY = b"thresher.iceberg.metadata"  # the table's metadata file when planned
 SNAPSHOT_KEY = b"thresher.iceberg.snapshot"
@@ -58,13 +71,15 @@ class IcebergSourceOptions(Options):
     catalog: CatalogSetting = None
     snapshot_id: int | None = None
     timestamp: datetime | None = None  # the snapshot current then (a naive time is UTC)
+    snapshots: tuple[int, int] | None = None  # [first_id, last_id]: only what they added
     row_filter: str | None = None  # pyiceberg's syntax: "region = 'eu' and age >= 18"
     max_columns: int = Field(default=MAX_COLUMNS, ge=1)
 
     @model_validator(mode="after")
     def _one_pin(self) -> IcebergSourceOptions:
-        if self.snapshot_id is not None and self.timestamp is not None:
-            raise ValueError("snapshot_id: set snapshot_id or timestamp, not both")
+        pins = [self.snapshot_id, self.timestamp, self.snapshots]
+        if sum(pin is not None for pin in pins) > 1:
+            raise ValueError("snapshot_id: set one of snapshot_id, timestamp and snapshots")
         return self
 
 
@@ -72,18 +87,21 @@ class IcebergSourceOptions(Options):
 class IcebergSource:
     uri: str
     options: IcebergSourceOptions
+    # Where its files may be (a service's job: allowed_roots); empty: anywhere.
+    roots: tuple[str, ...] = ()
 
     def plan(self) -> Plan:
         catalog = open_catalog(self.options.catalog, CATALOG_FIELD)
         table = load_table(catalog, self.uri, "source.uri", self.options.catalog)
         snapshot = self._snapshot(table)
+        read = self._snapshots_read(table)
         schema = _snapshot_schema(table.metadata, snapshot)
         row_filter = parse_filter(self.options.row_filter, schema)
         scan = table.scan(row_filter=row_filter, snapshot_id=snapshot.snapshot_id)
-        try:
-            tasks = sorted(scan.plan_files(), key=lambda task: str(task.file.file_path))
-        except Exception as exc:  # a manifest that cannot be read
-            raise SourceError(f"source.uri: cannot plan {self.uri}: {exc}") from exc
+        tasks = self._tasks(scan, read)
+        if self.roots:  # a catalog may name any metadata and data files: only these
+            paths = [str(t.file.file_path) for t in tasks]
+            confine([str(table.metadata_location), *paths], self.roots)
         if not tasks:
             kept = " that source.options.row_filter keeps" if self.options.row_filter else ""
             raise SourceError(
@@ -96,18 +114,54 @@ class IcebergSource:
             METADATA_KEY: str(table.metadata_location).encode(),
             SNAPSHOT_KEY: str(snapshot.snapshot_id).encode(),
         }
+        if read is not None:
+            metadata[READ_KEY] = json.dumps(read.describe()).encode()
         return Plan(shards=shards, schema=planned.with_metadata(metadata))
 
+    def _tasks(self, scan: Any, read: SnapshotsRead | None) -> list[Any]:
+        """The scan's tasks by path (only those of the files `read` names, if any)."""
+        try:
+            tasks = sorted(scan.plan_files(), key=lambda task: str(task.file.file_path))
+        except Exception as exc:  # a manifest that cannot be read
+            raise SourceError(f"source.uri: cannot plan {self.uri}: {exc}") from exc
+        if read is None or read.files is None:
+            return tasks
+        return [task for task in tasks if str(task.file.file_path) in read.files]
+
+    def _snapshots_read(self, table: Any) -> SnapshotsRead | None:
+        """What `options.snapshots` added (None without it); the whole table, said at
+        WARNING, when one of them did more than append."""
+        if self.options.snapshots is None:
+            return None
+        try:
+            read = read_snapshots(table, self.uri, *self.options.snapshots)
+        except SpecError:
+            raise
+        except Exception as exc:  # a manifest list or manifest that cannot be read
+            raise SourceError(
+                f"source.uri: cannot read the snapshots of {self.uri}: {exc}"
+            ) from exc
+        if read.files is None:
+            log.warning(
+                "%s: reading the whole table at snapshot %d, not only the rows snapshots"
+                " %d..%d added: %s", self.uri, read.last, read.first, read.last, read.why
+            )  # fmt: skip
+        return read
+
     def _snapshot(self, table: Any) -> Any:
-        """The snapshot to read: pinned by id or time, else the current one."""
+        """The snapshot to read: pinned by id or time (or the last of `snapshots`), else
+        the current one."""
         pinned, at = self.options.snapshot_id, self.options.timestamp
+        field = "snapshot_id"
+        if self.options.snapshots is not None:
+            pinned, field = self.options.snapshots[1], "snapshots"
         if pinned is not None:
             snapshot = table.snapshot_by_id(pinned)
             if snapshot is None:
                 known = ", ".join(str(s.snapshot_id) for s in table.snapshots()[-5:]) or "none"
                 raise SpecError(
                     [
-                        f"source.options.snapshot_id: {self.uri} has no snapshot {pinned} "
+                        f"source.options.{field}: {self.uri} has no snapshot {pinned} "
                         f"(its latest: {known})"
                     ]
                 )
@@ -304,5 +358,7 @@ def iceberg_source(
 ) -> IcebergSource:
     """The `iceberg` source plug-in."""
     return IcebergSource(
-        uri=section.uri, options=IcebergSourceOptions.model_validate(section.options)
+        uri=section.uri,
+        options=IcebergSourceOptions.model_validate(section.options),
+        roots=tuple(section.allowed_roots),
     )

@@ -1,19 +1,29 @@
-"""Table triggers: a trigger whose `watch` is a lakehouse table (`table = "delta"`) takes
-the table's new versions, not files, and starts a job reading what they added.
+"""Table triggers: a trigger whose `watch` is a lakehouse table (`table = "delta"` or
+`"iceberg"`) takes the table's new versions, not files, and starts a job reading what
+they added.
 
 A table's versions are told apart by a `TableWatch` (a Protocol, one per table format:
-Delta's here, an Iceberg snapshot watcher can join by adding itself to `WATCHES`). At
+Delta's versions, Iceberg's snapshots; another joins by adding itself to `WATCHES`). At
 each look the versions after the newest one taken form one run, `first`..`last`, taken
 as a set in the trigger ledger like a set of files, one manifest row per version (path:
 the table, size: the version's number, version: its id, role "version"), so each version
 is in one set, ever, across restarts and servers on one store. The run's job is the
 trigger's `job` reading the table with the source options the watch gives
 (`versions = [first, last]` for Delta: only the rows those versions appended, or the
-whole table at `last` when one of them rewrote files; the job's log and manifest say so).
+whole table at `last` when one of them rewrote files; the job's log and manifest say so;
+`snapshots = [first_id, last_id]` for Iceberg, the same with appends).
+
+An Iceberg trigger's `watch` is the table's name, `namespace.table`, in the catalog its
+`job.source.options.catalog` gives (as the job reads it); its versions are the snapshots
+of the table's main branch in commit order (number: the sequence number; id: the
+snapshot id).
 
     >>> run = VersionRun("/lake/t", (TableVersion(3, "3"), TableVersion(4, "4")))
     >>> DeltaWatch().source_options(run)
     {'versions': [3, 4]}
+    >>> run = VersionRun("db.t", (TableVersion(1, "8123"), TableVersion(2, "905")))
+    >>> IcebergWatch().source_options(run)
+    {'snapshots': [8123, 905]}
 """
 
 from __future__ import annotations
@@ -29,10 +39,12 @@ from thresher.triggers.settings import TriggerFields
 __all__ = [
     "WATCHES",
     "DeltaWatch",
+    "IcebergWatch",
     "TableVersion",
     "TableWatch",
     "VersionRun",
     "new_run",
+    "source_options",
     "table_job_body",
 ]
 
@@ -74,10 +86,15 @@ class TableWatch(Protocol):
     """How a trigger sees one table format's versions."""
 
     format: str  # the source format its jobs read the table with
+    pins: tuple[str, ...]  # the source options that pin what is read: the trigger's
+    is_path: bool  # whether `watch` is a path or URL (else a name in a catalog)
 
-    def versions_after(self, table: str, after: int | None) -> list[TableVersion]:
+    def versions_after(
+        self, table: str, after: int | None, options: Mapping[str, Any]
+    ) -> list[TableVersion]:
         """The table's versions numbered above `after` (all with None), oldest first;
-        none when there is no table there yet."""
+        none when there is no table there yet. `options`: the job's `source.options`
+        (where the table's catalog is)."""
         ...
 
     def source_options(self, run: VersionRun) -> dict[str, Any]:
@@ -90,8 +107,12 @@ class DeltaWatch:
     at: it is the `delta` extra)."""
 
     format = "delta"
+    pins: tuple[str, ...] = ("version", "versions", "timestamp")
+    is_path: bool = True
 
-    def versions_after(self, table: str, after: int | None) -> list[TableVersion]:
+    def versions_after(
+        self, table: str, after: int | None, options: Mapping[str, Any]
+    ) -> list[TableVersion]:
         from deltalake import DeltaTable
 
         if not DeltaTable.is_deltatable(table):
@@ -104,17 +125,55 @@ class DeltaWatch:
         return {"versions": [run.versions[0].number, run.versions[-1].number]}
 
 
-WATCHES: Mapping[str, TableWatch] = {"delta": DeltaWatch()}
+class IcebergWatch:
+    """An Iceberg table's snapshots on its main branch (pyiceberg, imported when a table
+    is looked at: the `iceberg` extra)."""
+
+    format = "iceberg"
+    pins: tuple[str, ...] = ("snapshot_id", "snapshots", "timestamp")
+    is_path: bool = False
+
+    def versions_after(
+        self, table: str, after: int | None, options: Mapping[str, Any]
+    ) -> list[TableVersion]:
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        from thresher.sources.iceberg_catalog import open_catalog, table_identifier
+        from thresher.sources.iceberg_snapshots import main_snapshots, snapshot_number
+
+        catalog = open_catalog(options.get("catalog"), "job.source.options.catalog")
+        try:
+            loaded = catalog.load_table(table_identifier(table, "watch"))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return []
+        found = main_snapshots(loaded, after)
+        return [
+            TableVersion(snapshot_number(loaded.metadata, s), str(s.snapshot_id)) for s in found
+        ]
+
+    def source_options(self, run: VersionRun) -> dict[str, Any]:
+        return {"snapshots": [int(run.versions[0].id), int(run.versions[-1].id)]}
+
+
+WATCHES: Mapping[str, TableWatch] = {"delta": DeltaWatch(), "iceberg": IcebergWatch()}
+
+
+def source_options(trigger: TriggerFields) -> Mapping[str, Any]:
+    """The trigger's job's `source.options` (empty when it gives none)."""
+    source = trigger.job.get("source", {})
+    options = source.get("options", {}) if isinstance(source, dict) else {}
+    return options if isinstance(options, dict) else {}
 
 
 def new_run(
-    watch: TableWatch, table: str, taken: Mapping[str, Collection[tuple[int, str]]]
+    watch: TableWatch, trigger: TriggerFields, taken: Mapping[str, Collection[tuple[int, str]]]
 ) -> VersionRun | None:
-    """The versions of `table` after the newest one taken (`taken`: the trigger's
-    ledger rows, path -> (size, version) pairs), at most MAX_RUN; None when none is new."""
-    table = table.rstrip("/")
+    """The versions of the trigger's table after the newest one taken (`taken`: the
+    trigger's ledger rows, path -> (size, version) pairs), at most MAX_RUN; None when
+    none is new."""
+    table = trigger.watch.rstrip("/")
     after = max((number for number, _ in taken.get(table, ())), default=None)
-    found = watch.versions_after(table, after)[:MAX_RUN]
+    found = watch.versions_after(table, after, source_options(trigger))[:MAX_RUN]
     return VersionRun(table, tuple(found)) if found else None
 
 

@@ -155,7 +155,7 @@ class Watcher:
         key_of = watched.key
         epoch = self.ledger.epoch(key_of)
         remembered = self.taken.setdefault(key_of, TakenFiles(self.ledger, key_of))
-        run = new_run(watch, watched.settings.watch, remembered.current(epoch))
+        run = new_run(watch, watched.settings, remembered.current(epoch))
         if run is None:
             return
         key = run.key(epoch)
