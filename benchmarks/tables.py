@@ -48,9 +48,18 @@ class Variant:
         return statistics.median(a / b for a, b in zip(self.seconds, self.baseline, strict=True))
 
 
+def toml(value: object) -> str:
+    """A TOML value: inline tables and arrays, strings and numbers as JSON writes them."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
 def spec_text(workload: Workload, source: dict[str, object], sink: dict[str, object]) -> str:
     def table(values: dict[str, object]) -> str:
-        return "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
+        return "\n".join(f"{k} = {toml(v)}" for k, v in values.items())
 
     return (
         f'[source]\n{table(source)}\nid_column = "id"\n'
@@ -71,6 +80,19 @@ def emptied(folder: Path) -> Callable[[], None]:
     return reset
 
 
+def new_catalog(folder: Path, properties: dict[str, str]) -> Callable[[], None]:
+    """A reset that leaves an empty SQLite catalog with the `bench` namespace."""
+    empty = emptied(folder)
+
+    def reset() -> None:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        empty()
+        SqlCatalog("default", **properties).create_namespace("bench")
+
+    return reset
+
+
 def variants(workload: Workload, root: Path) -> list[Variant]:
     out = root / "out"
     found = [
@@ -87,9 +109,9 @@ def variants(workload: Workload, root: Path) -> list[Variant]:
         catalog = {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db", "warehouse": str(folder)}
         found.append(
             Variant("iceberg sink", "sink",
-                    sink={"uri": str(folder / "t"), "format": "iceberg",
-                          "options": {"catalog": catalog, "table": "bench.scores"}},
-                    reset=emptied(folder))
+                    sink={"uri": "bench.scores", "format": "iceberg",
+                          "options": {"catalog": catalog}},
+                    reset=new_catalog(folder, catalog))
         )  # fmt: skip
     return found
 

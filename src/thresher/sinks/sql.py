@@ -88,6 +88,10 @@ class SqlSink:
     ledger_key: str = field(default="", init=False)
     target: str = field(default="", init=False)  # the table parts are ingested into
     layout: PartLayout | None = field(default=None, init=False)
+    # The connection a job's commits share: one per shard opened the database anew each
+    # time (DuckDB: 40 ms a shard, a fifth of its commit); closed before `finish` and
+    # `abort`, whose connection may be the only one a file allows.
+    _open: Any = field(default=None, init=False, repr=False)
 
     def start(
         self, job_id: str, shard_count: int, resume: bool, retry_round: int | None = None
@@ -161,7 +165,8 @@ class SqlSink:
         sql = self.dialect.sql
         key = (self.ledger_key, self.target, staged.shard)
         fs, path = filesystem(staged.path)
-        with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
+        conn = self._connection()
+        with closing(conn.cursor()) as cur:
             where = "job_id = ? AND table_name = ? AND shard = ?"
             cur.execute(sql(f"SELECT 1 FROM {PARTS_TABLE} WHERE {where}"), key)
             if cur.fetchone() is None:
@@ -191,7 +196,18 @@ class SqlSink:
                 errors, final.removeprefix(self.side_dir.rstrip("/") + "/")
             )
 
+    def _connection(self) -> Any:
+        if self._open is None:
+            self._open = self.dialect.connect()
+        return self._open
+
+    def _close(self) -> None:
+        if self._open is not None:
+            self._open.close()
+            self._open = None
+
     def finish(self, manifest: dict[str, Any]) -> None:
+        self._close()
         fs, side = filesystem(self.side_dir)
         remove_staging(fs, side)
         manifest = {**manifest, "table": self.table}
@@ -240,6 +256,7 @@ class SqlSink:
 
     def abort(self) -> None:
         """Staging goes; the staging table and pending errors wait for `thresher resume`."""
+        self._close()
         fs, side = filesystem(self.side_dir)
         remove_staging(fs, side)
 
