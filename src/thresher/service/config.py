@@ -33,8 +33,8 @@ trigger_min_poll_seconds = 1            # the shortest poll_seconds of its trigg
 webhook_endpoints = 20
 batches_in_flight = 100                 # batches not yet ended
 stored_bytes = 107374182400             # its uploads and batch results: 100 GiB
-requests_per_second = 50                # each of its tokens, in bursts of
-requests_burst = 100                    # at most this many (429, Retry-After)
+requests_per_second = 200               # each of its tokens, in bursts of
+requests_burst = 1000                   # at most this many (429, Retry-After)
 
 [tenants.acme]                          # one tenant's limits, in place of the defaults
 max_priority = 5                        # these have no default: no limit unless given
@@ -128,8 +128,8 @@ class TenantLimits(BaseModel):
     stored_bytes: int = Field(default=100 * 1024**3, ge=0)
     # Each of its tokens' requests: a bucket of `requests_burst`, refilled at this rate
     # (`service/policies/rates.py`); past it, 429 with Retry-After.
-    requests_per_second: float = Field(default=50.0, gt=0)
-    requests_burst: int = Field(default=100, ge=1)
+    requests_per_second: float = Field(default=200.0, gt=0)
+    requests_burst: int = Field(default=1000, ge=1)
 
 
 class ServerConfig(BaseModel):
