@@ -45,23 +45,19 @@ from thresher.errors import SinkError
 from thresher.faults import crash_point
 from thresher.plugins import Options
 from thresher.sinks.delta_writes import TableWrite, check_unique_keys, parquet_reader
-from thresher.sinks.files import FilePartTarget, check_directory
-from thresher.sinks.parts import PartLayout, StagedPart, commit_file
+from thresher.sinks.files import FilePartTarget
+from thresher.sinks.parts import StagedPart
 from thresher.sinks.publish import (
-    ERRORS,
     MARKER,
     SUCCESS,
     PendingOutput,
-    published_by,
     read_published_errors,
-    recover,
     remove_staging,
     write_json,
 )
+from thresher.sinks.side_folder import SIDE, SideFolder
 from thresher.sources.files import filesystem
 from thresher.spec import SinkSection
-
-SIDE = "_thresher"  # the side folder inside the table: parts, errors, manifest
 
 
 class DeltaSinkOptions(Options):
@@ -82,10 +78,7 @@ class DeltaSink:
     force: bool = False
     partition_by: tuple[str, ...] = ()
     merge_on: str | None = None
-    job_id: str = field(default="", init=False)
-    ledger_key: str = field(default="", init=False)
-    retry_round: int | None = field(default=None, init=False)
-    layout: PartLayout | None = field(default=None, init=False)
+    side: SideFolder | None = field(default=None, init=False)  # the started job's
 
     @property
     def root(self) -> str:
@@ -103,26 +96,12 @@ class DeltaSink:
     ) -> str:
         """A retry round's rows are appended to the table under application ids of the
         round's own, so they add to a shard's rows, never replace them."""
-        self.job_id = self.ledger_key = job_id
-        self.retry_round = retry_round
-        width = max(5, len(str(max(shard_count - 1, 0))))
-        suffix = ".parquet"
-        if retry_round is not None:
-            self.ledger_key, suffix = f"{job_id}.r{retry_round}", f".r{retry_round}{suffix}"
-        self.layout = PartLayout(self.side_dir, f"part-{job_id}-", suffix, width)
-        fs, side = filesystem(self.side_dir)
-        if resume or retry_round is not None:
-            self._check_still_ours(job_id)
-            fs.makedirs(side, exist_ok=True)
-            remove_staging(fs, side)  # the table's transactions know what was committed
-        else:
-            self._check_table()
-            check_directory(fs, side, self.force, self.side_dir, "sink.uri")
-            if not fs.exists(f"{side}/{MARKER}"):
-                write_json(fs, f"{side}/{MARKER}", {"format": "delta"})
-            PendingOutput(self.side_dir, job_id).create()
-        recover(self.side_dir, skip=job_id, first=self._publish_table)
-        return self._errors().root
+        self.side = SideFolder.of(self.side_dir, self.uri, job_id, shard_count, retry_round)
+        return self.side.start(
+            resume=resume, overwrite=self.mode == "overwrite", force=self.force,
+            marker={"format": "delta"}, check_table=self._check_table,
+            publish=self._publish_table,
+        )  # fmt: skip
 
     def _check_table(self) -> None:
         """Refuse a folder that holds something else than a Delta table thresher wrote."""
@@ -140,47 +119,26 @@ class DeltaSink:
                 " folder or set sink.force = true to write into it"
             )
 
-    def _check_still_ours(self, job_id: str) -> None:
-        """In overwrite mode, a later job's published table replaced this job's world."""
-        owner = published_by(self.side_dir)
-        if self.mode == "overwrite" and owner is not None and owner > job_id:
-            raise SinkError(
-                f"sink.uri: {self.uri} now holds job {owner}'s output, a later job than "
-                f"{job_id}; run the job again instead of resuming it"
-            )
-
     def part_target(self) -> FilePartTarget:
-        return FilePartTarget(self._layout(), self._errors(), "parquet")
+        return self._side().part_target()
 
     def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
-        """The output part (appended to the table, or into the job's pending folder),
-        then the error part."""
-        if output is not None:
-            if self.retry_round is not None:
-                self._append(output)
-            else:
-                name = self._layout().final(output.shard).removeprefix(self.side_dir + "/")
-                PendingOutput(self.side_dir, self.job_id).commit(output, name)
-        if output is not None and errors is not None:
-            crash_point("mid_commit", output.shard)
-        if errors is not None:
-            if self.retry_round is not None:
-                commit_file(errors, self._errors())
-            else:
-                name = self._errors().final(errors.shard).removeprefix(self.side_dir + "/")
-                PendingOutput(self.side_dir, self.job_id).commit(errors, name)
+        """The output part and the error part, into the job's side folder (a retry
+        round's output appended to the table)."""
+        self._side().commit(output, errors, self._append)
 
     def _append(self, staged: StagedPart) -> None:
         """One Delta commit of the part's rows, carrying its application id: a part the
         table already has is not appended again."""
         if staged.path is None:
             return  # no rows: nothing to append
-        app_id = f"thresher/{self.ledger_key}/{staged.shard}"
+        job = self._side()
+        app_id = f"thresher/{job.ledger_key}/{staged.shard}"
         fs, path = filesystem(staged.path)
         if not fs.exists(path):
             return  # appended, and the part removed, by an earlier commit
         if not self._has_transaction(app_id):
-            metadata = {"thresher.job_id": self.job_id, "thresher.shard": str(staged.shard)}
+            metadata = {"thresher.job_id": job.job_id, "thresher.shard": str(staged.shard)}
             with fs.open(path, "rb") as f:
                 data = parquet_reader([pq.ParquetFile(f)])
                 assert data is not None
@@ -194,23 +152,24 @@ class DeltaSink:
         content with them or merges them in by id; then the error parts and `_SUCCESS`.
         Adds `delta_version`, the table version the job produced, to `manifest` (which
         the store records)."""
+        job = self._side()
         fs, side = filesystem(self.side_dir)
         remove_staging(fs, side)
         manifest.update(table=self.root)
-        if self.retry_round is not None:
-            manifest.update(delta_version=self._job_version(self.ledger_key))
+        if job.retry_round is not None:
+            manifest.update(delta_version=self._job_version(job.ledger_key))
             write_json(fs, f"{side}/{SUCCESS}", manifest)
             return
-        pending = PendingOutput(self.side_dir, self.job_id)
+        pending = PendingOutput(self.side_dir, job.job_id)
         if pending.published():
-            manifest.update(delta_version=self._job_version(self.job_id))
+            manifest.update(delta_version=self._job_version(job.job_id))
             return  # published before a crash cut the job's own bookkeeping short
         if self.merge_on is not None:  # refused before the publish is decided
             parts = sorted(fs.glob(f"{filesystem(pending.folder)[1]}/part-*.parquet"))
             check_unique_keys(parts, fs, self.merge_on, self.uri)
         extra = {"merge_on": self.merge_on} if self.mode == "merge" else {}
         pending.publish(manifest, self.mode == "overwrite", self._publish_table, extra)
-        manifest.update(delta_version=self._job_version(self.job_id))
+        manifest.update(delta_version=self._job_version(job.job_id))
 
     def _publish_table(self, job_id: str, record: dict[str, Any]) -> None:
         """Job `job_id`'s publish: its pending parts appended to the table, made its whole
@@ -289,17 +248,13 @@ class DeltaSink:
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (after `start`), or all, in order."""
-        part = None if shard is None else self._errors().final(shard)
+        part = None if shard is None else self._side().errors().final(shard)
         return read_published_errors(self.side_dir, part)
 
-    def _errors(self) -> PartLayout:
-        layout = self._layout()
-        return PartLayout(f"{self.side_dir}/{ERRORS}", layout.prefix, ".jsonl", layout.width)
-
-    def _layout(self) -> PartLayout:
-        if self.layout is None:
+    def _side(self) -> SideFolder:
+        if self.side is None:
             raise SinkError("the sink was not started")
-        return self.layout
+        return self.side
 
 
 def delta_sink(section: SinkSection) -> DeltaSink:

@@ -39,20 +39,19 @@ from pydantic import Field
 from thresher.errors import SinkError, SpecError
 from thresher.faults import crash_point
 from thresher.plugins import Options
-from thresher.sinks.files import FilePartTarget, check_directory
+from thresher.sinks.files import FilePartTarget
 from thresher.sinks.iceberg_commit import commit_parts, find_snapshot
-from thresher.sinks.parts import PartLayout, StagedPart, commit_file
+from thresher.sinks.parts import StagedPart
 from thresher.sinks.publish import (
-    ERRORS,
     MARKER,
     SUCCESS,
     PendingOutput,
     published_by,
     read_published_errors,
-    recover,
     remove_staging,
     write_json,
 )
+from thresher.sinks.side_folder import SIDE, SideFolder
 from thresher.sources.files import as_url, filesystem
 from thresher.sources.iceberg_catalog import (
     CatalogSetting,
@@ -63,7 +62,6 @@ from thresher.sources.iceberg_catalog import (
 )
 from thresher.spec import SinkSection
 
-SIDE = "_thresher"  # the side folder inside the table's location
 CATALOG_FIELD = "sink.options.catalog"
 
 
@@ -83,10 +81,7 @@ class IcebergSink:
     mode: str = "overwrite"
     force: bool = False
     partition_by: tuple[str, ...] = ()
-    job_id: str = field(default="", init=False)
-    ledger_key: str = field(default="", init=False)
-    retry_round: int | None = field(default=None, init=False)
-    layout: PartLayout | None = field(default=None, init=False)
+    side: SideFolder | None = field(default=None, init=False)  # the started job's
     _opened: Any = field(default=None, init=False, repr=False)
     _location: str | None = field(default=None, init=False, repr=False)
 
@@ -116,26 +111,12 @@ class IcebergSink:
     ) -> str:
         """A retry round's rows are appended to the table in snapshots of the round's
         own, so they add to a shard's rows, never replace them."""
-        self.job_id = self.ledger_key = job_id
-        self.retry_round = retry_round
-        width = max(5, len(str(max(shard_count - 1, 0))))
-        suffix = ".parquet"
-        if retry_round is not None:
-            self.ledger_key, suffix = f"{job_id}.r{retry_round}", f".r{retry_round}{suffix}"
-        self.layout = PartLayout(self.side_dir, f"part-{job_id}-", suffix, width)
-        fs, side = filesystem(self.side_dir)
-        if resume or retry_round is not None:
-            self._check_still_ours(job_id)
-            fs.makedirs(side, exist_ok=True)
-            remove_staging(fs, side)  # the table's snapshots know what was committed
-        else:
-            self._check_table()
-            check_directory(fs, side, self.force, self.side_dir, "sink.uri")
-            if not fs.exists(f"{side}/{MARKER}"):
-                write_json(fs, f"{side}/{MARKER}", {"format": "iceberg", "table": self.uri})
-            PendingOutput(self.side_dir, job_id).create()
-        recover(self.side_dir, skip=job_id, first=self._publish_table)
-        return self._errors().root
+        self.side = SideFolder.of(self.side_dir, self.uri, job_id, shard_count, retry_round)
+        return self.side.start(
+            resume=resume, overwrite=self.mode == "overwrite", force=self.force,
+            marker={"format": "iceberg", "table": self.uri}, check_table=self._check_table,
+            publish=self._publish_table,
+        )  # fmt: skip
 
     def _check_table(self) -> None:
         """Refuse a table thresher did not write (unless forced), and partitions other
@@ -161,49 +142,28 @@ class IcebergSink:
                 ]
             )
 
-    def _check_still_ours(self, job_id: str) -> None:
-        """In overwrite mode, a later job's published table replaced this job's world."""
-        owner = published_by(self.side_dir)
-        if self.mode == "overwrite" and owner is not None and owner > job_id:
-            raise SinkError(
-                f"sink.uri: {self.uri} now holds job {owner}'s output, a later job than "
-                f"{job_id}; run the job again instead of resuming it"
-            )
-
     def part_target(self) -> FilePartTarget:
-        return FilePartTarget(self._layout(), self._errors(), "parquet")
+        return self._side().part_target()
 
     def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
-        """The output part (appended to the table, or into the job's pending folder),
-        then the error part."""
-        if output is not None:
-            if self.retry_round is not None:
-                self._append(output)
-            else:
-                name = self._layout().final(output.shard).removeprefix(self.side_dir + "/")
-                PendingOutput(self.side_dir, self.job_id).commit(output, name)
-        if output is not None and errors is not None:
-            crash_point("mid_commit", output.shard)
-        if errors is not None:
-            if self.retry_round is not None:
-                commit_file(errors, self._errors())
-            else:
-                name = self._errors().final(errors.shard).removeprefix(self.side_dir + "/")
-                PendingOutput(self.side_dir, self.job_id).commit(errors, name)
+        """The output part and the error part, into the job's side folder (a retry
+        round's output appended to the table)."""
+        self._side().commit(output, errors, self._append)
 
     def _append(self, staged: StagedPart) -> None:
         """One snapshot of a retried shard's rows, named by its commit: a part the table
         already has is not appended again."""
         if staged.path is None:
             return  # no rows: nothing to append
-        commit_id = f"thresher/{self.ledger_key}/{staged.shard}"
+        job = self._side()
+        commit_id = f"thresher/{job.ledger_key}/{staged.shard}"
         fs, path = filesystem(staged.path)
         if not fs.exists(path):
             return  # appended, and the part removed, by an earlier commit
         if self._snapshot_of(commit_id) is None:
             properties = {
                 "thresher.commit": commit_id,
-                "thresher.job_id": self.job_id,
+                "thresher.job_id": job.job_id,
                 "thresher.shard": str(staged.shard),
             }
             self._commit([staged.path], overwrite=False, properties=properties)
@@ -215,28 +175,29 @@ class IcebergSink:
         content with them; then the error parts and `_SUCCESS`. Adds
         `iceberg_snapshot_id`, the snapshot the job made, to `manifest` (which the store
         records)."""
+        job = self._side()
         fs, side = filesystem(self.side_dir)
         remove_staging(fs, side)
         manifest.update(table=self.uri)
-        if self.retry_round is not None:
-            manifest.update(iceberg_snapshot_id=self._job_snapshot(self.ledger_key))
+        if job.retry_round is not None:
+            manifest.update(iceberg_snapshot_id=self._job_snapshot(job.ledger_key))
             write_json(fs, f"{side}/{SUCCESS}", manifest)
             return
-        pending = PendingOutput(self.side_dir, self.job_id)
+        pending = PendingOutput(self.side_dir, job.job_id)
         if pending.published():
-            self._check_published()
-            manifest.update(iceberg_snapshot_id=self._job_snapshot(self.job_id))
+            self._check_published(job.job_id)
+            manifest.update(iceberg_snapshot_id=self._job_snapshot(job.job_id))
             return  # published before a crash cut the job's own bookkeeping short
         pending.publish(manifest, self.mode == "overwrite", first=self._publish_table)
-        manifest.update(iceberg_snapshot_id=self._job_snapshot(self.job_id))
+        manifest.update(iceberg_snapshot_id=self._job_snapshot(job.job_id))
 
-    def _check_published(self) -> None:
+    def _check_published(self, job_id: str) -> None:
         """A job whose pending folder is gone published, unless the folder was never
         here: a catalog that puts a new table somewhere else on every ask (a random
         location) moved the side folder between the job's start and its resume."""
-        if self._job_snapshot(self.job_id) is None and published_by(self.side_dir) != self.job_id:
+        if self._job_snapshot(job_id) is None and published_by(self.side_dir) != job_id:
             raise SinkError(
-                f"sink.uri: job {self.job_id}'s committed parts are not in {self.side_dir}:"
+                f"sink.uri: job {job_id}'s committed parts are not in {self.side_dir}:"
                 f" the table {self.uri} was to be made at another location; run the job again"
             )
 
@@ -307,7 +268,7 @@ class IcebergSink:
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         """The published bad records: one shard's (after `start`), or all, in order."""
-        part = None if shard is None else self._errors().final(shard)
+        part = None if shard is None else self._side().errors().final(shard)
         return read_published_errors(self.side_dir, part)
 
     def _catalog(self) -> Any:
@@ -315,14 +276,10 @@ class IcebergSink:
             self._opened = open_catalog(self.catalog, CATALOG_FIELD)
         return self._opened
 
-    def _errors(self) -> PartLayout:
-        layout = self._layout()
-        return PartLayout(f"{self.side_dir}/{ERRORS}", layout.prefix, ".jsonl", layout.width)
-
-    def _layout(self) -> PartLayout:
-        if self.layout is None:
+    def _side(self) -> SideFolder:
+        if self.side is None:
             raise SinkError("the sink was not started")
-        return self.layout
+        return self.side
 
 
 def iceberg_sink(section: SinkSection) -> IcebergSink:
