@@ -42,8 +42,9 @@ from pydantic import Field, model_validator
 from thresher.errors import SourceError
 from thresher.plugins import Options
 from thresher.sources.base import MAX_COLUMNS, READ_KEY, Chunk, Plan, Shard
-from thresher.sources.delta_versions import VersionsRead, read_versions
+from thresher.sources.delta_versions import read_versions
 from thresher.sources.parquet import ParquetReader, ParquetSource
+from thresher.sources.table_changes import ChangesRead
 from thresher.spec import SourceSection
 
 log = logging.getLogger("thresher.sources.delta")
@@ -115,7 +116,7 @@ class DeltaSource:
             metadata[PARTITIONS_KEY] = json.dumps(files, sort_keys=True).encode()
         return Plan(shards=planned.shards, schema=schema.with_metadata(metadata))
 
-    def _versions_read(self) -> VersionsRead | None:
+    def _versions_read(self) -> ChangesRead | None:
         """What `options.versions` added (None without it); the whole table, said at
         WARNING, when one of them did more than add."""
         if self.options.versions is None:
@@ -139,7 +140,7 @@ class DeltaSource:
         return table
 
     def _files(
-        self, table: DeltaTable, partition_columns: list[str], read: VersionsRead | None
+        self, table: DeltaTable, partition_columns: list[str], read: ChangesRead | None
     ) -> dict[str, dict[str, Any]]:
         """The version's data files (URLs) kept by the partition filters (and, reading
         what some versions added, only those), each with its partition values as text

@@ -13,36 +13,17 @@ version's.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from thresher.errors import SourceError
 from thresher.sources.files import filesystem
+from thresher.sources.table_changes import ChangesRead
 
-__all__ = ["VersionsRead", "read_versions"]
-
-
-@dataclass(frozen=True)
-class VersionsRead:
-    """What versions `first`..`last` added: `files` (paths relative to the table, as its
-    log names them), or None with `why` when the whole table at `last` is read."""
-
-    first: int
-    last: int
-    files: frozenset[str] | None
-    why: str | None = None
-
-    def describe(self) -> dict[str, object]:
-        """For the job's manifest (`source_read`)."""
-        span = [self.first, self.last]
-        if self.files is None:
-            return {"versions": span, "rows": "whole table", "version": self.last,
-                    "why": self.why}  # fmt: skip
-        return {"versions": span, "rows": "added", "files": len(self.files)}
+__all__ = ["read_versions"]
 
 
-def read_versions(uri: str, first: int, last: int) -> VersionsRead:
+def read_versions(uri: str, first: int, last: int) -> ChangesRead:
     """The files versions `first`..`last` of the table at `uri` added, each commit read
     from the log; the whole table when one of them did more than add."""
     fs, root = filesystem(uri.rstrip("/"))
@@ -54,14 +35,14 @@ def read_versions(uri: str, first: int, last: int) -> VersionsRead:
                 actions = [json.loads(line) for line in f if line.strip()]
         except FileNotFoundError:
             gone = f"version {version}'s commit is no longer in the log"
-            return VersionsRead(first, last, None, gone)
+            return ChangesRead("version", first, last, None, gone)
         except (OSError, ValueError) as exc:
             raise SourceError(f"source.uri: cannot read version {version} of {uri}: {exc}") from exc
         why = _rewrote(version, actions)
         if why is not None:
-            return VersionsRead(first, last, None, why)
+            return ChangesRead("version", first, last, None, why)
         added.update(unquote(a["add"]["path"]) for a in actions if "add" in a)
-    return VersionsRead(first, last, frozenset(added))
+    return ChangesRead("version", first, last, frozenset(added))
 
 
 def _rewrote(version: int, actions: list[dict[str, Any]]) -> str | None:

@@ -54,8 +54,9 @@ from thresher.sources.iceberg_catalog import (
     open_catalog,
     table_identifier,
 )
-from thresher.sources.iceberg_snapshots import SnapshotsRead, read_snapshots
+from thresher.sources.iceberg_snapshots import read_snapshots
 from thresher.sources.parquet import rechunk
+from thresher.sources.table_changes import ChangesRead
 from thresher.spec import SourceSection
 
 log = logging.getLogger("thresher.sources.iceberg")
@@ -118,7 +119,7 @@ class IcebergSource:
             metadata[READ_KEY] = json.dumps(read.describe()).encode()
         return Plan(shards=shards, schema=planned.with_metadata(metadata))
 
-    def _tasks(self, scan: Any, read: SnapshotsRead | None) -> list[Any]:
+    def _tasks(self, scan: Any, read: ChangesRead | None) -> list[Any]:
         """The scan's tasks by path (only those of the files `read` names, if any)."""
         try:
             tasks = sorted(scan.plan_files(), key=lambda task: str(task.file.file_path))
@@ -128,7 +129,7 @@ class IcebergSource:
             return tasks
         return [task for task in tasks if str(task.file.file_path) in read.files]
 
-    def _snapshots_read(self, table: Any) -> SnapshotsRead | None:
+    def _snapshots_read(self, table: Any) -> ChangesRead | None:
         """What `options.snapshots` added (None without it); the whole table, said at
         WARNING, when one of them did more than append."""
         if self.options.snapshots is None:

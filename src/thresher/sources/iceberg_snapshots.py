@@ -15,31 +15,12 @@ are read. A run with an overwrite, delete or replace (or whose `first` is no lon
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from thresher.errors import SpecError
+from thresher.sources.table_changes import ChangesRead
 
-__all__ = ["SnapshotsRead", "main_snapshots", "read_snapshots", "snapshot_number"]
-
-
-@dataclass(frozen=True)
-class SnapshotsRead:
-    """What snapshots `first`..`last` added: `files` (data file paths as the manifests
-    name them), or None with `why` when the whole table at `last` is read."""
-
-    first: int
-    last: int
-    files: frozenset[str] | None
-    why: str | None = None
-
-    def describe(self) -> dict[str, object]:
-        """For the job's manifest (`source_read`)."""
-        span = [self.first, self.last]
-        if self.files is None:
-            return {"snapshots": span, "rows": "whole table", "snapshot": self.last,
-                    "why": self.why}  # fmt: skip
-        return {"snapshots": span, "rows": "added", "files": len(self.files)}
+__all__ = ["main_snapshots", "read_snapshots", "snapshot_number"]
 
 
 def snapshot_number(metadata: Any, snapshot: Any) -> int:
@@ -63,7 +44,7 @@ def main_snapshots(table: Any, after: int | None = None) -> list[Any]:
     return found[::-1]
 
 
-def read_snapshots(table: Any, uri: str, first: int, last: int) -> SnapshotsRead:
+def read_snapshots(table: Any, uri: str, first: int, last: int) -> ChangesRead:
     """The data files snapshots `first`..`last` of `table` added, when all are appends;
     else the whole table at `last`, with why. SpecError when `last` is not a snapshot."""
     from pyiceberg.table.snapshots import ancestors_of
@@ -78,14 +59,14 @@ def read_snapshots(table: Any, uri: str, first: int, last: int) -> SnapshotsRead
             break
     else:
         why = f"snapshot {first} is not in snapshot {last}'s history (expired, or another branch)"
-        return SnapshotsRead(first, last, None, why)
+        return ChangesRead("snapshot", first, last, None, why)
     run.reverse()
     for snapshot in run:
         operation = _operation(snapshot)
         if operation != "append":
             why = f"snapshot {snapshot.snapshot_id} ({operation}) did more than append"
-            return SnapshotsRead(first, last, None, why)
-    return SnapshotsRead(first, last, frozenset(_added(table, run)))
+            return ChangesRead("snapshot", first, last, None, why)
+    return ChangesRead("snapshot", first, last, frozenset(_added(table, run)))
 
 
 def _operation(snapshot: Any) -> str:
