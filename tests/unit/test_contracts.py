@@ -7,7 +7,6 @@ import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -18,6 +17,7 @@ import pytest
 import skops.io
 from sklearn.linear_model import LogisticRegression
 
+from iceberg_lake import lake
 from thresher.models import LoadContext, load_model
 from thresher.sinks import open_sink
 from thresher.sources import open_source
@@ -185,22 +185,9 @@ def test_the_delta_source_keeps_the_source_contract(tmp_path: Path) -> None:
     assert plan.schema.names == [*data.schema.names]
 
 
-def _iceberg_catalog(tmp_path: Path) -> tuple[dict[str, str], Any]:
-    from pyiceberg.catalog import load_catalog
-
-    properties = {
-        "type": "sql",
-        "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
-        "warehouse": str(tmp_path / "lake"),
-    }
-    catalog = load_catalog("default", **properties)
-    catalog.create_namespace("db")
-    return properties, catalog
-
-
 def test_the_iceberg_sink_keeps_the_sink_contract(tmp_path: Path) -> None:
     """(The contract's jobs overwrite; test_iceberg_sink.py has append's own.)"""
-    properties, catalog = _iceberg_catalog(tmp_path)
+    properties, catalog = lake(tmp_path)
     section = SinkSection(uri="db.scores", format="iceberg", options={"catalog": properties})
     check_sink(lambda: open_sink(section))
     # one snapshot per job that finished
@@ -209,7 +196,7 @@ def test_the_iceberg_sink_keeps_the_sink_contract(tmp_path: Path) -> None:
 
 
 def test_the_iceberg_source_keeps_the_source_contract(tmp_path: Path) -> None:
-    properties, catalog = _iceberg_catalog(tmp_path)
+    properties, catalog = lake(tmp_path)
     data = table().append_column("region", pa.array(["eu", "us", "ap"] * 1_000))
     made = catalog.create_table("db.t", schema=data.schema)
     with made.update_spec() as spec:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog import Catalog, load_catalog
 
+from iceberg_lake import lake
 from thresher.errors import SinkError, SpecError
 from thresher.sinks import open_sink
 from thresher.sinks.iceberg import IcebergSink
@@ -20,18 +20,6 @@ from thresher.sinks.parts import StagedPart
 from thresher.spec import SinkSection
 
 JOB = "20260101-000000-000001"
-
-
-def lake(tmp_path: Path) -> tuple[dict[str, Any], Catalog]:
-    """A SQLite catalog with namespace `db`: its properties, and the catalog itself."""
-    properties = {
-        "type": "sql",
-        "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
-        "warehouse": str(tmp_path / "lake"),
-    }
-    catalog = load_catalog("default", **properties)
-    catalog.create_namespace("db")
-    return properties, catalog
 
 
 def sink(props: dict[str, Any], mode: str = "append", uri: str = "db.scores", **more: Any) -> Any:

@@ -11,8 +11,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog import Catalog
 
+from iceberg_lake import lake
 from thresher.errors import SpecError
 from thresher.sources import open_source
 from thresher.sources.base import READ_KEY, Plan
@@ -20,17 +21,6 @@ from thresher.sources.iceberg import SNAPSHOT_KEY
 from thresher.spec import SourceSection
 from thresher.testing import check_source
 from thresher.triggers.tables import IcebergWatch, TableVersion, VersionRun
-
-
-def lake(tmp_path: Path) -> tuple[dict[str, Any], Catalog]:
-    properties = {
-        "type": "sql",
-        "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
-        "warehouse": str(tmp_path / "lake"),
-    }
-    catalog = load_catalog("default", **properties)
-    catalog.create_namespace("db")
-    return properties, catalog
 
 
 def batch(ids: range) -> pa.Table:

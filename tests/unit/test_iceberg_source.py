@@ -11,9 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog import Catalog
 from pyiceberg.types import StringType
 
+from iceberg_lake import lake
 from thresher.errors import SourceError, SpecError
 from thresher.sources import iceberg as iceberg_source
 from thresher.sources import open_source
@@ -21,17 +22,6 @@ from thresher.sources.base import Plan
 from thresher.sources.iceberg import SNAPSHOT_KEY
 from thresher.spec import SourceSection, load_spec
 from thresher.testing import check_source
-
-
-def lake(tmp_path: Path) -> tuple[dict[str, Any], Catalog]:
-    properties = {
-        "type": "sql",
-        "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
-        "warehouse": str(tmp_path / "lake"),
-    }
-    catalog = load_catalog("default", **properties)
-    catalog.create_namespace("db")
-    return properties, catalog
 
 
 def make(catalog: Catalog) -> Any:

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
+from iceberg_lake import lake
 from thresher.service import submission
 from thresher.service.background.watcher import Watcher
 from thresher.service.config import ConfigError, ServerConfig, prepare
@@ -29,9 +30,7 @@ def site(tmp_path: Path, catalog: Any = None) -> ServiceState:
     (tmp_path / "m.py").write_text(MODEL)
     shared = tmp_path / "shared"
     shared.mkdir()
-    props = {"type": "sql", "uri": f"sqlite:///{shared / 'cat.db'}",
-             "warehouse": str(shared / "lake")}  # fmt: skip
-    load_catalog("default", **props).create_namespace("db")
+    props, _ = lake(shared, "cat.db")
     job = {"model": "m", "id_column": "id",
            "source": {"options": {"catalog": props if catalog is None else catalog}}}  # fmt: skip
     config = prepare(
