@@ -204,50 +204,36 @@ def _drive(
     """Run `shards` through the job's executor (as `placement` says) into `output` (the
     started sink and where it publishes bad records), then finish the job: in a span of
     the job's trace, which its shards' spans join (`worker/tracing.py`)."""
+    sink = output[0]
+    started, clock = datetime.now(UTC), time.perf_counter()
+    executor = make_executor(job.spec.run, placement)
     with tracing.span("thresher.job", job.spec.job.traceparent, job_id=job.id) as traced:
         traced.set(name=job.spec.job.name, shards=len(shards), workers=placement.workers)
-        result = _drive_traced(job, output, shards, placement, reporter)
+        try:
+            setup = worker_setup(job, placement, sink)
+            order = sorted(shard.index for shard in job.plan.shards)
+            profiled = setup.profile is not None
+            profiles = ProfileFold(job.store, job.id, order) if profiled else None
+            ledger = JobLedger(job.id, job.store, sink, profiles)
+            attempts = job.spec.run.max_attempts
+            loop = ShardLoop(job.id, job.store, ledger, executor, reporter, attempts)
+            outcome = loop.run(shards, setup) if shards else LoopOutcome()
+        except BaseException as exc:
+            job.store.finish(job.id, JobState.FAILED, None, f"{type(exc).__name__}: {exc}")
+            sink.abort()
+            raise
+        finally:
+            executor.shutdown()
+            reporter.close()
+        sizes = outcome.batch_sizes.most_common(1)
+        elapsed = time.perf_counter() - clock
+        size = sizes[0][0] if sizes else None
+        facts = RunFacts(placement, started, elapsed, outcome.rows_seen, size, outcome.ran_native)
+        result = _finish(job, output, outcome, facts, profiles)
         m = result.manifest
         traced.set(state=result.state.value, rows_in=m.get("rows_in"), rows_out=m.get("rows_out"))
         traced.set(rows_error=m.get("rows_error"))
         return result
-
-
-def _drive_traced(
-    job: Job,
-    output: tuple[Sink, str],
-    shards: list[Shard],
-    placement: Placement,
-    reporter: Reporter,
-) -> JobResult:
-    sink = output[0]
-    started, clock = datetime.now(UTC), time.perf_counter()
-    executor = make_executor(job.spec.run, placement)
-    try:
-        setup = worker_setup(job, placement, sink)
-        order = sorted(shard.index for shard in job.plan.shards)
-        profiles = ProfileFold(job.store, job.id, order) if setup.profile is not None else None
-        ledger = JobLedger(job.id, job.store, sink, profiles)
-        attempts = job.spec.run.max_attempts
-        loop = ShardLoop(job.id, job.store, ledger, executor, reporter, attempts)
-        outcome = loop.run(shards, setup) if shards else LoopOutcome()
-    except BaseException as exc:
-        job.store.finish(job.id, JobState.FAILED, None, f"{type(exc).__name__}: {exc}")
-        sink.abort()
-        raise
-    finally:
-        executor.shutdown()
-        reporter.close()
-    sizes = outcome.batch_sizes.most_common(1)
-    facts = RunFacts(
-        placement,
-        started,
-        time.perf_counter() - clock,
-        outcome.rows_seen,
-        sizes[0][0] if sizes else None,
-        outcome.ran_native,
-    )
-    return _finish(job, output, outcome, facts, profiles)
 
 
 def _finish(
