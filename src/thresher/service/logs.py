@@ -135,7 +135,8 @@ class RequestLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers") or []).get(HEADER.encode(), b"").decode("latin-1")
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(HEADER.encode(), b"").decode("latin-1")
         request_id = given if _GOOD_ID.match(given) else uuid.uuid4().hex
         started, status = time.perf_counter(), 500
 
@@ -148,7 +149,7 @@ class RequestLog:
             await send(message)
 
         method = str(scope.get("method"))
-        parent = dict(scope.get("headers") or []).get(b"traceparent", b"").decode("latin-1")
+        parent = headers.get(b"traceparent", b"").decode("latin-1")
         with (
             logging_context(request_id=request_id),
             tracing.span(f"HTTP {method}", parent or None, request_id=request_id) as traced,
