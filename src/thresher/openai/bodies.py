@@ -7,7 +7,7 @@ float32 for `encoding_format = "base64"` — `model`, `usage`), or a `chat.compl
 `text_completion` (`choices` with `message` or `text` and `finish_reason`, `usage`). An
 error line is `failed_line` (a request that failed on its own: `response.status_code`
 400 and `response.body.error`) or `bad_line` / `unrun_line` (`"response": null` and
-OpenAI's `error`). Which line each request gets is `openai.results`' to say.
+OpenAI's `error`). Which line each request gets is `sinks.openai_answers`' to say.
 """
 
 from __future__ import annotations

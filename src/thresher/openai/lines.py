@@ -78,7 +78,7 @@ class LineProblem:
 
     def record(self) -> dict[str, Any]:
         """A request that fails on its own as a bad record of its batch (stage
-        `request`), answered like one the model failed (see `openai.results`)."""
+        `request`), answered like one the model failed (see `sinks.openai_answers`)."""
         return {"id": self.request, "line": self.line, "stage": "request",
                 "error": self.code, "message": self.message}  # fmt: skip
 

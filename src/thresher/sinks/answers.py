@@ -1,6 +1,6 @@
 """A job's requests answered from its committed parts, one answer per request: the one
 mechanism behind every answer thresher gives a request, whether a line of an OpenAI
-batch (`openai.results`: the service's batches, `thresher run`'s `openai-batch` sink) or
+batch (`sinks.openai_answers`: the service's batches, `thresher run`'s `openai-batch` sink) or
 a record of the service's request buffer (`service.background.buffer`).
 
 A request is a `custom_id`: one line of the job's input, whose output rows the job writes
@@ -21,14 +21,14 @@ next to each other in input order. One rule says what answers it:
 
 An error record that fails no request (a bad line never run, a repeated `custom_id`) is
 answered on its own. What an answer looks like is the `Shape`'s: OpenAI's output and
-error lines (`openai.results.OpenAILines`), or a buffered record's output row or error
+error lines (`sinks.openai_answers.OpenAILines`), or a buffered record's output row or error
 (`service.background.buffer.RecordAnswers`).
 
 How the answers survive a crash, for every user: they are made from the job's committed
 parts and error records alone, never from memory, so making them again gives the same
 answers; and they land in one step that puts all of them in place or none: OpenAI's two
 files written under temporary names and renamed into place once both are whole
-(`openai.results.write_answers`), a buffered batch's records settled in one store
+(`sinks.openai_answers.write_answers`), a buffered batch's records settled in one store
 transaction that answers only records still `batched` (`store.requests.settle`). A
 process that dies before the step leaves the previous answers (or none), and whatever
 runs the step runs it again from the same parts: the service's batch finalize, the

@@ -7,7 +7,7 @@
                              or generated text and token counts), as a parquet sink's
     answers/_errors/, _SUCCESS, _thresher.json   as a parquet sink's
 
-Both files are written by the service's own writer (`openai.results`, over
+Both files are written by the service's own writer (`sinks.openai_answers`, over
 `sinks.answers`, the one mechanism and crash story of every request's answer): an error
 line for a request the model could not answer (`response.status_code` 400, its
 `body.error`), and for a bad line (not JSON, a repeated custom_id, …),
@@ -44,10 +44,10 @@ from typing import Any
 import pyarrow as pa
 
 from thresher.errors import SinkError
-from thresher.openai.results import answer_lines, output_rows
-from thresher.openai.results import write_answers as write_answers_files
 from thresher.openai.settings import ERRORS_FILE, OUTPUT_FILE
 from thresher.sinks.files import FilePartTarget, FileSink
+from thresher.sinks.openai_answers import answer_lines, output_rows
+from thresher.sinks.openai_answers import write_answers as write_answers_files
 from thresher.sinks.parts import StagedPart, read_error_records
 from thresher.sinks.publish import PUBLISH, SUCCESS, PendingOutput
 from thresher.sources.files import filesystem
@@ -134,7 +134,7 @@ def write_answers(
 ) -> dict[str, Any]:
     """Write OUTPUT_FILE and ERRORS_FILE into `folder` (a job's pending folder) from its
     output parts `parts[0]` (Parquet) and error parts `parts[1]`, through the one writer
-    of request answers (`openai.results`); `names` = (batch id: the job's, endpoint).
+    of request answers (`sinks.openai_answers`); `names` = (batch id: the job's, endpoint).
     Returns the counts for the manifest."""
     batch_id, endpoint = names
     answering = answer_lines((batch_id, "", endpoint))

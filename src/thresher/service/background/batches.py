@@ -12,7 +12,7 @@
 - `cancelling` (`POST /v1/batches/{id}/cancel`): the job is cancelled; the batch ends
   `cancelled`.
 - when the job has ended, `finalizing`: what its committed shards hold is published and
-  written as OpenAI's output and error files (`thresher.openai.results`, every request line in
+  written as OpenAI's output and error files (`thresher.sinks.openai_answers`, every request line in
   exactly one), recorded as `batch_output` files → `completed` (or `cancelled`,
   `expired`, `failed`). Every step can run again after a crash and ends the same.
 
@@ -33,7 +33,6 @@ from typing import Any
 from thresher.faults import crash_point
 from thresher.loops import Strikes, start_loop
 from thresher.openai.lines import Prepared, prepare_lines, request_lines
-from thresher.openai.results import Written, answer_lines, output_rows, write_answers
 from thresher.plan import worker_slots
 from thresher.service import submission
 from thresher.service.background.encoders import counting_tokens
@@ -42,6 +41,7 @@ from thresher.service.errors import TooManyRequests
 from thresher.service.state import ServiceState
 from thresher.service.uploads import find_file
 from thresher.sinks import open_sink
+from thresher.sinks.openai_answers import Written, answer_lines, output_rows, write_answers
 from thresher.sources.openai_batch import MIN_SPLIT_BYTES
 from thresher.spec import SourceSection
 from thresher.store import (
@@ -209,7 +209,7 @@ class BatchWorker:
     def _write(
         self, batch: BatchRow, job: JobRecord | None, unrun: str
     ) -> tuple[Written, dict[str, str]]:
-        """The output and error files, written (`openai.results`, the one writer of
+        """The output and error files, written (`sinks.openai_answers`, the one writer of
         request answers) and recorded; their file ids."""
         uploads = self.state.uploads_dir
         files = {kind: uploads / f"file-{batch.id}-{kind}.jsonl" for kind in ("output", "errors")}

@@ -20,7 +20,6 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from thresher.openai.lines import ENDPOINTS
-from thresher.openai.results import partial_lines
 from thresher.service.downloads import output_of
 from thresher.service.errors import BadRequest, NotFound
 from thresher.service.limits import PRIORITY_LIMIT
@@ -29,6 +28,7 @@ from thresher.service.policies.auth import Tenant
 from thresher.service.policies.quotas import over_limit
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.uploads import find_file
+from thresher.sinks.openai_answers import partial_lines
 from thresher.store import AtLimit, BatchRow, BatchStatus
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])

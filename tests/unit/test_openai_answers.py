@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from thresher.openai.results import partial_lines
 from thresher.openai.settings import ERRORS_FILE, OUTPUT_FILE
 from thresher.records import BadRecord
 from thresher.sinks.files import FileSink
+from thresher.sinks.openai_answers import partial_lines
 from thresher.sinks.openai_batch import write_answers
 from thresher.sinks.parts import StagedPart
 
