@@ -64,6 +64,7 @@ from thresher.plan.devices import visible_gpus
 from thresher.schedules.settings import ScheduleSettings, valid_name
 from thresher.spec import ModelSection, RunSection
 from thresher.triggers.settings import TriggerSettings
+from thresher.triggers.tables import WATCHES
 
 SECRET_FILE = "webhook_secret"
 
@@ -287,8 +288,8 @@ def _resolve_paths(raw: dict[str, object], base: Path) -> None:
         raw["allowed_roots"] = [resolve_uri(r, base) if isinstance(r, str) else r for r in roots]
     triggers = raw.get("triggers")
     for section in triggers.values() if isinstance(triggers, dict) else ():
-        if isinstance(section, dict) and isinstance(section.get("watch"), str):
-            section["watch"] = resolve_uri(section["watch"], base)
+        if isinstance(section, dict):
+            _resolve_watch(section, base)
     models = raw.get("models")
     if isinstance(models, dict):
         for section in models.values():
@@ -300,6 +301,14 @@ def _resolve_paths(raw: dict[str, object], base: Path) -> None:
         source = job.get("source") if isinstance(job, dict) else None
         if isinstance(source, dict):
             _resolve_source(source, base)
+
+
+def _resolve_watch(trigger: dict[str, object], base: Path) -> None:
+    """A trigger's `watch` against the config's folder when it is a path (a folder, a
+    Delta table); an Iceberg table's `watch` is its name in a catalog, left as it is."""
+    table = WATCHES.get(str(trigger.get("table")))
+    if isinstance(trigger.get("watch"), str) and (table is None or table.is_path):
+        trigger["watch"] = resolve_uri(str(trigger["watch"]), base)
 
 
 def _resolve_source(source: dict[str, object], base: Path) -> None:
