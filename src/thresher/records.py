@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Stage = Literal["read", "decode", "preprocess", "predict", "write"]
+Stage = Literal["read", "fetch", "decode", "preprocess", "predict", "write"]
 RAW_LIMIT = 1024
 
 

@@ -77,6 +77,20 @@ class JobSection(Section):
     traceparent: str | None = Field(default=None, max_length=128)
 
 
+class ImageColumnSection(Section):
+    """`source.images`: a column of a file's bytes, or of its path or URL (relative: to
+    the source's folder) fetched into `into` by the workers (sources/image_columns.py)."""
+
+    column: str
+    into: str = "image"
+    threads: int = Field(default=16, ge=1, le=256)  # fetches at once, per worker
+    retries: int = Field(default=3, ge=0, le=10)  # after a timeout, a 5xx, a 429
+    timeout: float = Field(default=30.0, gt=0)  # seconds, per try
+    max_bytes: int = Field(default=64 * 1024 * 1024, ge=1)  # a fetched file's most bytes
+    chunk_rows: int = Field(default=256, ge=1)  # rows fetched and decoded at once
+    max_pixels: int = Field(default=89_478_485, ge=1)  # as `images`' (a bomb's claim)
+
+
 class SourceSection(Section):
     uri: str
     format: str | None = None  # a registered source (see plugins.py), or inferred from uri
@@ -95,12 +109,15 @@ class SourceSection(Section):
     # checks the very files it reads, not only what the submission named.
     allowed_roots: list[str] = Field(default_factory=list)
     files: list[str] = Field(default_factory=list)  # exactly these, not what `uri` lists
+    images: ImageColumnSection | None = None  # a column of images, fetched or held
 
     @model_validator(mode="after")
     def _known_source(self) -> SourceSection:
         self._infer_format()
         if self.files and self.format not in FILE_INPUTS:
             raise ValueError(f"files: only the file sources ({', '.join(FILE_INPUTS)}) take them")
+        if self.images is not None and self.format in ("images", "documents"):
+            raise ValueError(f"images: a {self.format} source reads its files itself")
         assert self.format is not None
         check_plugin(Kind.SOURCE, self.format, self.options)
         return self

@@ -357,6 +357,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "thresher.trees": [],
     "thresher.inmemory": [],
+    "thresher.integrations": [],
     "thresher.media": ["IMAGE_KINDS", "sniff"],
     "thresher.worker": ["run_shard", "run_task"],
 }

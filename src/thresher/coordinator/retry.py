@@ -1,7 +1,8 @@
 """`thresher retry-errors`: run a finished job's failed rows again, exactly once.
 
-Only rows the model rejected (stage `predict`: it raised, or gave NaN/infinity) are
-retried — say, after the model was fixed. Decode errors are input problems no model can
+Only rows the model rejected (stage `predict`: it raised, or gave NaN/infinity) and rows
+whose file could not be fetched (stage `fetch`: `source.images`) are retried — say, after
+the model was fixed or the server came back. Decode errors are input problems no model can
 fix; they stay in the error file. Each shard with such rows becomes a retry task
 (`worker/tasks.py: RetryTask`) that runs through the job's executor like any shard —
 local worker processes or Ray, with the shard timeout, attempts and crash isolation — and
@@ -41,6 +42,10 @@ from thresher.sources import Plan, Shard
 from thresher.spec import JobSpec, apply_override, parse_spec
 from thresher.store import JobState, RetryShard, RetryShardState, ShardState, Store, open_store
 from thresher.worker.tasks import RetryTask, ShardResult, Task
+
+# The stages whose rows may pass another time: the model's (it raised, or gave NaN) and
+# the fetch of a row's file (a server that was down, a file not there yet).
+RETRIED_STAGES = frozenset({"predict", "fetch"})
 
 
 def retry_errors(
@@ -103,10 +108,12 @@ class RetryLedger:
             if progress is not None and progress.state == RetryShardState.DONE:
                 continue
             records = list(self.sink.read_errors(shard.index))
-            rows = frozenset(_where(rec) for rec in records if rec["stage"] == "predict")
+            rows = frozenset(_where(rec) for rec in records if rec["stage"] in RETRIED_STAGES)
             if rows:
                 kept = tuple(
-                    json.dumps(r, ensure_ascii=False) for r in records if r["stage"] != "predict"
+                    json.dumps(r, ensure_ascii=False)
+                    for r in records
+                    if r["stage"] not in RETRIED_STAGES
                 )
                 self.work[shard.index] = (rows, kept)
         return [s for s in self.job.plan.shards if s.index in self.work]

@@ -32,6 +32,16 @@ def image_field(name: str, max_pixels: int) -> pa.Field:
     return pa.field(name, pa.large_binary(), metadata=metadata)
 
 
+def as_image(field: pa.Field, max_pixels: int) -> pa.Field:
+    """A binary field of a table (image files' bytes) marked as `image_field`'s are."""
+    metadata = {
+        **(field.metadata or {}),
+        MEDIA_KEY: ENCODED,
+        MAX_PIXELS_KEY: str(max_pixels).encode(),
+    }
+    return field.with_metadata(metadata)
+
+
 def media_kind(field: pa.Field) -> bytes | None:
     """What a field holds (`ENCODED`, `DECODED`, `TENSOR`), or None for any other column."""
     return (field.metadata or {}).get(MEDIA_KEY)

@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 
 from thresher.media.kinds import sniff
+from thresher.records import Stage
 
 
 class MediaError(Exception):
-    """One image that cannot be used: `stage` is where it failed (`decode`,
+    """One image that cannot be used: `stage` is where it failed (`fetch`, `decode`,
     `preprocess`), `error` a short name for the reason."""
 
-    def __init__(self, stage: str, error: str, message: str) -> None:
+    def __init__(self, stage: Stage, error: str, message: str) -> None:
         super().__init__(message)
         self.stage = stage
         self.error = error

@@ -23,6 +23,12 @@ def open_source(
     assert section.format is not None  # the spec infers it
     factory = find(Kind.SOURCE, section.format).load()
     source: Source = factory(section, keep_columns, min_shards)
+    if section.images is not None:  # a column of images, in any source's rows
+        from thresher.sources.image_columns import ImageColumnSource, folder_of
+
+        roots = tuple(section.allowed_roots)
+        base = folder_of(section)
+        return ImageColumnSource(source, section.images, base, roots, section.id_column)
     return source
 
 

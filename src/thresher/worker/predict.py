@@ -7,7 +7,6 @@ its batch still get their predictions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -17,7 +16,6 @@ import pyarrow.compute as pc
 
 from thresher.arrays import from_numpy
 from thresher.errors import ModelOutputError
-from thresher.media.columns import media_kind
 from thresher.models.base import Column, Model
 from thresher.worker.autobatch import BatchTuner
 
@@ -163,19 +161,3 @@ def _concat(segments: list[dict[str, pa.Array]]) -> dict[str, pa.Array]:
     if len(segments) == 1:
         return segments[0]
     return {name: pa.concat_arrays([s[name] for s in segments]) for name in segments[0]}
-
-
-def row_as_text(table: pa.Table, index: int) -> str:
-    """A row as JSON, for the `raw` field of an error record. Bytes (an image file) and
-    pixels show as their size: their text is no help to a person, and cut to 1 KiB."""
-    row = table.slice(index, 1)
-    values = {}
-    for column_field, column in zip(row.schema, row.columns, strict=True):
-        if pa.types.is_binary(column_field.type) or pa.types.is_large_binary(column_field.type):
-            value = column[0].as_py()
-            values[column_field.name] = None if value is None else f"<{len(value)} bytes>"
-        elif media_kind(column_field) is not None:
-            values[column_field.name] = "<image>"
-        else:
-            values[column_field.name] = column[0].as_py()
-    return json.dumps(values, default=str, allow_nan=True)
