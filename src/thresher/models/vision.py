@@ -22,7 +22,8 @@ Outputs, `classification`: `label` and `score` (the top class and its probabilit
 with `proba` in `model.outputs` one `proba_<label>` column per class. Scores are the
 softmax of the model's logits (`scores = "none"`: the model's outputs are probabilities
 already). `embedding`: an `embedding` column (FixedSizeList<float32>), of unit length
-with `normalize = true`.
+with `normalize = true`; a CLIP folder with `text_column` embeds that column's texts into
+the space of its images instead (clip_text.py).
 
 Images are decoded and preprocessed by the worker on its reading thread, a chunk ahead
 of the model (models/images.py); one that fails is a bad record at stage `decode` or
@@ -60,6 +61,7 @@ class VisionOptions(Options):
     normalize: bool = False  # embeddings of unit length
     image: ImageOptions | None = None  # a file model's preprocessing
     image_column: str | None = None  # which image column, when the input has several
+    text_column: str | None = None  # a CLIP folder: embed this column's texts instead
     device: str | None = None  # "auto", "cpu", "cuda" or "cuda:N"
 
 
@@ -69,6 +71,16 @@ def load_vision(spec: ModelSection, context: LoadContext) -> Model:
     if options.task == "embedding" and "proba" in spec.outputs:
         raise ModelLoadError("model.outputs: an embedding has no class probabilities")
     path = Path(spec.uri)
+    if options.text_column is not None:
+        from thresher.models.clip_text import load_clip_text
+
+        if options.task != "embedding" or not path.is_dir():
+            raise ModelLoadError(
+                "model.options.text_column: texts are embedded by a CLIP folder with"
+                ' task = "embedding"'
+            )
+        head = embedding_head(options.normalize)
+        return load_clip_text(path, options.text_column, head, options.device, context)
     if path.is_dir():
         runner, transform, labels = _transformers(path, options, context)
     elif path.is_file():
