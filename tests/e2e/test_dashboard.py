@@ -82,6 +82,28 @@ def acme_jobs(site: ServiceSite, server: Server, token: str) -> tuple[str, str]:
     return bad, slow
 
 
+def schedules_and_the_rest(a: Visitor, url: str) -> None:
+    """Pause a schedule and run it now; then the queue, triggers and batches pages."""
+    a.page.goto(f"{url}/ui/schedules")
+    a.page.click("text=Pause")
+    assert a.page.locator("text=Resume").count() == 1
+    a.page.click("text=Run now")  # a manual tick, even while paused
+    a.page.wait_for_url("**/ui/schedules")
+    a.page.wait_for_function(  # its job starts within moments: reload until shown
+        "() => { if (!document.querySelector('.ticks a')) { location.reload(); return false; }"
+        " return true; }",
+        timeout=20_000,
+        polling=1000,
+    )
+    a.shot("schedules")
+    for path in ("queue", "triggers", "batches"):
+        a.page.goto(f"{url}/ui/{path}")
+        assert a.page.locator("h1").count() == 1
+        a.shot(path)
+    a.page.keyboard.press("Tab")  # the first stop is the brand link, then the nav
+    assert a.page.evaluate("document.activeElement.textContent") == "thresher"
+
+
 def test_the_dashboard_in_a_browser(tmp_path: Path, browser: Any) -> None:
     shots = Path(os.environ.get("THRESHER_UI_SHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
@@ -115,10 +137,7 @@ def test_the_dashboard_in_a_browser(tmp_path: Path, browser: Any) -> None:
         a.page.reload()
         assert a.page.locator("#job-state").inner_text() == "cancelled"
         a.shot("job-cancelled")
-        a.page.goto(f"{server.url}/ui/schedules")
-        a.page.click("text=Pause")
-        assert a.page.locator("text=Resume").count() == 1
-        a.shot("schedules")
+        schedules_and_the_rest(a, server.url)
 
         b = Visitor(browser, server, shots, "globex")
         b.sign_in(globex)

@@ -51,13 +51,15 @@ class JobQueue:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def waiting(self, limit: int = 100) -> list[WaitingJob]:
-        """Jobs that may start now, highest priority first, oldest first within one."""
+    def waiting(self, limit: int = 100, tenant: str | None = None) -> list[WaitingJob]:
+        """Jobs that may start now, highest priority first, oldest first within one;
+        only `tenant`'s when one is given."""
+        mine = " AND tenant = ?" if tenant is not None else ""
         rows = self.db.query(
             "SELECT id, tenant, priority, state, spec, wait_reason FROM thresher_jobs"
-            " WHERE state IN (?, ?) AND id NOT IN (SELECT job_id FROM thresher_leases)"
+            f" WHERE state IN (?, ?){mine} AND id NOT IN (SELECT job_id FROM thresher_leases)"
             " ORDER BY priority DESC, created_at ASC, id ASC LIMIT ?",
-            (*WAITING, limit),
+            (*WAITING, *([tenant] if tenant is not None else []), limit),
         )
         return [
             WaitingJob(str(r[0]), r[1], int(r[2] or 0), JobState(r[3]), _workers(r[4]), r[5])

@@ -18,10 +18,25 @@ class JobViews:
 
     db: Database
 
-    def tenant_job_ids(self, tenant: str, limit: int, after: JobRecord | None) -> list[str]:
-        """Up to `limit` of the tenant's job ids, newest first, after job `after`."""
+    def tenant_job_ids(
+        self,
+        tenant: str,
+        limit: int,
+        after: JobRecord | None,
+        state: str | None = None,
+        name: str = "",
+    ) -> list[str]:
+        """Up to `limit` of the tenant's job ids, newest first, after job `after`; only
+        those in `state` and whose name holds `name` (any case), when given."""
         sql = "SELECT id FROM thresher_jobs WHERE tenant = ?"
         params: list[Any] = [tenant]
+        if state is not None:
+            sql += " AND state = ?"
+            params.append(state)
+        if name:
+            pattern = name.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            sql += " AND LOWER(name) LIKE ? ESCAPE '\\'"
+            params.append(f"%{pattern}%")
         if after is not None:
             sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
             params += [after.created_at, after.created_at, after.id]
