@@ -82,6 +82,22 @@ def acme_jobs(site: ServiceSite, server: Server, token: str) -> tuple[str, str]:
     return bad, slow
 
 
+def charts(a: Visitor, server: Server, token: str) -> None:
+    """A second run of the bad job's name: its page charts its rows over time and its
+    drift against the first run, each an image that loads under the page's policy."""
+    with server.client(token) as client:
+        file_id = client.post("/v1/files", files={"file": ("in.jsonl", BAD)}).json()["id"]
+        body = {"input_file_id": file_id, "model": "double", "id_column": "id"}
+        again = client.post("/v1/jobs", json=body).json()["id"]
+        wait_for_job(client, again)
+    a.page.goto(f"{server.url}/ui/jobs/{again}")
+    for alt in ("Rows done over time", "Drift against"):
+        image = a.page.locator(f'img[alt^="{alt}"]')
+        image.wait_for()
+        assert image.evaluate("i => i.decode().then(() => i.naturalWidth > 0)"), alt
+    a.shot("job-charts")
+
+
 def schedules_and_the_rest(a: Visitor, url: str) -> None:
     """Pause a schedule and run it now; then the queue, triggers and batches pages."""
     a.page.goto(f"{url}/ui/schedules")
@@ -137,6 +153,7 @@ def test_the_dashboard_in_a_browser(tmp_path: Path, browser: Any) -> None:
         a.page.reload()
         assert a.page.locator("#job-state").inner_text() == "cancelled"
         a.shot("job-cancelled")
+        charts(a, server, acme)
         schedules_and_the_rest(a, server.url)
 
         b = Visitor(browser, server, shots, "globex")

@@ -92,6 +92,18 @@ class JobViews:
         )
         return {str(t): (int(a), int(b), int(c)) for t, a, b, c in rows}
 
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        """Every attempt at the job's shards, in the order they started: `index` (the
+        shard), `number`, `started_at`, `finished_at`, `outcome` (done, failed, or None
+        while running) and `message` (why it failed)."""
+        rows = self.db.query(
+            "SELECT idx, number, started_at, finished_at, outcome, message"
+            " FROM thresher_attempts WHERE job_id = ? ORDER BY started_at, idx, number",
+            (job_id,),
+        )
+        keys = ("index", "number", "started_at", "finished_at", "outcome", "message")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
     def running_job_progress(self, tenant: str | None = None) -> list[tuple[str, str, str, int]]:
         """(job id, tenant, first attempt's start, rows of its committed shards) of each
         running job of the tenant (of every tenant with None)."""

@@ -27,6 +27,7 @@ from thresher.service.policies.auth import tenant_of
 from thresher.service.policies.disclosure import private_roots
 from thresher.service.routers import jobs as jobs_api
 from thresher.service.state import ServiceState, StateDep
+from thresher.service.ui.charts import charts_of
 from thresher.service.ui.frame import SECURITY_HEADERS
 from thresher.service.ui.frame import checked as _checked
 from thresher.service.ui.frame import page as _page
@@ -156,13 +157,26 @@ def job_page(job_id: str, request: Request, state: StateDep) -> Response:
     except NotFound:
         return _page(request, "missing.html", 404, tenant=session.tenant, what=f"job {job_id}")
     info = _shown(jobs_api.describe(state, record))
-    shards = [vars(s) | {"state": s.state.value} for s in state.store.shards(job_id)]
+    tries: dict[int, list[dict[str, Any]]] = {}
+    for attempt in state.store.views.attempts(job_id):
+        tries.setdefault(attempt["index"], []).append(attempt)
+    shards = [
+        vars(s) | {"state": s.state.value, "tries": tries.get(s.index, [])}
+        for s in state.store.shards(job_id)
+    ]
     return _page(
         request, "job.html", tenant=session.tenant, csrf=_key(state).csrf(session), job=info,
-        shards=shards, spec=json.dumps(record.spec.model_dump(mode="json"), indent=2),
+        shards=shards, charts=charts_of(state, record), placement=_placement(record),
+        spec=json.dumps(record.spec.model_dump(mode="json"), indent=2),
         manifest=json.dumps(record.manifest or {}, indent=2, default=str),
         bad=_first_bad(state, record) if record.state.finished else [],
     )  # fmt: skip
+
+
+def _placement(record: Any) -> str | None:
+    """Where the job ran: the manifest's placement (workers x threads, device)."""
+    placement = (record.manifest or {}).get("placement")
+    return None if placement is None else str(placement)
 
 
 def _first_bad(state: ServiceState, record: Any) -> list[dict[str, Any]]:
