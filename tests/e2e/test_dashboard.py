@@ -7,6 +7,7 @@ violation is one) on any page. Screenshots of every page land in the test's fold
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -82,6 +83,22 @@ def acme_jobs(site: ServiceSite, server: Server, token: str) -> tuple[str, str]:
     return bad, slow
 
 
+def resume(a: Visitor, server: Server, token: str, job_id: str) -> None:
+    """Resume the cancelled job from its page: its committed shards kept, the rest run
+    again, each row once in its results."""
+    a.page.wait_for_function(  # shown once its coordinator has stopped: reload till then
+        "() => { if (!document.querySelector('#resume')) { location.reload(); return false; }"
+        " return true; }",
+        timeout=20_000,
+        polling=500,
+    )
+    a.page.click("#resume")
+    with server.client(token) as client:
+        assert wait_for_job(client, job_id)["status"] == "succeeded"
+        lines = client.get(f"/v1/jobs/{job_id}/results").text.splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == list(range(12))
+
+
 def charts(a: Visitor, server: Server, token: str) -> None:
     """A second run of the bad job's name: its page charts its rows over time and its
     drift against the first run, each an image that loads under the page's policy."""
@@ -153,6 +170,7 @@ def test_the_dashboard_in_a_browser(tmp_path: Path, browser: Any) -> None:
         a.page.reload()
         assert a.page.locator("#job-state").inner_text() == "cancelled"
         a.shot("job-cancelled")
+        resume(a, server, acme, slow)
         charts(a, server, acme)
         schedules_and_the_rest(a, server.url)
 

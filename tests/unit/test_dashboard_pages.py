@@ -137,3 +137,12 @@ def test_signed_out_pages_go_to_the_sign_in(tmp_path: Path, site: Any) -> None:
     for path in ("/ui/batches", "/ui/triggers", "/ui/queue", "/ui/schedules"):
         answer = client.get(path, follow_redirects=False)
         assert answer.status_code == 303 and answer.headers["location"] == "/ui/login"
+
+
+def test_only_a_failed_or_cancelled_job_is_resumed(site: Any) -> None:
+    app, acme, globex = site
+    client = TestClient(app)
+    waiting = client.post("/v1/jobs/job-00001/resume", headers={"Authorization": f"Bearer {acme}"})
+    assert waiting.status_code == 409 and "only a failed or cancelled job" in waiting.text
+    theirs = client.post("/v1/jobs/job-00001/resume", headers={"Authorization": f"Bearer {globex}"})
+    assert theirs.status_code == 404

@@ -130,6 +130,28 @@ class JobQueue:
         )
         return [str(r[0]) for r in rows]
 
+    def reopen(self, job_id: str, reason: str) -> bool:
+        """Put a failed or cancelled job whose coordinator is gone (no lease) back in the
+        queue: to finish from its stored plan, committed shards kept (`preempted`), or from
+        the start when it never planned (`queued`). Its end is forgotten, so it ends (and
+        is announced) again. False when the job is in no such state."""
+        with self.db.transaction() as cur:
+            changed = cur.changed(
+                "UPDATE thresher_jobs SET state = CASE WHEN shard_count > 0 THEN ? ELSE ? END,"
+                " finished_at = NULL, message = NULL, announced_at = NULL, wait_reason = ?"
+                " WHERE id = ? AND state IN (?, ?)"
+                " AND id NOT IN (SELECT job_id FROM thresher_leases)",
+                (
+                    JobState.PREEMPTED.value,
+                    JobState.QUEUED.value,
+                    reason,
+                    job_id,
+                    JobState.FAILED.value,
+                    JobState.CANCELLED.value,
+                ),
+            )
+        return changed > 0
+
     def cancel_if_queued(self, job_id: str) -> bool:
         """Cancel the job if it is waiting — queued, or preempted with its coordinator gone
         (no lease) — atomically against the scheduler's claim."""

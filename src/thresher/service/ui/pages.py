@@ -167,6 +167,8 @@ def job_page(job_id: str, request: Request, state: StateDep) -> Response:
     return _page(
         request, "job.html", tenant=session.tenant, csrf=_key(state).csrf(session), job=info,
         shards=shards, charts=charts_of(state, record), placement=_placement(record),
+        resumable=record.state.value in ("failed", "cancelled")
+        and state.store.leases.lease(job_id) is None,  # its coordinator has stopped
         spec=json.dumps(record.spec.model_dump(mode="json"), indent=2),
         manifest=json.dumps(record.manifest or {}, indent=2, default=str),
         bad=_first_bad(state, record) if record.state.finished else [],
@@ -197,6 +199,20 @@ def cancel(
         jobs_api.cancel_job(job_id, state, session.tenant)
     except ServiceError:
         return _page(request, "missing.html", 404, tenant=session.tenant, what=f"job {job_id}")
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.post("/jobs/{job_id}/resume")
+def resume(
+    job_id: str, request: Request, state: StateDep, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    session = _checked(request, state, csrf)
+    if session is None:
+        return _page(request, "missing.html", 403, what="that action (sign in again)")
+    try:
+        jobs_api.resume_job(job_id, state, session.tenant)
+    except ServiceError as exc:
+        return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
 
 
