@@ -146,3 +146,23 @@ def test_only_a_failed_or_cancelled_job_is_resumed(site: Any) -> None:
     assert waiting.status_code == 409 and "only a failed or cancelled job" in waiting.text
     theirs = client.post("/v1/jobs/job-00001/resume", headers={"Authorization": f"Bearer {globex}"})
     assert theirs.status_code == 404
+
+
+def test_a_job_s_webhook_deliveries_are_on_its_page(site: Any) -> None:
+    from thresher.store._deliveries import DeliveryState
+
+    app, acme, _ = site
+    store = app.state.service.store
+    store.deliveries.add("job-00003", "job.failed", "https://hooks.example/in", "{}")
+    key = ("job-00003", "job.failed", "https://hooks.example/in")
+    store.deliveries.record(key, 3, (503, "Service Unavailable"), DeliveryState.FAILED)
+    browser = Browser(app, acme)
+    page = browser.get("/ui/jobs/job-00003")
+    assert "https://hooks.example/in" in page and "503" in page and "failed" in page
+    token = browser.csrf("/ui/jobs/job-00003")
+    again = browser.client.post(
+        "/ui/webhooks/jobs/job-00003/redeliver", data={"csrf": token}, follow_redirects=False
+    )
+    assert again.status_code == 409  # this app runs no background sender: it says so
+    assert "sends no webhooks now" in again.text
+    assert "No webhook endpoints." in browser.get("/ui/webhooks")

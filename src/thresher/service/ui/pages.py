@@ -35,6 +35,7 @@ from thresher.service.ui.frame import session_key as _key
 from thresher.service.ui.frame import signed_in as _session
 from thresher.service.ui.frame import to_login as _to_login
 from thresher.service.ui.session import COOKIE, MAX_AGE
+from thresher.service.ui.webhooks import job_deliveries
 
 __all__ = ["SECURITY_HEADERS", "router"]
 
@@ -167,6 +168,7 @@ def job_page(job_id: str, request: Request, state: StateDep) -> Response:
     return _page(
         request, "job.html", tenant=session.tenant, csrf=_key(state).csrf(session), job=info,
         shards=shards, charts=charts_of(state, record), placement=_placement(record),
+        deliveries=job_deliveries(state, job_id),
         resumable=record.state.value in ("failed", "cancelled")
         and state.store.leases.lease(job_id) is None,  # its coordinator has stopped
         spec=json.dumps(record.spec.model_dump(mode="json"), indent=2),
