@@ -23,6 +23,27 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 BAD = b'{"id": 1, "x": 1.0}\n{"id": 2, "x": 2.0}\nnot json at all\n{"id": 4, "x": 4.0}\n'
 
 
+# What a screen reader could not name on a page: a form control with no label, an image
+# with no alt text, a button or link with no text, a table with no header cells.
+UNLABELLED = """() => {
+  const bad = [];
+  for (const el of document.querySelectorAll("input:not([type=hidden]), select, textarea")) {
+    if (!(el.labels && el.labels.length) && !el.getAttribute("aria-label")) bad.push(el.outerHTML);
+  }
+  for (const el of document.querySelectorAll("img")) {
+    if (!el.getAttribute("alt")) bad.push(el.outerHTML);
+  }
+  for (const el of document.querySelectorAll("button, a")) {
+    if (!el.textContent.trim() && !el.getAttribute("aria-label")) bad.push(el.outerHTML);
+  }
+  for (const el of document.querySelectorAll("table")) {
+    if (!el.querySelector("th")) bad.push("a table with no header cells");
+  }
+  if (!document.querySelector("h1")) bad.push("no h1");
+  return bad;
+}"""
+
+
 @pytest.fixture
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
@@ -54,6 +75,8 @@ class Visitor:
         self.page.wait_for_url("**/ui/jobs")
 
     def shot(self, name: str) -> None:
+        """A screenshot of the page, after checking what a screen reader needs of it."""
+        assert self.page.evaluate(UNLABELLED) == [], name
         self.page.screenshot(path=str(self.shots / f"{self.who}-{name}.png"), full_page=True)
 
 
