@@ -52,13 +52,13 @@ def schedules(ctx: click.Context, config_file: Path | None, store_url: str | Non
 def read_server_config(config_file: Path | None) -> ServerConfig:
     """The server's config, its schedules checked; exit 2 naming what is wrong (also
     `thresher backfill`'s)."""
-    from thresher.service.config import ConfigError
+    from thresher.service.config import ConfigError, read_config
     from thresher.service.schedules import check_schedules
 
     if config_file is None:
         fail("Missing option '--config': the server's config file is needed", EXIT_USAGE)
     try:
-        config = read_server_config(config_file)
+        config = read_config(config_file)
         check_schedules(config)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
