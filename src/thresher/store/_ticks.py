@@ -90,9 +90,10 @@ class TickLedger:
     def claim_for_backfill(
         self, schedule: str, nominal: datetime, backfill: str, owner: str
     ) -> bool:
-        """Claim a past fire time for `backfill`: a new row, or one the ticker settled
-        without a job (missed, skipped, failed), taken over in one conditional write;
-        False if the fire time has, or may get, a job of another's."""
+        """Claim a past fire time for `backfill`: a new row, or one settled without a job
+        (missed, skipped, failed) by the ticker or another backfill, taken over in one
+        conditional write; False if the fire time has, or may get, a job of another's,
+        or was this backfill's already (a fire time it failed is not tried again)."""
         jobless = (TickOutcome.MISSED.value, TickOutcome.SKIPPED.value, TickOutcome.FAILED.value)
         with self.db.transaction() as cur:
             won = cur.changed(
@@ -107,9 +108,9 @@ class TickLedger:
                     "UPDATE thresher_ticks SET outcome = ?, claimed_by = ?, claimed_at = ?,"
                     " backfill = ?, message = NULL, settled_at = NULL"
                     " WHERE schedule = ? AND nominal = ? AND job_id IS NULL"
-                    " AND outcome IN (?, ?, ?)",
+                    " AND outcome IN (?, ?, ?) AND (backfill IS NULL OR backfill <> ?)",
                     (TickOutcome.CLAIMED.value, owner, now(), backfill, schedule,
-                     nominal.isoformat(), *jobless),
+                     nominal.isoformat(), *jobless, backfill),
                 )  # fmt: skip
             crash_point("backfill_claiming")  # the claim written, not committed
         return won > 0

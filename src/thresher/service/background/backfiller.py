@@ -66,8 +66,13 @@ class Backfiller:
             self.store.backfills.cancel(row.id)
             return
         ledger = self.store.ticks
-        for claim in ledger.at(row.schedule, row.nominals).values():
-            mine = claim.backfill == row.id and claim.outcome == TickOutcome.CLAIMED
+        claimed = {
+            t.nominal: t
+            for t in ledger.at(row.schedule, row.nominals).values()
+            if t.outcome == TickOutcome.CLAIMED
+        }
+        for claim in claimed.values():
+            mine = claim.backfill == row.id
             if mine and self._ours(row.schedule, claim.nominal, str(claim.claimed_by)):
                 self._start(row, schedule, claim.nominal)
         view = view_backfill(self.store, row)
@@ -75,7 +80,7 @@ class Backfiller:
         for tick in view.ticks:
             if row.max_running is not None and active >= row.max_running:
                 break
-            if tick.state != TickState.PENDING or tick.message is not None:
+            if tick.state != TickState.PENDING or tick.nominal in claimed:
                 continue  # done, ours already, or being started by another
             if ledger.claim_for_backfill(row.schedule, tick.nominal, row.id, self.owner):
                 crash_point("backfill_claimed")
