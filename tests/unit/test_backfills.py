@@ -63,6 +63,9 @@ def test_dates_are_read_on_the_schedules_wall_clock_and_the_last_day_is_whole() 
         ("yesterday", "2026-11-01", "from: 'yesterday' is not an ISO date"),
         ("2026-11-01", "30/11/2026", "to: '30/11/2026' is not an ISO date"),
         ("2026-11-01T03:00", "2026-11-01T04:00", "no past fire time"),
+        ("0001-01-01", "2026-11-01", "from: '0001-01-01' is before 1970"),
+        ("2026-11-01", "9999-12-31", "to: '9999-12-31' is not an ISO date"),
+        ("2026-11-01", "9999-12-31T23:59:59-23:59", "between 1970 and 9998"),
     ],
 )
 def test_a_range_that_cannot_be_backfilled_is_refused_naming_the_option(

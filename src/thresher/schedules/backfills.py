@@ -40,6 +40,9 @@ __all__ = [
 
 # The most fire times one backfill covers: a longer range is refused, not cut (split it).
 MAX_BACKFILL_TICKS = 1000
+# Instants a range may name: far enough from datetime's ends that a day either side of
+# them (the cron's wall-clock search) is still a datetime.
+EARLIEST, LATEST = datetime(1970, 1, 1), datetime(9999, 1, 1)
 # Fire times this recent are the live ticker's to decide (its catch-up grace), never a
 # backfill's: a backfill that took one would run a live tick at a backfill's priority.
 TICKER_GRACE = timedelta(minutes=1)
@@ -89,9 +92,12 @@ def read_moment(text: str, cron: Cron, *, end: bool, option: str) -> datetime:
             instant = wall.replace(tzinfo=cron.zone)
             return instant - timedelta(microseconds=1) if end else instant
         moment = datetime.fromisoformat(text)
-    except ValueError:
+        if not EARLIEST <= moment.replace(tzinfo=None) <= LATEST:
+            raise ValueError(text)
+    except (ValueError, OverflowError):  # OverflowError: a day after 9999-12-31
         raise BackfillError(
-            f"{option}: {text!r} is not an ISO date (2026-11-01) or date-time (2026-11-01T02:00)"
+            f"{option}: {text!r} is not an ISO date (2026-11-01) or date-time"
+            " (2026-11-01T02:00) between 1970 and 9998"
         ) from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=cron.zone)
 
@@ -104,6 +110,8 @@ def fire_times(
     times. Fire times after `now - TICKER_GRACE` are left out: they are the ticker's."""
     first = read_moment(start, cron, end=False, option="from")
     last = read_moment(end, cron, end=True, option="to")
+    if first.replace(tzinfo=None) < EARLIEST:
+        raise BackfillError(f"from: {start!r} is before {EARLIEST.year}")
     if last < first:
         raise BackfillError(f"to: {end!r} is before from {start!r}")
     if first > now:
