@@ -86,14 +86,14 @@ def _start(
 ) -> None:
     from thresher.cli.schedules import read_server_config
     from thresher.schedules.backfills import BackfillError
-    from thresher.service.backfills import find_for_backfill, start_backfill
-    from thresher.service.schedules import UnknownSchedule
+    from thresher.service.backfills import start_backfill
+    from thresher.service.schedules import UnknownSchedule, find_schedule
     from thresher.store import StoreError, open_store
 
     config = read_server_config(config_file)
     try:
         store = open_store(store_url)
-        view = start_backfill(store, find_for_backfill(config, store, key), span, max_running)
+        view = start_backfill(store, find_schedule(config, store, key), span, max_running)
     except (UnknownSchedule, BackfillError, StoreError) as exc:
         fail(str(exc).strip("'\""), EXIT_USAGE)
     _show(view, as_json)

@@ -10,7 +10,6 @@ server, and one interrupted by a crash goes on in the next.
 
 from __future__ import annotations
 
-import difflib
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,9 +24,8 @@ from thresher.schedules.backfills import (
     outcome_of,
     progress_of,
 )
-from thresher.service.config import ServerConfig
 from thresher.service.limits import PRIORITY_LIMIT
-from thresher.service.schedules import Scheduled, UnknownSchedule, every_schedule
+from thresher.service.schedules import Scheduled
 from thresher.store import (
     BackfillRow,
     BackfillState,
@@ -43,7 +41,6 @@ __all__ = [
     "BackfillView",
     "backfill_priority",
     "cancel_backfill",
-    "find_for_backfill",
     "start_backfill",
     "tick_state",
     "view_backfill",
@@ -119,18 +116,6 @@ class BackfillView:
                 for t in self.ticks
             ],
         }
-
-
-def find_for_backfill(config: ServerConfig, store: Store, key: str) -> Scheduled:
-    """The schedule `key` (`nightly`, `acme/nightly`); UnknownSchedule naming the key it
-    looks like, if any."""
-    schedules = every_schedule(config, store)
-    for schedule in schedules:
-        if schedule.key == key:
-            return schedule
-    close = difflib.get_close_matches(key, [s.key for s in schedules], n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise UnknownSchedule(f"no schedule {key!r}{hint}")
 
 
 def backfill_priority(schedule: Scheduled) -> int:

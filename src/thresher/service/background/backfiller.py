@@ -28,8 +28,8 @@ from thresher.faults import crash_point
 from thresher.loops import start_loop
 from thresher.schedules.backfills import TickState
 from thresher.schedules.templates import fill_in
-from thresher.service.backfills import find_for_backfill, view_backfill
-from thresher.service.schedules import Scheduled, UnknownSchedule
+from thresher.service.backfills import view_backfill
+from thresher.service.schedules import Scheduled, UnknownSchedule, find_schedule
 from thresher.service.state import ServiceState
 from thresher.store import BackfillRow, BackfillState, TickOutcome, this_owner, tick_key
 
@@ -60,7 +60,7 @@ class Backfiller:
     def advance(self, row: BackfillRow) -> None:
         """Finish its claims, start what its cap allows, and end it when all is done."""
         try:
-            schedule = find_for_backfill(self.state.config, self.store, row.schedule)
+            schedule = find_schedule(self.state.config, self.store, row.schedule)
         except UnknownSchedule:
             log.warning("backfill %s: schedule %s is gone; cancelled", row.id, row.schedule)
             self.store.backfills.cancel(row.id)
