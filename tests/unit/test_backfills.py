@@ -240,6 +240,19 @@ def test_cancelling_cancels_the_waiting_jobs_and_starts_no_more(site: Site) -> N
     assert len(site.store.jobs(limit=100)) == 2
 
 
+def test_a_live_tick_is_queued_ahead_of_a_backfills_jobs(site: Site) -> None:
+    site.schedule()
+    made = site.backfill(**{"from": "2026-11-01", "to": "2026-11-03"})
+    site.backfiller.look()
+    fire = datetime(2026, 12, 5, 1, tzinfo=UTC)  # 02:00 in Berlin
+    Ticker(site.state, site.submit).look(fire + timedelta(seconds=10))
+    (live,) = [t for t in site.store.ticks.recent("acme/daily") if t.nominal == fire]
+    waiting = [j.id for j in site.store.queue.waiting()]
+    assert waiting[0] == live.job_id and len(waiting) == 4  # the live tick first
+    ticks = site.call("GET", "/v1/schedules/daily/ticks").json()["data"]
+    assert [t["backfill"] for t in ticks] == [None, made["id"], made["id"], made["id"]]
+
+
 def test_the_ticker_leaves_a_backfills_ticks_alone(site: Site) -> None:
     site.schedule()
     ledger, key = site.store.ticks, "acme/daily"

@@ -100,6 +100,7 @@ def _tick(tick: Tick) -> TickInfo:
         job_id=tick.job_id,
         message=tick.message,
         manual=tick.manual,
+        backfill=tick.backfill,
     )
 
 
