@@ -1,0 +1,287 @@
+"""Image classification over a folder of JPEGs (issue #38, "Speed"): thresher beside Ray
+Data, Daft and a hand-written PyTorch DataLoader loop.
+
+    python benchmarks/images.py                                # 20,000 images, every system
+    python benchmarks/images.py --images 2000 --systems thresher,loop
+    python benchmarks/images.py --daft-python ~/.cache/thresher-bench/daft-venv/bin/python
+
+The images (about 256x256: sides of 256 to 304 pixels, smooth pictures with noise made
+by tests/media_files.py's `photo`, JPEG quality 90) are made once into
+benchmarks/data/images-N/, and a ResNet-18 with random weights (tests/media_files.py's
+`resnet18`, 10 classes) is saved once with torch.export beside them. Every system reads
+the folder, decodes, prepares each image the same way (shorter side to 256, the centre
+224x224, ImageNet's normalisation), runs the model in batches of `--batch-size` and
+writes `path`, the top class and its probability as Parquet; each runs as a subprocess,
+measured from outside (measure.py: wall seconds, peak RSS of its process tree).
+
+thresher runs through its CLI, `thresher run` of a spec with `format = "images"` and
+`kind = "vision"`, placement its own; the peers get `--workers` workers of `--threads`
+threads (default: one single-threaded worker per core, the placement thresher picks on a
+small machine). How each peer is set up: image_peers.py. Daft caps pyarrow below the
+version the project's environment holds, so it runs in a virtual environment of its own
+(`--daft-python`, made by daft_env.sh); without one it is skipped, saying so.
+
+Afterwards the outputs are compared image by image: the share whose top class agrees
+with thresher's, and the largest difference in its probability. Writes
+benchmarks/results/images.md (images-quick.md for fewer than 20,000 images).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import systems
+from measure import Measured, run_measured
+from report import machine_facts, write_results
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+from media_files import image_bytes, photo, resnet18, save_exported  # noqa: E402
+
+FULL = 20_000
+NAMES = {"thresher": "thresher", "ray": "Ray Data", "daft": "Daft", "loop": "DataLoader loop"}
+SPEC = """[source]
+uri = "{images}/"
+format = "images"
+id_column = "path"
+
+[model]
+kind = "vision"
+uri = "{model}"
+options = {{ image = {{ size = 256, crop = 224 }} }}
+
+[sink]
+uri = "{out}/"
+force = true
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One system's run: its measurement and its predictions by file name."""
+
+    system: str
+    measured: Measured
+    predictions: dict[str, tuple[int, float]]
+    note: str
+
+
+def _write_image(task: tuple[Path, int]) -> None:
+    path, seed = task
+    height, width = 256 + seed % 3 * 16, 256 + seed % 4 * 16
+    path.write_bytes(image_bytes(photo(seed, height, width), "JPEG"))
+
+
+def make_data(count: int) -> tuple[Path, Path]:
+    """The folder of `count` JPEGs and the model file, made once (reused after)."""
+    folder = HERE / "data" / f"images-{count}"
+    model = HERE / "data" / "resnet18-224.pt2"
+    if not model.exists():
+        model.parent.mkdir(parents=True, exist_ok=True)
+        save_exported(resnet18(), model, side=224)
+    done = folder / ".complete"
+    if not done.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tasks = [(folder / f"img{i:05d}.jpg", i) for i in range(count)]
+        with multiprocessing.Pool(systems.CORES) as pool:
+            pool.map(_write_image, tasks, chunksize=64)
+        done.write_text(f"{count}\n")
+    return folder, model
+
+
+def predictions(out: Path) -> dict[str, tuple[int, float]]:
+    """File name -> (top class, its probability) from a system's Parquet output."""
+    table = pq.read_table(out, columns=["path", "label", "score"])
+    return {
+        Path(str(path)).name: (int(label), float(score))
+        for path, label, score in zip(
+            table["path"].to_pylist(), table["label"].to_pylist(), table["score"].to_pylist()
+        )
+    }
+
+
+def run_thresher(images: Path, model: Path, root: Path, batch: int) -> Run:
+    out = root / "out-thresher"
+    spec = root / "images.toml"
+    spec.write_text(SPEC.format(images=images, model=model, out=out))
+    cmd = [systems.THRESHER, "run", str(spec), "--set", f"batch.size={batch}"]
+    measured = run_measured(cmd, systems.environment(root), watch=out, pattern="part-*.parquet")
+    manifest = _manifest(out)
+    note = (
+        f"`thresher run`, batch.size = {batch}; {manifest['workers']} workers of"
+        f" {manifest['threads_per_worker']} intra-op thread(s), its own placement"
+    )
+    return Run("thresher", measured, predictions(out), note)
+
+
+def _manifest(out: Path) -> dict[str, object]:
+    import json
+
+    manifest: dict[str, object] = json.loads((out / "_SUCCESS").read_text())
+    return manifest
+
+
+def run_peer(
+    system: str, python: str, images: Path, model: Path, root: Path, args: argparse.Namespace
+) -> Run:
+    out = root / f"out-{system}"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [python, str(HERE / "image_peers.py"), system, str(images), str(model), str(out)]
+    cmd += ["--batch-size", str(args.batch_size), "--workers", str(args.workers)]
+    cmd += ["--threads", str(args.threads)]
+    measured = run_measured(cmd, systems.environment(root), watch=out, pattern="*.parquet")
+    if system == "loop":
+        threads = args.workers * args.threads
+        place = f"{args.workers} DataLoader workers, the model in the main process on {threads}"
+    else:
+        threads = args.threads
+        place = f"{args.workers} workers of {threads}"
+    note = f"batch {args.batch_size}; {place} intra-op thread{'s' if threads > 1 else ''}"
+    return Run(system, measured, predictions(out), note)
+
+
+def agreement(runs: dict[str, Run]) -> list[str]:
+    """Each peer's agreement with thresher, image by image."""
+    base = runs["thresher"].predictions
+    lines = []
+    for system, run in runs.items():
+        if system == "thresher":
+            continue
+        shared = base.keys() & run.predictions.keys()
+        same = sum(base[k][0] == run.predictions[k][0] for k in shared)
+        diff = max((abs(base[k][1] - run.predictions[k][1]) for k in shared), default=0.0)
+        missing = len(base.keys() ^ run.predictions.keys())
+        lines.append(
+            f"- {NAMES[system]}: top class equal to thresher's for {same:,} of {len(shared):,}"
+            f" images ({same / max(len(shared), 1):.2%}); largest difference in its"
+            f" probability {diff:.2e}; {missing} images in one output and not the other"
+        )
+    return lines
+
+
+def table(runs: dict[str, Run], count: int) -> list[str]:
+    base = runs["thresher"].measured.seconds
+    lines = [
+        "| system | seconds | images/s | thresher ÷ system (throughput) | peak RSS, tree | note |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for system, run in runs.items():
+        m = run.measured
+        lines.append(
+            f"| {NAMES[system]} | {m.seconds:,.2f} | {count / m.seconds:,.1f}"
+            f" | {m.seconds / base:.2f} | {m.peak_tree_rss / 2**20:,.0f} MiB | {run.note} |"
+        )
+    return lines
+
+
+def verdicts(runs: dict[str, Run]) -> list[str]:
+    """The issue's targets: ≥ 1.1x the faster peer, ≥ 0.95x the hand loop."""
+    base = runs["thresher"].measured.seconds
+    lines = []
+    peers = [s for s in ("ray", "daft") if s in runs]
+    if peers:
+        faster = min(peers, key=lambda s: runs[s].measured.seconds)
+        ratio = runs[faster].measured.seconds / base
+        verdict = "met" if ratio >= 1.1 else "not met"
+        lines.append(
+            f"- thresher ÷ the faster peer ({NAMES[faster]}): **{ratio:.2f}x** (target ≥ 1.1: {verdict})"
+        )
+    if "loop" in runs:
+        ratio = runs["loop"].measured.seconds / base
+        verdict = "met" if ratio >= 0.95 else "not met"
+        lines.append(
+            f"- thresher ÷ the DataLoader loop: **{ratio:.2f}x** (target ≥ 0.95: {verdict})"
+        )
+    return lines
+
+
+def daft_version(python: str) -> str:
+    done = subprocess.run(
+        [python, "-c", "import daft, torch; print(daft.__version__, torch.__version__)"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=FULL)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--systems", default="thresher,ray,daft,loop")
+    parser.add_argument("--daft-python", help="a Python with daft and torch (daft_env.sh)")
+    parser.add_argument("--workers", type=int, default=systems.CORES)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dir", type=Path, help="working folder (default: a new temporary one)")
+    args = parser.parse_args()
+    chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = set(chosen) - NAMES.keys()
+    if unknown or "thresher" not in chosen:
+        parser.error(f"--systems: thresher and any of ray, daft, loop (not {sorted(unknown)})")
+    root = args.dir or Path(tempfile.mkdtemp(prefix="thresher-images-"))
+    root.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.UTC)
+    load = os.getloadavg()[0]
+    images, model = make_data(args.images)
+    skipped = []
+    runs: dict[str, Run] = {}
+    for system in chosen:
+        if system == "thresher":
+            runs[system] = run_thresher(images, model, root, args.batch_size)
+        elif system == "daft" and not (args.daft_python and Path(args.daft_python).exists()):
+            skipped.append(
+                "- Daft: skipped, no `--daft-python` (a Python with daft and torch: make one"
+                " with benchmarks/daft_env.sh)"
+            )
+            continue
+        else:
+            python = args.daft_python if system == "daft" else systems.PYTHON
+            runs[system] = run_peer(system, python, images, model, root, args)
+        m = runs[system].measured
+        print(f"{NAMES[system]}: {m.seconds:.2f} s, peak {m.peak_tree_rss / 2**20:,.0f} MiB")
+    shown = {s: runs[s] for s in NAMES if s in runs}
+    command = " ".join(["python benchmarks/images.py", *sys.argv[1:]])
+    lines = [
+        "# Image classification: thresher, Ray Data, Daft and a DataLoader loop (issue #38)",
+        "",
+        f"`{command}`, {started:%Y-%m-%d %H:%M} UTC, load average {load:.1f} at the start"
+        f" on {systems.CORES} cores. {args.images:,} JPEGs (sides 256-304), ResNet-18 with"
+        " random weights (torch.export), shorter side to 256, centre 224, ImageNet"
+        " normalisation; Parquet out. One run of each system, start to exit.",
+        "",
+        *table(shown, args.images),
+        "",
+        *verdicts(shown),
+        "",
+        "Agreement (every system's output against thresher's):",
+        "",
+        *agreement(shown),
+        *skipped,
+        "",
+        "How each system is set up: benchmarks/image_peers.py's docstring. To run it:"
+        " `benchmarks/daft_env.sh` once (prints the Daft venv's python), then"
+        " `PYTHONPATH=src python benchmarks/images.py --daft-python PATH`; `--images`"
+        " and `--systems` for a smaller run.",
+        "",
+        "Machine:",
+        "",
+        *machine_facts(),
+    ]
+    if "daft" in runs:
+        lines.append(f"- the Daft venv: daft, torch {daft_version(args.daft_python)}")
+    write_results("images", lines, args.images < FULL)
+
+
+if __name__ == "__main__":
+    main()
