@@ -142,7 +142,9 @@ def run_daft(args: argparse.Namespace) -> None:
         def __call__(self, images: daft.Series) -> pa.Array:
             batch = np.stack([prepare(np.asarray(image)) for image in images.to_pylist()])
             label, score = self.classifier.predict(batch)
-            return pa.StructArray.from_arrays([pa.array(label), pa.array(score)], ["label", "score"])
+            return pa.StructArray.from_arrays(
+                [pa.array(label), pa.array(score)], ["label", "score"]
+            )
 
     df = daft.from_glob_path(f"{args.images}/*.jpg")
     df = df.with_column("image", df["path"].url.download().image.decode(mode="RGB"))
