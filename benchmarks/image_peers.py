@@ -17,8 +17,10 @@ system's own example sets up batch inference, with the same workers and threads:
   `ActorPoolStrategy` of `--workers` actors, each `--threads` intra-op threads and half
   a CPU (whole-CPU actors leave none for the read and preprocessing tasks on a small
   machine, and Ray waits: raydata.py) -> `write_parquet`.
-- **daft**: Daft's image benchmark: `from_glob_path` -> `url.download()` ->
-  `image.decode(mode="RGB")` -> a `@daft.cls(max_concurrency=workers)` class whose
+- **daft**: Daft's image benchmark: `from_glob_path` -> `download()` ->
+  `decode_image(mode="RGB")` (Daft 0.7's names for `url.download`, `image.decode`; its
+  own JPEG decoder, whose pixels differ slightly from libjpeg-turbo's) -> a
+  `@daft.cls(max_concurrency=workers)` class whose
   batch method prepares the images and runs the model -> `write_parquet`.
 - **loop**: a `torch.utils.data.DataLoader` over the files with `--workers` worker
   processes decoding (Pillow) and preparing, the model in the main process with
@@ -32,11 +34,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+_LOADING = threading.Lock()
 SIZE, CROP = 256, 224
 MEAN = np.asarray([0.485, 0.456, 0.406], np.float32)
 STD = np.asarray([0.229, 0.224, 0.225], np.float32)
@@ -68,7 +72,8 @@ class Classifier:
         import torch
 
         torch.set_num_threads(threads)
-        self.module = torch.export.load(model).module()
+        with _LOADING:  # torch.export.load is not thread-safe, and Daft may use threads
+            self.module = torch.export.load(model).module()
 
     def predict(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import torch
@@ -147,13 +152,9 @@ def run_daft(args: argparse.Namespace) -> None:
             )
 
     df = daft.from_glob_path(f"{args.images}/*.jpg")
-    df = df.with_column("image", df["path"].url.download().image.decode(mode="RGB"))
+    df = df.with_column("image", df["path"].download().decode_image(mode="RGB"))
     df = df.with_column("prediction", Predict()(df["image"]))
-    df = df.select(
-        "path",
-        df["prediction"].struct.get("label").alias("label"),
-        df["prediction"].struct.get("score").alias("score"),
-    )
+    df = df.select("path", df["prediction"]["label"], df["prediction"]["score"])
     df.write_parquet(args.out)
 
 
@@ -223,4 +224,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the module `image_peers`, not `__main__`: the UDFs' classes are then pickled
+    # by reference (Daft refuses to pickle the module-level lock they use).
+    import image_peers
+
+    image_peers.main()
