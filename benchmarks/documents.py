@@ -20,8 +20,8 @@ outside (measure.py: wall seconds, peak RSS of its process tree):
 - **hand loop**: document_hand.py, pypdf then the same model in batches of the same
   size, one process with every core's threads for torch; it times its own two stages.
 
-The outputs' labels are compared file by file. Writes benchmarks/results/documents.md
-(documents-quick.md for fewer than 2,000 PDFs).
+The outputs' labels are compared file by file. Writes benchmarks/results/documents.md,
+whose first line names the command (and so the size).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import systems
+from images import cpu_seconds
 from measure import Measured, run_measured
 from report import machine_facts, write_results
 
@@ -137,14 +138,15 @@ def table(
 
     def row(name: str, m: Measured, ratio: str, stages: tuple[str, str]) -> str:
         return (
-            f"| {name} | {m.seconds:.2f} | {count / m.seconds:.1f} | {ratio} | {stages[0]}"
+            f"| {name} | {m.seconds:.2f} | {count / m.seconds:.1f} | {ratio} | {cpu_seconds(m):.1f}"
+            f" | {stages[0]}"
             f" | {stages[1]} | {m.peak_tree_rss / 2**20:,.0f} MiB |"
         )
 
     return [
-        "| system | seconds | PDFs/s | thresher ÷ system (throughput) | extract s | model s"
-        " | peak RSS, tree |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| system | seconds | PDFs/s | thresher ÷ system (throughput) | CPU s | extract s"
+        " | model s | peak RSS, tree |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         row(
             "thresher",
             whole,
@@ -230,7 +232,7 @@ def main() -> None:
         "",
         *machine_facts(),
     ]
-    write_results("documents", lines, args.pdfs < FULL)
+    write_results("documents", lines, quick=False)
 
 
 if __name__ == "__main__":
