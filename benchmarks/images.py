@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import multiprocessing
 import os
 import re
@@ -153,19 +154,14 @@ def run_thresher(images: Path, model: Path, root: Path, batch: int) -> Run:
     spec.write_text(SPEC.format(images=images, model=model, out=out))
     cmd = [systems.THRESHER, "run", str(spec), "--set", f"batch.size={batch}"]
     measured = run_measured(cmd, systems.environment(root), watch=out, pattern="part-*.parquet")
-    manifest = _manifest(out)
+    manifest = json.loads((out / "_SUCCESS").read_text())
+    if manifest["rows_out"] != len(list(images.glob("*.jpg"))):
+        raise SystemExit(f"thresher wrote {manifest['rows_out']} rows; see {out}/_errors")
     note = (
         f"`thresher run`, batch.size = {batch}; {manifest['workers']} workers of"
         f" {manifest['threads_per_worker']} intra-op thread(s), its own placement"
     )
     return Run("thresher", measured, predictions(out), note)
-
-
-def _manifest(out: Path) -> dict[str, object]:
-    import json
-
-    manifest: dict[str, object] = json.loads((out / "_SUCCESS").read_text())
-    return manifest
 
 
 def run_peer(
@@ -256,7 +252,11 @@ def verdicts(runs: dict[str, Run]) -> list[str]:
 
 def daft_version(python: str) -> str:
     done = subprocess.run(
-        [python, "-c", "import daft, torch; print(daft.__version__, torch.__version__)"],
+        [
+            python,
+            "-c",
+            "import daft, torch; print(f'daft {daft.__version__}, torch {torch.__version__}')",
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -329,7 +329,7 @@ def main() -> None:
         *machine_facts(),
     ]
     if "daft" in runs:
-        lines.append(f"- the Daft venv: daft, torch {daft_version(args.daft_python)}")
+        lines.append(f"- the Daft venv ({args.daft_python}): {daft_version(args.daft_python)}")
     write_results("images", lines, quick=False)
 
 
