@@ -82,6 +82,7 @@ def test_what_ended_before_the_upgrade_counts_as_told(tmp_path: Path, spec: JobS
             "ALTER TABLE thresher_batches DROP COLUMN announced_at",
             "ALTER TABLE thresher_schedules DROP COLUMN quarantined",  # migration 16's
             "ALTER TABLE thresher_trigger_defs DROP COLUMN quarantined",
+            "ALTER TABLE thresher_ticks DROP COLUMN backfill",  # migration 18's
         ):
             db.execute(statement)
     again = open_store(f"sqlite:///{path}")
