@@ -1,0 +1,85 @@
+"""Topics made in a test on the test broker (THRESHER_TEST_KAFKA, from scripts/kafka.sh).
+
+Each test produces to topics of its own (a random name), so tests never share offsets.
+Messages go to partitions 0..n-1 in turn; a broker that makes more partitions (the mock
+cluster makes 4) leaves the rest empty, which the source must plan as nothing to read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable
+
+import pytest
+
+BadEvery = Callable[[int], bool]
+
+
+def broker() -> str:
+    """The test broker's address; a missing broker fails in CI and skips elsewhere."""
+    address = os.environ.get("THRESHER_TEST_KAFKA")
+    if not address:
+        reason = "THRESHER_TEST_KAFKA is unset; `bash scripts/kafka.sh` starts a broker"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (in CI the Kafka tests must run: use scripts/test.sh)")
+        pytest.skip(reason)
+    return address
+
+
+def new_topic() -> str:
+    return f"t-{secrets.token_hex(5)}"
+
+
+def value(i: int) -> bytes:
+    return json.dumps({"n": i, "x": float(i % 97) / 10.0, "label": f"m{i}"}).encode()
+
+
+def produce(
+    address: str,
+    topic: str,
+    count: int,
+    partitions: int = 3,
+    bad: BadEvery = lambda i: False,
+    first: int = 0,
+) -> dict[int, list[int]]:
+    """`count` JSON messages numbered from `first` (`bad(n)`: not JSON), message n to
+    partition n % partitions; returns each partition's message numbers in order."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": address, "linger.ms": 20})
+    placed: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    for n in range(first, first + count):
+        payload = b"{not json " + str(n).encode() if bad(n) else value(n)
+        producer.produce(topic, value=payload, key=str(n).encode(), partition=n % partitions)
+        placed[n % partitions].append(n)
+        if n % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0, "messages were left unsent"
+    return placed
+
+
+def committed(address: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset of every partition of `topic` (-1001: none)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": address, "group.id": group})
+    try:
+        parts = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        offsets = consumer.committed([TopicPartition(topic, p) for p in sorted(parts)], 30)
+        return {tp.partition: tp.offset for tp in offsets}
+    finally:
+        consumer.close()
+
+
+def ends(address: str, topic: str) -> dict[int, int]:
+    """Every partition's end offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": address, "group.id": "thresher-tests-ends"})
+    try:
+        parts = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in parts}
+    finally:
+        consumer.close()
