@@ -10,11 +10,24 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 BadEvery = Callable[[int], bool]
+# A fast model: the job is bound by reading and writing, which is what these tests check.
+# (`SLEEP` seconds a batch: a fault test's job slow enough for its kills to land mid-run).
+MODEL = """
+import time
+
+class Scorer:
+    def predict(self, batch):
+        time.sleep(SLEEP)
+        return {"score": batch["x"] * 2.0}
+"""
 
 
 def broker() -> str:
@@ -83,3 +96,28 @@ def ends(address: str, topic: str) -> dict[int, int]:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in parts}
     finally:
         consumer.close()
+
+
+def write_job(root: Path, address: str, topic: str, workers: int = 2, sleep: float = 0) -> Path:
+    """A job spec (and its model) reading `topic` with group `g-<topic>` into `out/`."""
+    (root / "model.py").write_text(MODEL.replace("SLEEP", repr(sleep)))
+    spec = root / "job.toml"
+    spec.write_text(
+        f'[source]\nformat = "kafka"\nuri = "kafka://{address}/{topic}"\nshard_rows = 10000\n'
+        f'options = {{ group = "g-{topic}" }}\n'
+        '[model]\nkind = "python"\nuri = "model.py:Scorer"\nbatch_format = "numpy"\n'
+        f"[batch]\nsize = 2000\n[run]\nworkers = {workers}\nshard_timeout = 120\n"
+        '[sink]\nuri = "out/"\nformat = "parquet"\nkeep_columns = ["n"]\n'
+    )
+    return spec
+
+
+def check_once(out: Path, placed: dict[int, list[int]], numbers: range) -> None:
+    """Every message numbered in `numbers` is in exactly one output row or error line."""
+    output = pq.read_table(sorted(out.glob("part-*.parquet")))
+    seen = Counter(output.column("n").to_pylist())
+    by_id = {f"{p}:{o}": n for p, ns in placed.items() for o, n in enumerate(ns)}
+    assert all(by_id[i] == n for i, n in zip(output.column("kafka_id").to_pylist(), output.column("n").to_pylist(), strict=True))
+    for part in sorted((out / "_errors").glob("*.jsonl")):
+        seen.update(by_id[json.loads(line)["id"]] for line in part.read_text().splitlines())
+    assert seen == Counter(numbers), "a message is missing or repeated"

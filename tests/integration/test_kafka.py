@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from kafka_topics import broker, committed, ends, new_topic, produce
+from kafka_topics import broker, check_once, committed, ends, new_topic, produce, write_job
 from thresher.errors import SourceError
 from thresher.sources import open_source
 from thresher.spec import SourceSection
@@ -26,13 +26,6 @@ from thresher.testing import check_source
 pytestmark = pytest.mark.integration
 
 THRESHER = str(Path(sys.executable).parent / "thresher")
-MODEL = """
-class Scorer:
-    def predict(self, batch):
-        return {"score": batch["x"] * 2.0}
-"""
-
-
 def section(address: str, topic: str, **options: Any) -> SourceSection:
     return SourceSection(
         uri=f"kafka://{address}/{topic}",
@@ -149,27 +142,3 @@ def test_a_job_reads_100k_messages_once_and_moves_the_group(tmp_path: Path) -> N
     assert run.returncode == 0, run.stderr[-2000:]
     output = pq.read_table(sorted((tmp_path / "out").glob("part-*.parquet")))
     assert sorted(output.column("n").to_pylist()) == list(range(100_000, 100_060))
-
-
-def write_job(root: Path, address: str, topic: str, workers: int = 2) -> Path:
-    (root / "model.py").write_text(MODEL)
-    spec = root / "job.toml"
-    spec.write_text(
-        f'[source]\nformat = "kafka"\nuri = "kafka://{address}/{topic}"\nshard_rows = 10000\n'
-        f'options = {{ group = "g-{topic}" }}\n'
-        '[model]\nkind = "python"\nuri = "model.py:Scorer"\nbatch_format = "numpy"\n'
-        f"[batch]\nsize = 2000\n[run]\nworkers = {workers}\nshard_timeout = 120\n"
-        '[sink]\nuri = "out/"\nformat = "parquet"\nkeep_columns = ["n"]\n'
-    )
-    return spec
-
-
-def check_once(out: Path, placed: dict[int, list[int]], numbers: range) -> None:
-    """Every message numbered in `numbers` is in exactly one output row or error line."""
-    output = pq.read_table(sorted(out.glob("part-*.parquet")))
-    seen = Counter(output.column("n").to_pylist())
-    by_id = {f"{p}:{o}": n for p, ns in placed.items() for o, n in enumerate(ns)}
-    assert all(by_id[i] == n for i, n in zip(output.column("kafka_id").to_pylist(), output.column("n").to_pylist(), strict=True))
-    for part in sorted((out / "_errors").glob("*.jsonl")):
-        seen.update(by_id[json.loads(line)["id"]] for line in part.read_text().splitlines())
-    assert seen == Counter(numbers), "a message is missing or repeated"
