@@ -53,6 +53,7 @@ def produce(
     address: str,
     topic: str,
     count: int,
+    *,
     partitions: int = 3,
     bad: BadEvery = lambda i: False,
     first: int = 0,
@@ -117,7 +118,12 @@ def check_once(out: Path, placed: dict[int, list[int]], numbers: range) -> None:
     output = pq.read_table(sorted(out.glob("part-*.parquet")))
     seen = Counter(output.column("n").to_pylist())
     by_id = {f"{p}:{o}": n for p, ns in placed.items() for o, n in enumerate(ns)}
-    assert all(by_id[i] == n for i, n in zip(output.column("kafka_id").to_pylist(), output.column("n").to_pylist(), strict=True))
+    assert all(
+        by_id[i] == n
+        for i, n in zip(
+            output.column("kafka_id").to_pylist(), output.column("n").to_pylist(), strict=True
+        )
+    )
     for part in sorted((out / "_errors").glob("*.jsonl")):
         seen.update(by_id[json.loads(line)["id"]] for line in part.read_text().splitlines())
     assert seen == Counter(numbers), "a message is missing or repeated"

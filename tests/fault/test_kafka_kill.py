@@ -91,7 +91,9 @@ def test_random_kills_then_resume(kafka_job: tuple[KafkaJob, dict[int, list[int]
 
 
 @pytest.mark.parametrize("point", ["after_publish", "after_commit", "mid_publish"])
-def test_a_crash_point_then_resume(point: str, kafka_job: tuple[KafkaJob, dict[int, list[int]]]) -> None:
+def test_a_crash_point_then_resume(
+    point: str, kafka_job: tuple[KafkaJob, dict[int, list[int]]]
+) -> None:
     job, placed = kafka_job
     process = job.start(None, fault=point)
     process.communicate(timeout=300)

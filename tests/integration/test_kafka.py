@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,8 @@ from thresher.testing import check_source
 pytestmark = pytest.mark.integration
 
 THRESHER = str(Path(sys.executable).parent / "thresher")
+
+
 def section(address: str, topic: str, **options: Any) -> SourceSection:
     return SourceSection(
         uri=f"kafka://{address}/{topic}",
@@ -108,19 +109,27 @@ def test_text_bytes_and_avro_values(kind: str) -> None:
         options["schema"] = json.dumps(schema)
     source = open_source(section(address, topic, **options))
     plan = check_source(source)
-    chunks = [c for s in plan.shards for c in source.reader(plan.schema, plan.schema.names).read(s, 100)]
+    chunks = [
+        c for s in plan.shards for c in source.reader(plan.schema, plan.schema.names).read(s, 100)
+    ]
     rows = [r for c in chunks for r in c.table.to_pylist()]
     bad = [b for c in chunks for b in c.bad]
     if kind == "bytes":
         assert len(rows) == 20 and rows[5]["value"] == b"\xff\xfe" and not bad
         return
     assert len(rows) == 19 and [b.row for b in bad] == [5]
-    assert rows[0] == ({"n": 0, "tag": None, "kafka_id": "0:0"} if kind == "avro" else {"value": "hé 0", "kafka_id": "0:0"})
+    assert rows[0] == (
+        {"n": 0, "tag": None, "kafka_id": "0:0"}
+        if kind == "avro"
+        else {"value": "hé 0", "kafka_id": "0:0"}
+    )
 
 
 def test_a_missing_topic_is_a_source_error() -> None:
     address = broker()
-    source = open_source(section(address, "no-such-topic", config={"allow.auto.create.topics": False}))
+    source = open_source(
+        section(address, "no-such-topic", config={"allow.auto.create.topics": False})
+    )
     with pytest.raises(SourceError, match="no-such-topic"):
         source.plan()
 
@@ -133,12 +142,26 @@ def test_a_job_reads_100k_messages_once_and_moves_the_group(tmp_path: Path) -> N
     placed = produce(address, topic, 100_000, bad=lambda n: n % 9_973 == 1)
     spec = write_job(tmp_path, address, topic)
     env = {**os.environ, "THRESHER_STORE": f"sqlite:///{tmp_path / 'store.db'}"}
-    run = subprocess.run([THRESHER, "run", str(spec)], env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [THRESHER, "run", str(spec)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     check_once(tmp_path / "out", placed, range(100_000))
     assert committed(address, f"g-{topic}", topic) == {**ends(address, topic), 3: -1001}
     produce(address, topic, 60, first=100_000)
-    run = subprocess.run([THRESHER, "run", str(spec)], env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [THRESHER, "run", str(spec)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     output = pq.read_table(sorted((tmp_path / "out").glob("part-*.parquet")))
     assert sorted(output.column("n").to_pylist()) == list(range(100_000, 100_060))

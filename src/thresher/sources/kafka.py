@@ -99,7 +99,9 @@ class KafkaSource:
         fields = [*values, *(pa.field(n, t) for n, t in meta), pa.field(ID_COLUMN, pa.string())]
         taken = [f.name for f in values if f.name in {n for n, _ in meta} | {ID_COLUMN}]
         if taken:
-            raise SourceError(f"source: the message values have columns named {taken}, as Kafka's own")
+            raise SourceError(
+                f"source: the message values have columns named {taken}, as Kafka's own"
+            )
         note = {
             "kafka": {
                 "servers": self.servers,
@@ -129,7 +131,9 @@ class KafkaSource:
         consumer = Consumer(consumer_config(self.servers, self.options))
         try:
             timeout = self.options.timeout_s
-            now = consumer.committed([TopicPartition(w.topic, w.partition) for w in wanted], timeout)
+            now = consumer.committed(
+                [TopicPartition(w.topic, w.partition) for w in wanted], timeout
+            )
             ahead = [w for w, c in zip(wanted, now, strict=True) if c.offset < w.offset]
             if ahead:
                 consumer.commit(offsets=ahead, asynchronous=False)
@@ -162,7 +166,9 @@ class KafkaSource:
     def _range(self, consumer: Consumer, tp: TopicPartition) -> Range:
         where = TopicPartition(tp.topic, tp.partition)
         low, high = consumer.get_watermark_offsets(where, timeout=self.options.timeout_s)
-        start = tp.offset if tp.offset >= 0 else (low if self.options.initial == "earliest" else high)
+        start = (
+            tp.offset if tp.offset >= 0 else (low if self.options.initial == "earliest" else high)
+        )
         if start < low:
             log.warning(
                 "%s partition %d: the group's offset %d is before the first message kept (%d):"
@@ -232,16 +238,16 @@ class KafkaReader:
             done, left = False, most
             while not done and left > 0:
                 for message in consumer.consume(min(left, 10_000), timeout=1.0):
-                    error = message.error()
-                    if error is not None:
-                        done = self._end(consumer, shard, error)
+                    error, offset = message.error(), message.offset()
+                    if error is not None or offset is None:
+                        done = error is not None and self._end(consumer, shard, error)
                         continue
-                    if message.offset() >= shard.stop:
+                    if offset >= shard.stop:
                         done = True
                         break
                     left -= 1
                     yield message
-                    if message.offset() + 1 >= shard.stop or left == 0:
+                    if offset + 1 >= shard.stop or left == 0:
                         done = True
                         break
         finally:
@@ -314,7 +320,9 @@ def shard_partition(shard: Shard) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def kafka_source(section: SourceSection, keep_columns: Sequence[str], min_shards: int) -> KafkaSource:
+def kafka_source(
+    section: SourceSection, keep_columns: Sequence[str], min_shards: int
+) -> KafkaSource:
     """The `kafka` source plug-in: the topics' unread offsets, as runs of offsets."""
     servers, topics = parse_uri(section.uri)
     options = KafkaSourceOptions.model_validate(section.options)

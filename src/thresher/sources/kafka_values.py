@@ -51,7 +51,9 @@ class KafkaSourceOptions(Options):
     @model_validator(mode="after")
     def _schema_for_avro(self) -> KafkaSourceOptions:
         if (self.value == "avro") != (self.schema_ is not None):
-            raise ValueError("schema: an Avro schema is required with value = 'avro', and only then")
+            raise ValueError(
+                "schema: an Avro schema is required with value = 'avro', and only then"
+            )
         if self.schema_ is not None:
             avro_schema(self.schema_)  # a schema fastavro refuses is a spec error
         return self
@@ -75,40 +77,40 @@ def avro_schema(schema: dict[str, Any] | str) -> Any:
         raise ValueError(f"schema: not an Avro schema fastavro reads: {exc}") from None
 
 
+AVRO_PRIMITIVES: dict[str, pa.DataType] = {
+    "null": pa.null(),
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "bytes": pa.binary(),
+    "string": pa.string(),
+    "enum": pa.string(),
+    "fixed": pa.binary(),
+}
+
+
 def avro_arrow_type(schema: Any) -> pa.DataType:
     """The Arrow type of an Avro type: primitives, records (structs), arrays, maps, enums
-    (text) and unions with null (nullable)."""
+    (text), fixed (bytes) and unions of one type with null (nullable)."""
     if isinstance(schema, list):
         kinds = [s for s in schema if s != "null"]
         if len(kinds) != 1:
             raise ValueError(f"schema: only unions of one type with null are read ({schema})")
         return avro_arrow_type(kinds[0])
-    if isinstance(schema, dict):
-        kind = schema["type"]
-        if kind == "record":
-            return pa.struct([(f["name"], avro_arrow_type(f["type"])) for f in schema["fields"]])
-        if kind == "array":
-            return pa.list_(avro_arrow_type(schema["items"]))
-        if kind == "map":
-            return pa.map_(pa.string(), avro_arrow_type(schema["values"]))
-        if kind == "enum":
-            return pa.string()
-        if kind == "fixed":
-            return pa.binary()
-        return avro_arrow_type(kind)
-    primitives = {
-        "null": pa.null(),
-        "boolean": pa.bool_(),
-        "int": pa.int32(),
-        "long": pa.int64(),
-        "float": pa.float32(),
-        "double": pa.float64(),
-        "bytes": pa.binary(),
-        "string": pa.string(),
-    }
-    if schema not in primitives:
-        raise ValueError(f"schema: Avro type {schema!r} is not read")
-    return primitives[schema]
+    if not isinstance(schema, dict):
+        if schema not in AVRO_PRIMITIVES or schema in ("enum", "fixed"):
+            raise ValueError(f"schema: Avro type {schema!r} is not read")
+        return AVRO_PRIMITIVES[schema]
+    kind = schema["type"]
+    if kind == "record":
+        return pa.struct([(f["name"], avro_arrow_type(f["type"])) for f in schema["fields"]])
+    if kind == "array":
+        return pa.list_(avro_arrow_type(schema["items"]))
+    if kind == "map":
+        return pa.map_(pa.string(), avro_arrow_type(schema["values"]))
+    return AVRO_PRIMITIVES[kind] if kind in ("enum", "fixed") else avro_arrow_type(kind)
 
 
 @dataclass
@@ -137,7 +139,9 @@ class ValueDecoder:
         return self._plain(values)
 
     def _json(self, values: list[bytes | None]) -> Decoded:
-        nulls = [(i, "NullValue", "the message has no value") for i, v in enumerate(values) if v is None]
+        nulls = [
+            (i, "NullValue", "the message has no value") for i, v in enumerate(values) if v is None
+        ]
         places = [i for i, v in enumerate(values) if v is not None]
         texts = [values[i] or b"" for i in places]
         tables: list[pa.Table] = []
@@ -196,7 +200,9 @@ class ValueDecoder:
         if self.kind == "bytes":
             return Decoded(pa.table([array], schema=self.schema), list(range(len(values))))
         try:
-            return Decoded(pa.table([array.cast(pa.string())], schema=self.schema), list(range(len(values))))
+            return Decoded(
+                pa.table([array.cast(pa.string())], schema=self.schema), list(range(len(values)))
+            )
         except pa.ArrowInvalid:
             pass
         good, bad = [], []
