@@ -29,7 +29,7 @@ def test_the_uri_names_servers_and_topics() -> None:
     assert parse_uri("kafka://h1:9092,h2:9092/a,b") == ("h1:9092,h2:9092", ("a", "b"))
     assert parse_uri("kafka://h:1/orders/") == ("h:1", ("orders",))
     for bad in ("kafka://h:1", "kafka:///t", "http://h:1/t", "kafka://h:1/,"):
-        with pytest.raises(SourceError, match="source.uri"):
+        with pytest.raises(SourceError, match=r"source\.uri"):
             parse_uri(bad)
 
 

@@ -186,10 +186,9 @@ class KafkaSource:
         reader = self.reader(pa.schema([]), [])
         values: list[bytes] = []
         for shard in shards:
-            for message in reader.messages(shard, self.options.sample - len(values)):
-                value = message.value()
-                if value is not None:
-                    values.append(value)
+            wanted = self.options.sample - len(values)
+            for batch in reader.batches(shard, wanted, wanted):
+                values += [v for v in (m.value() for m in batch) if v is not None]
             if len(values) >= self.options.sample:
                 break
         return values
@@ -220,38 +219,49 @@ class KafkaReader:
 
     def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
         topic, partition = shard_partition(shard)
-        batch: list[Message] = []
-        for message in self.messages(shard, shard.stop - shard.start):
-            batch.append(message)
-            if len(batch) >= rows_per_chunk:
-                yield self._chunk(shard, topic, partition, batch)
-                batch = []
-        if batch:
+        for batch in self.batches(shard, rows_per_chunk, shard.stop - shard.start):
             yield self._chunk(shard, topic, partition, batch)
 
-    def messages(self, shard: Shard, most: int) -> Iterator[Message]:
-        """The shard's messages in offset order, at most `most`."""
+    def batches(self, shard: Shard, size: int, most: int) -> Iterator[list[Message]]:
+        """The shard's messages in offset order, `size` at most at a time and `most` in
+        all, as librdkafka hands them over (a whole list per call, not one by one: the
+        per-message Python would cost more than the broker's read)."""
         topic, partition = shard_partition(shard)
         consumer = Consumer(dict(self.config))
         try:
             consumer.assign([TopicPartition(topic, partition, shard.start)])
-            done, left = False, most
-            while not done and left > 0:
-                for message in consumer.consume(min(left, 10_000), timeout=1.0):
-                    error, offset = message.error(), message.offset()
-                    if error is not None or offset is None:
-                        done = error is not None and self._end(consumer, shard, error)
-                        continue
-                    if offset >= shard.stop:
-                        done = True
-                        break
-                    left -= 1
-                    yield message
-                    if offset + 1 >= shard.stop or left == 0:
-                        done = True
-                        break
+            left = most
+            while left > 0:
+                got = consumer.consume(min(size, left), timeout=1.0)
+                batch, done = self._messages(consumer, shard, got)
+                if batch:
+                    left -= len(batch)
+                    yield batch[:left] if left < 0 else batch
+                if done or (batch and (batch[-1].offset() or 0) + 1 >= shard.stop):
+                    return
         finally:
             consumer.close()
+
+    def _messages(
+        self, consumer: Consumer, shard: Shard, got: list[Message]
+    ) -> tuple[list[Message], bool]:
+        """The messages of `got` that belong to `shard`, and whether the shard is read."""
+        if not got:
+            return [], False
+        last = got[-1]
+        within = last.error() is None and (last.offset() or 0) < shard.stop
+        if within and not any(m.error() is not None for m in got):
+            return got, False  # the usual case: a run of the shard's messages
+        batch, done = [], False
+        for message in got:
+            error, offset = message.error(), message.offset()
+            if error is not None:
+                done = done or self._end(consumer, shard, error)
+            elif offset is not None and offset < shard.stop:
+                batch.append(message)
+            else:
+                done = True
+        return batch, done
 
     def _end(self, consumer: Consumer, shard: Shard, error: KafkaError) -> bool:
         """Whether reading `shard` is over at this event: the partition's end is past the
@@ -269,8 +279,8 @@ class KafkaReader:
 
     def _chunk(self, shard: Shard, topic: str, partition: int, batch: list[Message]) -> Chunk:
         decoded = self.decoder.decode([m.value() for m in batch])
-        kept = [batch[i] for i in decoded.good]
-        offsets = np.fromiter((m.offset() for m in kept), dtype=np.int64, count=len(kept))
+        kept = batch if len(decoded.good) == len(batch) else [batch[i] for i in decoded.good]
+        offsets = _offsets(kept)
         table = decoded.table
         for name in self.columns:
             if name in table.column_names:
@@ -312,6 +322,17 @@ class KafkaReader:
     def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
         """A row's place is its message's offset in the partition."""
         return "row", position
+
+
+def _offsets(messages: list[Message]) -> np.ndarray:
+    """The messages' offsets: a range when they run without a gap (the usual case, one
+    look at each end), else each one's."""
+    if not messages:
+        return np.empty(0, dtype=np.int64)
+    first, last = messages[0].offset() or 0, messages[-1].offset() or 0
+    if last - first == len(messages) - 1:
+        return np.arange(first, last + 1, dtype=np.int64)
+    return np.array([m.offset() for m in messages], dtype=np.int64)
 
 
 def shard_partition(shard: Shard) -> tuple[str, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -139,18 +140,23 @@ class ValueDecoder:
         return self._plain(values)
 
     def _json(self, values: list[bytes | None]) -> Decoded:
+        if None not in values:  # the usual case: no tombstones, no places to map
+            return self._json_texts(typing.cast(list[bytes], values))
         nulls = [
             (i, "NullValue", "the message has no value") for i, v in enumerate(values) if v is None
         ]
         places = [i for i, v in enumerate(values) if v is not None]
-        texts = [values[i] or b"" for i in places]
+        decoded = self._json_texts([values[i] or b"" for i in places])
+        bad = nulls + [(places[i], e, m) for i, e, m in decoded.bad]
+        return Decoded(decoded.table, [places[i] for i in decoded.good], sorted(bad))
+
+    def _json_texts(self, texts: list[bytes]) -> Decoded:
         tables: list[pa.Table] = []
         good: list[int] = []
         bad = self._json_part(texts, list(range(len(texts))), tables, good)
-        table = pa.concat_tables(tables) if tables else self.schema.empty_table()
-        return Decoded(
-            table, [places[i] for i in good], sorted(nulls + [(places[i], e, m) for i, e, m in bad])
-        )
+        if not tables:
+            return Decoded(self.schema.empty_table(), good, bad)
+        return Decoded(tables[0] if len(tables) == 1 else pa.concat_tables(tables), good, bad)
 
     def _json_part(
         self, texts: list[bytes], part: list[int], tables: list[pa.Table], good: list[int]
