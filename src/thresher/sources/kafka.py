@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from thresher.errors import SourceError
@@ -294,7 +295,7 @@ class KafkaReader:
     ) -> pa.Array:
         if name == ID_COLUMN:
             head = f"{topic}:{partition}:" if self.several_topics else f"{partition}:"
-            return pa.array([head + str(o) for o in offsets.tolist()], pa.string())
+            return pc.binary_join_element_wise(head, pa.array(offsets).cast(pa.string()), "")
         field = name.removeprefix(META_PREFIX)
         if field == "offset":
             return pa.array(offsets, pa.int64())
