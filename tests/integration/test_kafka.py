@@ -77,6 +77,9 @@ def test_published_commits_the_planned_ends_once_and_never_back() -> None:
     open_source(section(address, topic)).published(later)  # type: ignore[attr-defined]
     source.published(plan)  # type: ignore[attr-defined]  # an old plan: never backwards
     assert committed(address, f"g-{topic}", topic)[1] == 110
+    # Nothing new: no shards, and the JSON columns come from the messages already read.
+    idle = open_source(section(address, topic)).plan()
+    assert idle.shards == [] and idle.schema.names == plan.schema.names
 
 
 @pytest.mark.parametrize("kind", ["text", "bytes", "avro"])

@@ -88,14 +88,24 @@ class KafkaSource:
     min_shards: int = 1
 
     def plan(self) -> Plan:
-        ranges = self._ranges()
+        known = self._ranges()
+        ranges = [planned for planned, _ in known]
         total = sum(end - start for _, _, start, end in ranges)
         size = shard_size(total, self.shard_rows, self.min_shards, MIN_SPLIT_ROWS)
         shards = [
             Shard(i, f"kafka://{self.servers}/{topic}/{partition}", lo, hi)
             for i, (topic, partition, lo, hi) in enumerate(split_ranges(ranges, size))
         ]
-        values = value_schema(self.options, self._sample(shards))
+        # The newest messages the group already read, to infer a JSON value's columns
+        # from when no new ones are enough (a job with nothing to read keeps its columns).
+        earlier = [
+            Shard(
+                -1, f"kafka://{self.servers}/{t}/{p}", max(low, start - self.options.sample), start
+            )
+            for (t, p, start, _), low in known
+            if start > low
+        ]
+        values = value_schema(self.options, self._sample([*shards, *earlier]))
         meta = [(META_PREFIX + name, META_TYPES[name]) for name in self.options.metadata]
         fields = [*values, *(pa.field(n, t) for n, t in meta), pa.field(ID_COLUMN, pa.string())]
         taken = [f.name for f in values if f.name in {n for n, _ in meta} | {ID_COLUMN}]
@@ -146,7 +156,8 @@ class KafkaSource:
         finally:
             consumer.close()
 
-    def _ranges(self) -> list[Range]:
+    def _ranges(self) -> list[tuple[Range, int]]:
+        """Every partition's range to read, with the first offset it still keeps."""
         consumer = Consumer(consumer_config(self.servers, self.options))
         timeout = self.options.timeout_s
         try:
@@ -164,7 +175,7 @@ class KafkaSource:
         finally:
             consumer.close()
 
-    def _range(self, consumer: Consumer, tp: TopicPartition) -> Range:
+    def _range(self, consumer: Consumer, tp: TopicPartition) -> tuple[Range, int]:
         where = TopicPartition(tp.topic, tp.partition)
         low, high = consumer.get_watermark_offsets(where, timeout=self.options.timeout_s)
         start = (
@@ -177,11 +188,11 @@ class KafkaSource:
                 *(tp.topic, tp.partition, start, low, start, low - 1),
             )
             start = low
-        return tp.topic, tp.partition, start, max(start, high)
+        return (tp.topic, tp.partition, start, max(start, high)), low
 
     def _sample(self, shards: list[Shard]) -> list[bytes]:
-        """Up to `options.sample` message values from the first shards, to infer a JSON
-        value's columns from."""
+        """Up to `options.sample` message values from `shards`, first to last, to infer a
+        JSON value's columns from."""
         if self.options.value != "json" or not shards:
             return []
         reader = self.reader(pa.schema([]), [])
