@@ -5,6 +5,7 @@ offsets at the partitions' ends — committed only once the output was published
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import FIGURES, wait_for_workers
 
 from kafka_topics import broker, check_once, committed, ends, new_topic, produce, write_job
 
@@ -70,13 +72,23 @@ def kafka_job(tmp_path: Path) -> tuple[KafkaJob, dict[int, list[int]]]:
 
 
 def test_random_kills_then_resume(kafka_job: tuple[KafkaJob, dict[int, list[int]]]) -> None:
+    """The coordinator (and once a worker) SIGKILLed at seeded random moments, its resumes
+    too, then resumed to the end."""
     job, placed = kafka_job
     rng = random.Random(SEED)
     kills = 0
-    for _ in range(4):
+    for round_ in range(4):
         process = job.start(job.job_id())
+        if round_ == 1:  # a worker dies: the coordinator runs its shard again
+            workers = wait_for_workers(process.pid)
+            time.sleep(rng.uniform(0.2, 1.0))
+            if workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(workers[0], signal.SIGKILL)
+                kills += 1
         time.sleep(rng.uniform(0.5, 4.0))
         if process.poll() is not None:
+            process.communicate()
             break  # it finished first
         process.send_signal(signal.SIGKILL)
         process.communicate(timeout=30)
@@ -88,6 +100,9 @@ def test_random_kills_then_resume(kafka_job: tuple[KafkaJob, dict[int, list[int]
     assert kills >= 1, "no kill landed: the job ran faster than the first moment"
     check_once(job.root / "out", placed, range(MESSAGES))
     assert job.group() == {**ends(job.address, job.topic), 3: -1001}
+    FIGURES.append(
+        f"kafka, {MESSAGES:,} messages, {kills} random kills: each once, group at the ends"
+    )
 
 
 @pytest.mark.parametrize("point", ["after_publish", "after_commit", "mid_publish"])
@@ -102,3 +117,4 @@ def test_a_crash_point_then_resume(
     job.finish()
     check_once(job.root / "out", placed, range(MESSAGES))
     assert job.group() == {**ends(job.address, job.topic), 3: -1001}
+    FIGURES.append(f"kafka, {MESSAGES:,} messages, killed at {point}: each once, group at the ends")
