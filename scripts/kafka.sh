@@ -96,8 +96,10 @@ PROPS
   printf 'log4j.rootLogger=WARN, stderr\nlog4j.appender.stderr=org.apache.log4j.ConsoleAppender\nlog4j.appender.stderr.layout=org.apache.log4j.PatternLayout\nlog4j.appender.stderr.Target=System.err\n' >"$DIR/log4j.properties"
   local java=(java -Xmx512m -Xms128m -Dlog4j.configuration="file:$DIR/log4j.properties" -cp "$JARS/*")
   if [ ! -s "$data/meta.properties" ]; then
-    "${java[@]}" kafka.tools.StorageTool format -t "$(cat /proc/sys/kernel/random/uuid | tr -d - | head -c 22)" \
-      -c "$props" >"$DIR/format.log" 2>&1 || { cat "$DIR/format.log" >&2; return 1; }
+    local cluster
+    cluster="$("${java[@]}" kafka.tools.StorageTool random-uuid)"
+    "${java[@]}" kafka.tools.StorageTool format -t "$cluster" -c "$props" \
+      >"$DIR/format.log" 2>&1 || { cat "$DIR/format.log" >&2; return 1; }
   fi
   echo "kafka.sh: starting Apache Kafka $VERSION (KRaft) on 127.0.0.1:$PORT, data in $data" >&2
   nohup "${java[@]}" kafka.Kafka "$props" >"$DIR/server.log" 2>&1 &
