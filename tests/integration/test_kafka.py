@@ -82,6 +82,27 @@ def test_published_commits_the_planned_ends_once_and_never_back() -> None:
     assert idle.shards == [] and idle.schema.names == plan.schema.names
 
 
+def test_several_topics_name_their_rows_by_topic_too() -> None:
+    address, first, second = broker(), new_topic(), new_topic()
+    produce(address, first, 40)
+    produce(address, second, 50, partitions=1)
+    source = open_source(
+        SourceSection(
+            uri=f"kafka://{address}/{first},{second}",
+            format="kafka",
+            options={"group": f"g-{first}", "metadata": ["topic"]},
+        )
+    )
+    plan = check_source(source)
+    reader = source.reader(plan.schema, ["kafka_id", "kafka_topic", "n"])
+    rows = [r for s in plan.shards for c in reader.read(s, 1_000) for r in c.table.to_pylist()]
+    assert len(rows) == 90 and len({r["kafka_id"] for r in rows}) == 90
+    assert {r["kafka_id"].rsplit(":", 2)[0] for r in rows} == {first, second}
+    assert all(r["kafka_id"].startswith(r["kafka_topic"] + ":") for r in rows)
+    source.published(plan)  # type: ignore[attr-defined]
+    assert committed(address, f"g-{first}", second) == {0: 50, 1: -1001, 2: -1001, 3: -1001}
+
+
 @pytest.mark.parametrize("kind", ["text", "bytes", "avro"])
 def test_text_bytes_and_avro_values(kind: str) -> None:
     import io

@@ -58,6 +58,8 @@ def test_options_are_checked_and_the_id_defaults_to_partition_offset() -> None:
         ).source.id_column
         == "n"
     )
+    avro = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
+    assert parse_spec(_spec(group="g", value="avro", schema=avro)).source.options["schema"] == avro
     for options, field in [
         ({}, "group"),
         ({"group": "g", "value": "avro"}, "schema"),
