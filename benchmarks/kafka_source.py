@@ -28,8 +28,8 @@ from thresher.spec import SourceSection
 
 COLUMNS = ["id", "a", "b", "c", "d", "name"]
 # librdkafka's mock cluster (scripts/kafka.sh where Apache Kafka's jars cannot be fetched)
-# keeps only about the last 60,000 messages of a partition, so the records are spread over
-# as many topics as keep each partition under this.
+# drops a partition's oldest messages past a few MB (here from about 60,000 records on), so
+# the records are spread over as many topics as keep each partition under this.
 PER_PARTITION = 40_000
 
 

@@ -89,7 +89,7 @@ class KafkaSource:
 
     def plan(self) -> Plan:
         known = self._ranges()
-        ranges = [planned for planned, _ in known]
+        ranges = [planned for planned, _, _ in known]
         total = sum(end - start for _, _, start, end in ranges)
         size = shard_size(total, self.shard_rows, self.min_shards, MIN_SPLIT_ROWS)
         shards = [
@@ -102,7 +102,7 @@ class KafkaSource:
             Shard(
                 -1, f"kafka://{self.servers}/{t}/{p}", max(low, start - self.options.sample), start
             )
-            for (t, p, start, _), low in known
+            for (t, p, start, _), low, _ in known
             if start > low
         ]
         values = value_schema(self.options, self._sample([*shards, *earlier]))
@@ -120,6 +120,10 @@ class KafkaSource:
                 "partitions": [list(r) for r in ranges],  # topic, partition, start, end
             }
         }
+        # Offsets retention deleted before the group read them: said at planning, kept here.
+        lost = [[t, p, c, low] for (t, p, _, _), low, c in known if 0 <= c < low]
+        if lost:
+            note["kafka"]["deleted_unread"] = lost  # topic, partition, from, to (exclusive)
         metadata = {READ_KEY: json.dumps(note).encode()}
         return Plan(shards=shards, schema=pa.schema(fields, metadata=metadata))
 
@@ -156,8 +160,9 @@ class KafkaSource:
         finally:
             consumer.close()
 
-    def _ranges(self) -> list[tuple[Range, int]]:
-        """Every partition's range to read, with the first offset it still keeps."""
+    def _ranges(self) -> list[tuple[Range, int, int]]:
+        """Every partition's range to read, with the first offset it still keeps and the
+        group's committed offset (negative: none)."""
         consumer = Consumer(consumer_config(self.servers, self.options))
         timeout = self.options.timeout_s
         try:
@@ -175,7 +180,7 @@ class KafkaSource:
         finally:
             consumer.close()
 
-    def _range(self, consumer: Consumer, tp: TopicPartition) -> tuple[Range, int]:
+    def _range(self, consumer: Consumer, tp: TopicPartition) -> tuple[Range, int, int]:
         where = TopicPartition(tp.topic, tp.partition)
         low, high = consumer.get_watermark_offsets(where, timeout=self.options.timeout_s)
         start = (
@@ -188,7 +193,7 @@ class KafkaSource:
                 *(tp.topic, tp.partition, start, low, start, low - 1),
             )
             start = low
-        return (tp.topic, tp.partition, start, max(start, high)), low
+        return (tp.topic, tp.partition, start, max(start, high)), low, tp.offset
 
     def _sample(self, shards: list[Shard]) -> list[bytes]:
         """Up to `options.sample` message values from `shards`, first to last, to infer a
