@@ -199,6 +199,10 @@ def test_a_job_reads_100k_messages_once_and_moves_the_group(tmp_path: Path) -> N
     assert run.returncode == 0, run.stderr[-2000:]
     check_once(tmp_path / "out", placed, range(100_000))
     assert committed(address, f"g-{topic}", topic) == {**ends(address, topic), 3: -1001}
+    read = json.loads((tmp_path / "out" / "_SUCCESS").read_text())["source_read"]["kafka"]
+    assert read["partitions"] == [
+        [topic, p, 0, end] for p, end in sorted(ends(address, topic).items())
+    ]
     later = produce(address, topic, 60, first=100_000)
     run = subprocess.run(
         [THRESHER, "run", str(spec)],
