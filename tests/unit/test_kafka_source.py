@@ -12,7 +12,13 @@ import pytest
 
 from thresher.errors import SourceError, SpecError
 from thresher.sources.base import Shard
-from thresher.sources.kafka import parse_uri, shard_partition, split_ranges
+from thresher.sources.kafka import (
+    KafkaReader,
+    consumer_config,
+    parse_uri,
+    shard_partition,
+    split_ranges,
+)
 from thresher.sources.kafka_values import (
     ID_COLUMN,
     KafkaSourceOptions,
@@ -138,3 +144,12 @@ def test_avro_values_and_their_arrow_types() -> None:
     decoded = decoder.decode([out.getvalue(), b"\x01", None])
     assert decoded.table.to_pylist() == [{"n": 3, "tags": ["x"], "kind": "B", "w": None}]
     assert [i for i, _, _ in decoded.bad] == [1, 2]
+
+
+def test_a_broker_that_never_answers_fails_the_shard_after_the_idle_time() -> None:
+    options = KafkaSourceOptions(group="g", config={"log_level": 0})
+    config = tuple(consumer_config("127.0.0.1:1", options).items())  # nothing listens there
+    decoder = ValueDecoder("text", pa.schema([("value", pa.string())]))
+    reader = KafkaReader(config, decoder, ["value"], decoder.schema, False, idle_s=1.5)
+    with pytest.raises(SourceError, match=r"no message from the broker for 1\.5 s, 0 of"):
+        list(reader.read(Shard(0, "kafka://127.0.0.1:1/t/0", 0, 10), 100))

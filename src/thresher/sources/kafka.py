@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -132,7 +133,8 @@ class KafkaSource:
         values = pa.schema([f for f in schema if f.name in names])
         decoder = ValueDecoder(self.options.value, values, self.options.schema_)
         config = tuple(consumer_config(self.servers, self.options).items())
-        return KafkaReader(config, decoder, columns, schema, len(self.topics) > 1)
+        several = len(self.topics) > 1
+        return KafkaReader(config, decoder, columns, schema, several, self.options.timeout_s)
 
     def published(self, plan: Plan) -> None:
         """Commit each planned partition's end to the group, once the job has published;
@@ -233,6 +235,7 @@ class KafkaReader:
     columns: list[str]
     schema: pa.Schema
     several_topics: bool
+    idle_s: float = 30.0  # no message and no end for this long: the broker is gone
 
     def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
         topic, partition = shard_partition(shard)
@@ -247,13 +250,20 @@ class KafkaReader:
         consumer = Consumer(dict(self.config))
         try:
             consumer.assign([TopicPartition(topic, partition, shard.start)])
-            left = most
+            left, heard = most, time.monotonic()
             while left > 0:
                 got = consumer.consume(min(size, left), timeout=1.0)
                 batch, done = self._messages(consumer, shard, got)
+                if got:
+                    heard = time.monotonic()
+                elif time.monotonic() - heard > self.idle_s:
+                    raise SourceError(
+                        f"{shard.path}: no message from the broker for {self.idle_s:g} s,"
+                        f" {most - left:,} of the shard's messages read"
+                    )
                 if batch:
-                    left -= len(batch)
-                    yield batch[:left] if left < 0 else batch
+                    left -= len(batch)  # never below 0: consume() was asked for `left`
+                    yield batch
                 if done or (batch and (batch[-1].offset() or 0) + 1 >= shard.stop):
                     return
         finally:
