@@ -47,7 +47,8 @@ class KafkaSourceOptions(Options):
     sample: int = Field(default=1_000, ge=1)  # JSON: messages the schema is inferred from
     # Further librdkafka settings (security.protocol, sasl.*, …), as the client names them.
     config: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    timeout_s: float = Field(default=30.0, gt=0)  # for metadata, offsets and commits
+    # For metadata, offsets and commits, and a shard's read waiting for a message.
+    timeout_s: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
     def _schema_for_avro(self) -> KafkaSourceOptions:
