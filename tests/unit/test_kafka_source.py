@@ -64,6 +64,16 @@ def test_options_are_checked_and_the_id_defaults_to_partition_offset() -> None:
         ).source.id_column
         == "n"
     )
+    named = _spec(group="g")
+    named["source"]["id_column"] = "kafka_offset"
+    named["sink"]["keep_columns"] = ["kafka_timestamp", "kafka_key", "n"]
+    spec = parse_spec(named)
+    assert spec.source.options["metadata"] == ["offset", "timestamp", "key"]
+    assert parse_spec(spec.model_dump()).source.options["metadata"] == [
+        "offset",
+        "timestamp",
+        "key",
+    ]
     avro = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
     assert parse_spec(_spec(group="g", value="avro", schema=avro)).source.options["schema"] == avro
     for options, field in [

@@ -63,9 +63,19 @@ class KafkaSourceOptions(Options):
 
 def complete_kafka_spec(spec: Any) -> None:
     """A Kafka job's rows are named by partition and offset unless `source.id_column`
-    names another column (the `completes` hook of the `kafka` source)."""
-    if spec.source.id_column is None:
-        spec.source.id_column = ID_COLUMN
+    names another column; a message field the id or `sink.keep_columns` names
+    (`kafka_offset`, `kafka_timestamp`, …) is read without being listed in
+    `options.metadata` (the `completes` hook of the `kafka` source)."""
+    source = spec.source
+    if source.id_column is None:
+        source.id_column = ID_COLUMN
+    listed = list(source.options.get("metadata", []))
+    for name in [source.id_column, *spec.sink.keep_columns]:
+        field = name.removeprefix(META_PREFIX)
+        if name.startswith(META_PREFIX) and field in META_TYPES and field not in listed:
+            listed.append(field)
+    if listed:
+        source.options["metadata"] = listed
 
 
 def avro_schema(schema: dict[str, Any] | str) -> Any:
