@@ -111,7 +111,8 @@ def write_job(root: Path, address: str, topic: str, workers: int = 2, sleep: flo
         f'options = {{ group = "g-{topic}" }}\n'
         '[model]\nkind = "python"\nuri = "model.py:Scorer"\nbatch_format = "numpy"\n'
         f"[batch]\nsize = 2000\n[run]\nworkers = {workers}\nshard_timeout = 120\n"
-        '[sink]\nuri = "out/"\nformat = "parquet"\nmode = "append"\nkeep_columns = ["n"]\n'
+        '[sink]\nuri = "out/"\nformat = "parquet"\nmode = "append"\n'
+        'keep_columns = ["n", "kafka_timestamp"]\n'
     )
     return spec
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from kafka_topics import broker, check_once, committed, ends, new_topic, produce, write_job
@@ -200,6 +201,10 @@ def test_a_job_reads_100k_messages_once_and_moves_the_group(tmp_path: Path) -> N
     check_once(tmp_path / "out", placed, range(100_000))
     assert committed(address, f"g-{topic}", topic) == ends(address, topic)
     read = json.loads((tmp_path / "out" / "_SUCCESS").read_text())["source_read"]["kafka"]
+    stamps = pq.read_table(
+        sorted((tmp_path / "out").glob("part-*.parquet")), columns=["kafka_timestamp"]
+    )
+    assert stamps.column(0).null_count == 0  # kept, though options.metadata lists nothing
     held = [r for r in read["partitions"] if r[3]]  # a partition left empty plans [0, 0)
     assert held == [[topic, p, 0, end] for p, end in sorted(ends(address, topic).items())]
     later = produce(address, topic, 60, first=100_000)
