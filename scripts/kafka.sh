@@ -9,8 +9,9 @@
 # under /tmp. Where no Maven repository can be reached (no jars, and mvn fails), it says
 # so and starts librdkafka's mock cluster instead (scripts/kafka_mock.py: the Kafka
 # protocol served in memory by the client library, from confluent-kafka's wheel): the
-# same address line, the same status and stop. Settings: THRESHER_KAFKA_PORT,
-# THRESHER_KAFKA_DIR, THRESHER_KAFKA_VERSION, THRESHER_KAFKA_JARS, PYTHON.
+# same address line, the same status and stop (THRESHER_KAFKA_MOCK=1 asks for it). Settings:
+# THRESHER_KAFKA_PORT, THRESHER_KAFKA_DIR, THRESHER_KAFKA_VERSION, THRESHER_KAFKA_JARS,
+# THRESHER_KAFKA_MOCK, PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,8 +115,9 @@ PROPS
 }
 
 start_mock() {
-  echo "kafka.sh: no Apache Kafka jars (mvn reached no Maven repository: $DIR/mvn.log);" \
-    "starting librdkafka's mock cluster instead (scripts/kafka_mock.py)" >&2
+  local why="no Apache Kafka jars (mvn reached no Maven repository: $DIR/mvn.log)"
+  [ "${THRESHER_KAFKA_MOCK:-}" != 1 ] || why="THRESHER_KAFKA_MOCK=1"
+  echo "kafka.sh: $why; starting librdkafka's mock cluster instead (scripts/kafka_mock.py)" >&2
   rm -f "$ADDRFILE"
   nohup "$PY" scripts/kafka_mock.py >"$DIR/address.tmp" 2>"$DIR/server.log" &
   echo $! >"$PIDFILE"
