@@ -6,7 +6,8 @@
 # a virtual environment in .venv (pip and the test extras, CPU torch: no CUDA wheels);
 # Debian's postgresql and chromium packages installed if missing (only they: nothing
 # installed is upgraded; they stay installed); a PostgreSQL server on 127.0.0.1:54329
-# with its data under /tmp, stopped at the end if this run started it, even on failure;
+# with its data under /tmp, and a Kafka broker on 127.0.0.1 (scripts/kafka.sh), each
+# stopped at the end if this run started it, even on failure;
 # a temporary folder of links, removed. Nothing else outside the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,17 +40,33 @@ audit=$?
 set -e
 [ "$audit" -eq 0 ] || [ "$audit" -eq 3 ] || exit 1
 
+# Services this run started (postgres, kafka): each stopped at the end, even on failure.
+STARTED=()
+stop_started() {
+  for service in ${STARTED[@]+"${STARTED[@]}"}; do
+    step "stopping the $service server this run started"
+    bash "scripts/$service.sh" stop || true
+  done
+}
+trap stop_started EXIT
 # A throwaway PostgreSQL on 127.0.0.1 (installed from Debian's packages if need be) for
 # tests/integration/test_postgres.py, which fail in CI without it; stopped at the end if
 # this run started it (a server that was already up is left as it was).
 if [ -z "${THRESHER_TEST_POSTGRES:-}" ]; then
-  if [ "$(bash scripts/postgres.sh status)" = down ]; then
-    trap 'step "stopping the PostgreSQL this run started"; bash scripts/postgres.sh stop' EXIT
-  fi
+  [ "$(bash scripts/postgres.sh status)" = up ] || STARTED+=(postgres)
   step "PostgreSQL for the tests (scripts/postgres.sh)"
   THRESHER_TEST_POSTGRES="$(bash scripts/postgres.sh)"
 fi
 export THRESHER_TEST_POSTGRES
+# A Kafka broker on 127.0.0.1 for tests/integration/test_kafka.py and the Kafka fault
+# tests (Apache Kafka's jars fetched with mvn once, or librdkafka's mock cluster where no
+# Maven repository answers: scripts/kafka.sh), stopped at the end if this run started it.
+if [ -z "${THRESHER_TEST_KAFKA:-}" ]; then
+  [ "$(bash scripts/kafka.sh status)" = up ] || STARTED+=(kafka)
+  step "a Kafka broker for the tests (scripts/kafka.sh)"
+  THRESHER_TEST_KAFKA="$(bash scripts/kafka.sh)"
+fi
+export THRESHER_TEST_KAFKA
 # Debian's Chromium (installed if need be) for the monitoring report's browser test.
 if [ -z "${THRESHER_TEST_CHROMIUM:-}" ]; then
   step "Chromium for the report's browser test (scripts/chromium.sh)"

@@ -73,6 +73,11 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
         "completes": _BATCH_COMPLETES,
         "sink_format": "openai-batch",
     },
+    {
+        **_builtin(S, "kafka", "sources.kafka:kafka_source", extra="kafka"),
+        "options": "thresher.sources.kafka_values:KafkaSourceOptions",
+        "completes": "thresher.sources.kafka_values:complete_kafka_spec",
+    },
     *(
         _builtin(K, name, "sinks.files:file_sink", NONE)
         for name in ("parquet", "csv", "jsonl", "arrow")

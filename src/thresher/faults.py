@@ -14,7 +14,9 @@ its output file, not yet its error file, and replaced neither), `mid_publish` (a
 finishing job removed the previous output, and has not moved all of its own in),
 `after_publish_commit` (a Delta sink's job made its one table commit, and has not
 finished publishing), `after_table_commit` (an Iceberg sink's snapshot landed, its parts
-not yet removed), `resume_start` (a resume claimed the job),
+not yet removed), `after_publish` (a job published its output, its source's
+`published` hook not run: a Kafka group's offsets not committed), `resume_start` (a
+resume claimed the job),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
 / replaced its error part, and has not recorded it), and a schedule's tick:
 `tick_claiming` (its ledger row written, not committed), `tick_claimed` (committed, no
@@ -41,6 +43,7 @@ POINTS = frozenset(
         "mid_publish",
         "after_publish_commit",
         "after_table_commit",
+        "after_publish",
         "resume_start",
         "retry_after_output",
         "retry_after_errors",

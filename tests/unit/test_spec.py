@@ -163,7 +163,7 @@ def test_missing_spec_file_is_a_spec_error(tmp_path: Path) -> None:
             raw_spec(source={"format": "xml"}),
             "source.format: must be one of 'parquet', 'csv', 'jsonl', 'arrow', 'postgresql',"
             " 'sqlite', 'images', 'documents', 'duckdb', 'delta', 'iceberg', 'features',"
-            " 'openai-batch'",
+            " 'openai-batch', 'kafka'",
         ),
         (raw_spec(run={"executor": "ray2"}), "run.executor: must be one of 'local', 'ray'"),
         (

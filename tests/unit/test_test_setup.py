@@ -1,7 +1,7 @@
 """The test set-up (scripts/test.sh and the scripts it runs) does to the machine only what
 it needs and says it: apt installs only what is missing and upgrades nothing installed,
-a PostgreSQL the run started is stopped at its end (a trap: on failure too), and each
-step that touches the machine is said."""
+a PostgreSQL or Kafka broker the run started is stopped at its end (a trap: on failure
+too), and each step that touches the machine is said."""
 
 from __future__ import annotations
 
@@ -28,22 +28,36 @@ def test_apt_installs_only_what_is_missing_and_upgrades_nothing(script: Path) ->
         assert re.search(r"echo \"\w+\.sh: installing Debian's", text)  # and says so first
 
 
-def test_test_sh_stops_the_postgresql_it_started_even_on_failure() -> None:
+def test_test_sh_stops_the_servers_it_started_even_on_failure() -> None:
+    """PostgreSQL and Kafka: each one the run found down is listed before it starts, and
+    one EXIT trap, set before either starts, stops every one listed."""
     text = (SCRIPTS / "test.sh").read_text()
-    status = text.index('"$(bash scripts/postgres.sh status)" = down')
-    trap = text.index("trap '", status)
-    assert "bash scripts/postgres.sh stop' EXIT" in text[trap : text.index("\n", trap)]
-    assert trap < text.index('THRESHER_TEST_POSTGRES="$(bash scripts/postgres.sh)"')
+    trap = text.index("trap stop_started EXIT")
+    assert 'bash "scripts/$service.sh" stop' in text[text.index("stop_started() {") : trap]
+    for name, variable in (("postgres", "POSTGRES"), ("kafka", "KAFKA")):
+        listed = text.index(f'[ "$(bash scripts/{name}.sh status)" = up ] || STARTED+=({name})')
+        assert trap < listed < text.index(f'THRESHER_TEST_{variable}="$(bash scripts/{name}.sh)"')
 
 
 def test_test_sh_says_each_step_that_touches_the_machine() -> None:
     text = (SCRIPTS / "test.sh").read_text()
     said = re.findall(r'\bstep "([^"]+)', text)
-    for what in ("virtual environment", "installing pip", "PostgreSQL", "Chromium",
-                 "no C compiler", "the suite", "stopping the PostgreSQL"):  # fmt: skip
+    steps = ("virtual environment", "installing pip", "PostgreSQL", "Kafka broker", "Chromium",
+             "no C compiler", "the suite", "stopping the $service server")  # fmt: skip
+    for what in steps:
         assert any(what in line for line in said), (what, said)
     header = text.split("set -euo pipefail")[0]
     assert "What it does to the machine" in header and "Nothing else" in header
+
+
+def test_kafka_sh_status_changes_nothing_and_a_bad_mode_is_refused(tmp_path: Path) -> None:
+    env = {**os.environ, "THRESHER_KAFKA_DIR": str(tmp_path / "k")}
+    for mode, code, out in (("status", 0, "down\n"), ("stop", 0, ""), ("restart", 2, "")):
+        done = subprocess.run(["bash", SCRIPTS / "kafka.sh", mode], env=env,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert (done.returncode, done.stdout) == (code, out), done.stderr
+    assert "unknown mode" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_postgres_sh_status_changes_nothing_and_a_bad_mode_is_refused(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from thresher.monitor.setup import profile_setup
 from thresher.plan import Placement, check_features, known_rows, place
 from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, Shard, open_source
+from thresher.sources.base import Published
 from thresher.spec import JobSpec, SinkSection
 from thresher.store import JobState, ShardState, Store, beating, open_store, this_owner
 from thresher.worker import tracing
@@ -278,6 +279,10 @@ def _finish(
     except ThresherError as exc:  # the publish refused (a merge's repeated id): not running
         job.store.finish(job.id, JobState.FAILED, manifest, str(exc))
         raise
+    crash_point("after_publish")
+    source = open_source(job.spec.source, job.spec.sink.keep_columns)
+    if isinstance(source, Published):  # before `succeeded`: a crash leaves it to resume
+        source.published(job.plan)
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
     return JobResult(
         job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri, [], job.spec.sink

@@ -159,6 +159,18 @@ class ManyRowsPerLine(Protocol):
         ...
 
 
+@runtime_checkable
+class Published(Protocol):
+    """A source with something to do once its job's output is published, and before the
+    job is recorded as succeeded (a Kafka source commits its group's offsets). A crash
+    before it ends leaves the job to resume, which publishes again and calls it again:
+    it must be idempotent."""
+
+    def published(self, plan: Plan) -> None:
+        """Act on the published job of `plan`."""
+        ...
+
+
 class Source(Protocol):
     """A planned input: where the rows are and how to read them."""
 
