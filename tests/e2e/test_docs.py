@@ -202,8 +202,14 @@ def make_namespace() -> dict[str, Any]:
     import thresher
 
     frame, model = small_model()
-    return {"__name__": "__docs__", "thresher": thresher, "np": np, "pd": pd, "df": frame,
-            "model": model}
+    return {
+        "__name__": "__docs__",
+        "thresher": thresher,
+        "np": np,
+        "pd": pd,
+        "df": frame,
+        "model": model,
+    }
 
 
 def test_few_blocks_are_not_run() -> None:
@@ -230,4 +236,5 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "images" / "benchmark-chart.png").read_bytes() == (
         ROOT / "benchmarks" / "results" / "chart.png"
     ).read_bytes()
-    assert "thresher.predict" in (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    assert "thresher.predict" in api and "check_sink" in api
