@@ -110,11 +110,8 @@ def small_model() -> tuple[pd.DataFrame, Any]:
 
 def make_site(folder: Path) -> None:
     """Small data every page may use: `data/customers.parquet` (customer_id, f0-f2,
-    segment) and `model.skops` trained on it (the getting-started spec's), and the demo's
-    files in `thresher-demo/` (the service's)."""
+    segment) and `model.skops`, a classifier trained on it."""
     from skops.io import dump
-
-    from thresher.cli.demo import make_customers, train_model
 
     frame, model = small_model()
     labels = model.predict(frame)
@@ -128,11 +125,6 @@ def make_site(folder: Path) -> None:
     (folder / "data").mkdir()
     pq.write_table(table, folder / "data" / "customers.parquet")
     dump(model, folder / "model.skops")
-    demo = folder / "thresher-demo"
-    demo.mkdir()
-    customers = make_customers(ROWS)
-    pq.write_table(customers, demo / "customers.parquet")
-    train_model(customers, demo / "model.skops")
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +171,7 @@ def run_block(block: Block, folder: Path, namespace: dict[str, Any]) -> None:
         json.loads(block.code)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "page",
     [p for p in [*PAGES, ROOT / "README.md"] if any(not b.no_run for b in blocks(p))],
