@@ -15,7 +15,5 @@ CHART = ROOT / "benchmarks" / "results" / "chart.png"
 
 def on_files(files: Files, config: Any) -> Files:
     """Add the chart as `images/benchmark-chart.png` of the site."""
-    files.append(
-        File.generated(config, "images/benchmark-chart.png", abs_src_path=str(CHART))
-    )
+    files.append(File.generated(config, "images/benchmark-chart.png", abs_src_path=str(CHART)))
     return files

@@ -207,12 +207,11 @@ def profile(job_id: str, store: str | None = None) -> Profile:
     """A succeeded job's profile: every model input and output column as the job saw it,
     made in the same pass as its predictions.
 
-    Examples:
-        >>> p = thresher.profile("20261201-020000-a1b2c3")              # doctest: +SKIP
-        >>> p.columns["age"].moments.mean, p.columns["prediction"].top(2)  # doctest: +SKIP
-        (41.7, [('0', 81234), ('1', 18766)])
-        >>> p.describe()["columns"]["age"]["quantiles"]["p50"]          # doctest: +SKIP
-        40.0
+    >>> p = thresher.profile("20261201-020000-a1b2c3")              # doctest: +SKIP
+    >>> p.columns["age"].moments.mean, p.columns["prediction"].top(2)  # doctest: +SKIP
+    (41.7, [('0', 81234), ('1', 18766)])
+    >>> p.describe()["columns"]["age"]["quantiles"]["p50"]          # doctest: +SKIP
+    40.0
     """
     from thresher.store import open_store
 
