@@ -18,10 +18,11 @@ not yet removed), `resume_start` (a resume claimed the job),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
 / replaced its error part, and has not recorded it), and a schedule's tick:
 `tick_claiming` (its ledger row written, not committed), `tick_claimed` (committed, no
-job yet), `tick_queued` (its job queued, the ledger not told); in a server, `job_ended`
-(a job it ran ended, its end hooks not run) and `batch_ended` (an OpenAI-style batch
-ended, its hooks not run); `read_upload` (the child reading a tenant's uploaded file,
-before it reads).
+job yet), `tick_queued` (its job queued, the ledger not told), and the same three steps
+of a backfill's tick: `backfill_claiming`, `backfill_claimed`, `backfill_queued`; in a
+server, `job_ended` (a job it ran ended, its end hooks not run) and `batch_ended` (an
+OpenAI-style batch ended, its hooks not run); `read_upload` (the child reading a
+tenant's uploaded file, before it reads).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ POINTS = frozenset(
         "tick_claiming",
         "tick_claimed",
         "tick_queued",
+        "backfill_claiming",
+        "backfill_claimed",
+        "backfill_queued",
         "job_ended",
         "batch_ended",
         "read_upload",

@@ -7,6 +7,7 @@ violation is one) on any page. Screenshots of every page land in the test's fold
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -20,6 +21,27 @@ from .servers import Server, ServiceSite, wait_for_job
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 BAD = b'{"id": 1, "x": 1.0}\n{"id": 2, "x": 2.0}\nnot json at all\n{"id": 4, "x": 4.0}\n'
+
+
+# What a screen reader could not name on a page: a form control with no label, an image
+# with no alt text, a button or link with no text, a table with no header cells.
+UNLABELLED = """() => {
+  const bad = [];
+  for (const el of document.querySelectorAll("input:not([type=hidden]), select, textarea")) {
+    if (!(el.labels && el.labels.length) && !el.getAttribute("aria-label")) bad.push(el.outerHTML);
+  }
+  for (const el of document.querySelectorAll("img")) {
+    if (!el.getAttribute("alt")) bad.push(el.outerHTML);
+  }
+  for (const el of document.querySelectorAll("button, a")) {
+    if (!el.textContent.trim() && !el.getAttribute("aria-label")) bad.push(el.outerHTML);
+  }
+  for (const el of document.querySelectorAll("table")) {
+    if (!el.querySelector("th")) bad.push("a table with no header cells");
+  }
+  if (!document.querySelector("h1")) bad.push("no h1");
+  return bad;
+}"""
 
 
 @pytest.fixture
@@ -53,6 +75,8 @@ class Visitor:
         self.page.wait_for_url("**/ui/jobs")
 
     def shot(self, name: str) -> None:
+        """A screenshot of the page, after checking what a screen reader needs of it."""
+        assert self.page.evaluate(UNLABELLED) == [], name
         self.page.screenshot(path=str(self.shots / f"{self.who}-{name}.png"), full_page=True)
 
 
@@ -80,6 +104,60 @@ def acme_jobs(site: ServiceSite, server: Server, token: str) -> tuple[str, str]:
             "model": "double"}}  # fmt: skip
         assert client.post("/v1/schedules", json=schedule).status_code == 201
     return bad, slow
+
+
+def resume(a: Visitor, server: Server, token: str, job_id: str) -> None:
+    """Resume the cancelled job from its page: its committed shards kept, the rest run
+    again, each row once in its results."""
+    a.page.wait_for_function(  # shown once its coordinator has stopped: reload till then
+        "() => { if (!document.querySelector('#resume')) { location.reload(); return false; }"
+        " return true; }",
+        timeout=20_000,
+        polling=500,
+    )
+    a.page.click("#resume")
+    with server.client(token) as client:
+        assert wait_for_job(client, job_id)["status"] == "succeeded"
+        lines = client.get(f"/v1/jobs/{job_id}/results").text.splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == list(range(12))
+
+
+def charts(a: Visitor, server: Server, token: str) -> None:
+    """A second run of the bad job's name: its page charts its rows over time and its
+    drift against the first run, each an image that loads under the page's policy."""
+    with server.client(token) as client:
+        file_id = client.post("/v1/files", files={"file": ("in.jsonl", BAD)}).json()["id"]
+        body = {"input_file_id": file_id, "model": "double", "id_column": "id"}
+        again = client.post("/v1/jobs", json=body).json()["id"]
+        wait_for_job(client, again)
+    a.page.goto(f"{server.url}/ui/jobs/{again}")
+    for alt in ("Rows done over time", "Drift against"):
+        image = a.page.locator(f'img[alt^="{alt}"]')
+        image.wait_for()
+        assert image.evaluate("i => i.decode().then(() => i.naturalWidth > 0)"), alt
+    a.shot("job-charts")
+
+
+def schedules_and_the_rest(a: Visitor, url: str) -> None:
+    """Pause a schedule and run it now; then the queue, triggers and batches pages."""
+    a.page.goto(f"{url}/ui/schedules")
+    a.page.click("text=Pause")
+    assert a.page.locator("text=Resume").count() == 1
+    a.page.click("text=Run now")  # a manual tick, even while paused
+    a.page.wait_for_url("**/ui/schedules")
+    a.page.wait_for_function(  # its job starts within moments: reload until shown
+        "() => { if (!document.querySelector('.ticks a')) { location.reload(); return false; }"
+        " return true; }",
+        timeout=20_000,
+        polling=1000,
+    )
+    a.shot("schedules")
+    for path in ("queue", "triggers", "batches", "webhooks"):
+        a.page.goto(f"{url}/ui/{path}")
+        assert a.page.locator("h1").count() == 1
+        a.shot(path)
+    a.page.keyboard.press("Tab")  # the first stop is the brand link, then the nav
+    assert a.page.evaluate("document.activeElement.textContent") == "thresher"
 
 
 def test_the_dashboard_in_a_browser(tmp_path: Path, browser: Any) -> None:
@@ -115,10 +193,9 @@ def test_the_dashboard_in_a_browser(tmp_path: Path, browser: Any) -> None:
         a.page.reload()
         assert a.page.locator("#job-state").inner_text() == "cancelled"
         a.shot("job-cancelled")
-        a.page.goto(f"{server.url}/ui/schedules")
-        a.page.click("text=Pause")
-        assert a.page.locator("text=Resume").count() == 1
-        a.shot("schedules")
+        resume(a, server, acme, slow)
+        charts(a, server, acme)
+        schedules_and_the_rest(a, server.url)
 
         b = Visitor(browser, server, shots, "globex")
         b.sign_in(globex)

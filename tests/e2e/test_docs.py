@@ -11,7 +11,8 @@ How each block is run, by its info string:
   of the page's own (`THRESHER_STORE`).
 - `toml`, `yaml`, `json` with a `title="name"`: written to that file for later blocks
   (a spec, a config); without one, parsed, so a fragment at least is valid.
-- no info string or `text`: a listing of output, not run.
+- no info string, `text` or `console`: a listing of output or a transcript, not run;
+  any other language fails the test, so no block is skipped by a name it does not know.
 
 A block that cannot run here (S3, GPUs, a cluster, a server of its own) carries the
 comment `<!-- no-run: why -->` on the line before it; `test_few_blocks_are_not_run`
@@ -58,6 +59,7 @@ TITLE = re.compile(r'title="(?P<title>[^"]+)"')
 # Blocks that cannot run on a CI machine: each says why on the page; this is the ceiling.
 MOST_NOT_RUN = 16
 ROWS = 1000
+LISTINGS = ("", "text", "console")
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ def run_block(block: Block, folder: Path, namespace: dict[str, Any]) -> None:
         yaml.safe_load(block.code)
     elif block.lang == "json":
         json.loads(block.code)
+    else:
+        assert block.lang in LISTINGS, f"{block.where()}: no runner for ```{block.lang}"
 
 
 @pytest.mark.slow

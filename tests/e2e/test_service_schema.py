@@ -6,10 +6,11 @@ Brief in CI (`THRESHER_SCHEMA_EXAMPLES`, default 20 per operation); raise it for
 run: `THRESHER_SCHEMA_EXAMPLES=500 pytest tests/e2e/test_service_schema.py`.
 
 Random path parameters and bodies mostly meet a 404 or a 422 at the door. So that the
-routes of what a tenant makes — schedules, triggers, a job's actuals, webhook endpoints —
-are driven past it, the tenant first makes one of each (`SEEDS`), and half the generated
-requests to those routes name it, with a body that is a good one but for one generated
-field: every field's validation is reached with the others valid.
+routes of what a tenant makes — schedules (and their backfills), triggers, a job's
+actuals, webhook endpoints — are driven past it, the tenant first makes one of each
+(`SEEDS`), and half the generated requests to those routes name it, with a body that is
+a good one but for one generated field: every field's validation is reached with the
+others valid.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,9 @@ def seed(server: Server, token: str, shared: Path) -> tuple[dict[str, str], dict
     through the API; the names and ids to put in paths, and a good body per route."""
     data = str(shared / "in.jsonl")
     job = {"model": "double", "source": {"uri": data}, "id_column": "id"}
+    past = (datetime.now(UTC) - timedelta(days=3)).date().isoformat()
     bodies: dict[str, dict[str, Any]] = {
+        "/v1/schedules/{name}/backfills": {"from": past, "to": past, "max_running": 1},
         "/v1/schedules": {"name": "nightly", "cron": "0 2 * * *", "timezone": "UTC", "job": job},
         "/v1/triggers": {"name": "inbox", "watch": str(shared), "pattern": "*.csv",
                          "job": {"model": "double"}},
@@ -89,7 +93,8 @@ def aimed(api: Api, case: schemathesis.Case, field: int) -> None:
     prefix = "actuals" if path.endswith("/actuals") else prefix
     if prefix is None:
         return
-    names = {"/v1/schedules": "nightly", "/v1/triggers": "inbox"}
+    names = {"/v1/schedules": "nightly", "/v1/schedules/{name}/backfills": "nightly",
+             "/v1/triggers": "inbox"}  # fmt: skip
     case.path_parameters = {
         key: names.get(prefix or "", "") if key == "name" else api.known.get(key, value)
         for key, value in (case.path_parameters or {}).items()

@@ -304,6 +304,8 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "thresher.store": [
         "AtLimit",
+        "BackfillRow",
+        "BackfillState",
         "BatchRow",
         "BatchStatus",
         "BufferedRequest",

@@ -1,9 +1,9 @@
 """The `thresher` command line: the root group and `main`, the console entry point.
 
 One module per command group: `jobs` (run, resume, status, cancel, tune, retry-errors),
-`validate`, `demo`, `service` (serve, token), `schedules`, `triggers`, `drift`, `profile`,
-`report`, `quality` (actuals, quality); what they share — `--store`, the exit codes, the error
-printer — is in `options`, what they draw on a terminal in `views/`.
+`validate`, `demo`, `service` (serve, token), `schedules`, `backfill`, `triggers`, `drift`,
+`profile`, `report`, `quality` (actuals, quality); what they share — `--store`, the exit
+codes, the error printer — is in `options`, what they draw on a terminal in `views/`.
 Exit codes: 0 done, 1 job failed, 2 bad usage or spec.
 """
 
@@ -14,6 +14,7 @@ import faulthandler
 import click
 
 from thresher.cli.allocator import use_jemalloc
+from thresher.cli.backfill import backfill
 from thresher.cli.demo import demo
 from thresher.cli.drift import drift
 from thresher.cli.jobs import cancel, resume, retry_errors, run, status, tune
@@ -43,7 +44,7 @@ def cli(store: str | None) -> None:
 
 for command in (
     *(run, resume, status, cancel, tune, retry_errors, demo, serve, token),
-    *(validate, profile, report, schedules, triggers, drift, actuals, quality),
+    *(validate, profile, report, schedules, backfill, triggers, drift, actuals, quality),
 ):
     cli.add_command(command)
 

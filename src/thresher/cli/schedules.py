@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from thresher.service.config import ServerConfig
     from thresher.store import Store
 
-__all__ = ["schedules"]
+__all__ = ["read_server_config", "schedules"]
 
 
 @click.group(invoke_without_command=True)
@@ -42,15 +42,16 @@ def schedules(ctx: click.Context, config_file: Path | None, store_url: str | Non
         return
     from thresher.store import StoreError, read_store
 
-    config = _config(config_file)
+    config = read_server_config(config_file)
     try:  # listing only looks: nothing is created
         _list(config, read_store(store_url))
     except StoreError as exc:
         fail(str(exc), EXIT_USAGE)
 
 
-def _config(config_file: Path | None) -> ServerConfig:
-    """The server's config, its schedules checked; exit 2 naming what is wrong."""
+def read_server_config(config_file: Path | None) -> ServerConfig:
+    """The server's config, its schedules checked; exit 2 naming what is wrong (also
+    `thresher backfill`'s)."""
     from thresher.service.config import ConfigError, read_config
     from thresher.service.schedules import check_schedules
 
@@ -69,7 +70,7 @@ def _site(given: tuple[Path | None, str | None]) -> tuple[ServerConfig, Store]:
     from thresher.store import StoreError, open_store
 
     config_file, store_url = given
-    config = _config(config_file)
+    config = read_server_config(config_file)
     try:
         return config, open_store(store_url)
     except StoreError as exc:

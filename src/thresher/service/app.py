@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from thresher.service import submission, ui
+from thresher.service.background.backfiller import start_backfiller
 from thresher.service.background.batches import start_batches
 from thresher.service.background.buffer import router as buffer_router
 from thresher.service.background.buffer import start_flusher
@@ -38,6 +39,7 @@ from thresher.service.openai.envelope import envelope, is_openai_path, openai_st
 from thresher.service.policies.disclosure import public_detail
 from thresher.service.ray_cluster import keep_ray_cluster
 from thresher.service.routers import (
+    backfills,
     batches,
     deliveries,
     drift,
@@ -79,6 +81,7 @@ RESOURCES = (
     webhook_endpoints,
     embeddings,
     schedules,
+    backfills,
     triggers,
     deliveries,
 )
@@ -130,9 +133,10 @@ def create_app(state: ServiceState, background: bool = True) -> FastAPI:
 
 def start_background(state: ServiceState) -> list[Callable[[], None]]:
     """Start the webhook sender, the request buffer, the batch worker, the scheduler, the
-    ticker and the trigger watcher (in that order, so every `on_job_finished` hook is in
-    place before a job can end), after the server's first heartbeat (before it owns
-    anything) and the Ray its jobs run on, if they do; returns their stops."""
+    ticker, the backfiller and the trigger watcher (in that order, so every
+    `on_job_finished` hook is in place before a job can end), after the server's first
+    heartbeat (before it owns anything) and the Ray its jobs run on, if they do; returns
+    their stops."""
     stops = [start_heartbeat(state)]
     # Before the scheduler starts the fork server, whose job processes must know it.
     stops.append(keep_ray_cluster(state.config.run, state.config.capacity.cpu))
@@ -148,6 +152,7 @@ def start_background(state: ServiceState) -> list[Callable[[], None]]:
         return submission.submit_job(state, tenant, body, key)
 
     stops.append(start_ticker(state, submit))
+    stops.append(start_backfiller(state, submit))
     stops.append(start_watcher(state, submit_set))
     return stops
 

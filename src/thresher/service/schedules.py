@@ -9,6 +9,7 @@ outlives restarts (the config's `paused` is what it starts as).
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,11 +99,15 @@ def quarantine_schedule(store: Store, schedule: Scheduled | ScheduleRow, reason:
 
 
 def find_schedule(config: ServerConfig, store: Store, key: str) -> Scheduled:
-    """The schedule `key`; UnknownSchedule if there is none."""
-    for schedule in every_schedule(config, store):
+    """The schedule `key`; UnknownSchedule if there is none, naming the key it looks
+    like, if any (`did you mean 'nightly'?`)."""
+    schedules = every_schedule(config, store)
+    for schedule in schedules:
         if schedule.key == key:
             return schedule
-    raise UnknownSchedule(f"no schedule {key!r}")
+    close = difflib.get_close_matches(key, [s.key for s in schedules], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UnknownSchedule(f"no schedule {key!r}{hint}")
 
 
 def set_paused(config: ServerConfig, store: Store, key: str, paused: bool) -> Scheduled:

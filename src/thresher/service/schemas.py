@@ -109,6 +109,9 @@ class TickInfo(BaseModel):
     job_id: str | None
     message: str | None = Field(description="Why it was skipped, missed or failed.")
     manual: bool = Field(description="Triggered by hand, not by the cron.")
+    backfill: str | None = Field(
+        default=None, description="The backfill whose tick it is (GET /v1/backfills/{id})."
+    )
 
 
 class ScheduleInfo(BaseModel):

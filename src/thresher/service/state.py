@@ -61,6 +61,8 @@ class ServiceState:
     jobs_waiting: threading.Event = field(default_factory=threading.Event)
     # Set when a tick is triggered by hand, so the ticker starts it without waiting.
     ticks_waiting: threading.Event = field(default_factory=threading.Event)
+    # Set when a backfill is made or cancelled, so the backfiller acts at once.
+    backfills_waiting: threading.Event = field(default_factory=threading.Event)
     # Set when a batch is created or cancelled, so the batch worker acts at once.
     batches_waiting: threading.Event = field(default_factory=threading.Event)
     # Called with each OpenAI-style batch that has just ended (its webhook events).

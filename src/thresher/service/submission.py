@@ -32,7 +32,7 @@ from thresher.service.policies.roots import (
     check_under_roots,
 )
 from thresher.service.uploads import find_file
-from thresher.spec import BatchSection, JobSpec, parse_spec
+from thresher.spec import BatchSection, ImageColumnSection, JobSpec, parse_spec
 from thresher.store import IdempotencyConflict
 from thresher.worker import tracing
 
@@ -61,11 +61,19 @@ class SourceRequest(_Strict):
         max_length=MAX_FILES,
         description="Exactly these files (absolute paths or URLs under allowed_roots), in order.",
     )
-    format: Literal["parquet", "csv", "jsonl", "delta", "iceberg", "features"] | None = Field(
+    format: (
+        Literal["parquet", "csv", "jsonl", "delta", "iceberg", "features", "images", "documents"]
+        | None
+    ) = Field(
         None,
         description="Default: from the suffix. `delta`: `uri` is a Delta table; `iceberg`:"
         " `uri` is an Iceberg table's name (namespace.table) in `options.catalog`, a SQL"
-        " catalog on a SQLite file under allowed_roots.",
+        " catalog on a SQLite file under allowed_roots; `images`, `documents`: a file a row.",
+    )
+    images: ImageColumnSection | None = Field(
+        None,
+        description="A column of images: each file's bytes, or its path or URL, fetched by"
+        " the workers (only under allowed_roots, URL prefixes included).",
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
@@ -293,6 +301,8 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         source = {"uri": uri, "format": request.source.format, "allowed_roots": roots}
     if request.source is not None and request.source.options:
         source["options"] = _source_options(state, request.source)
+    if request.source is not None and request.source.images is not None:
+        source["images"] = request.source.images.model_dump()
     source["id_column"] = request.id_column
     source["columns"] = request.columns
     return source

@@ -136,7 +136,10 @@ def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
     source = trigger.job.get("source", {})
     if not isinstance(source, dict):
         return ["job.source: a table with at most `format`"]
-    given = [f"source.{key}" for key in ("uri", "files", "format") if key in source]
+    # A file trigger's job may name its format (`images`, or `csv` for files named
+    # otherwise); a table trigger's format is its table's.
+    taken = ("uri", "files", "format") if trigger.table else ("uri", "files")
+    given = [f"source.{key}" for key in taken if key in source]
     given += ["input_file_id"] if "input_file_id" in trigger.job else []
     options = source.get("options", {})
     pins = WATCHES[trigger.table].pins if trigger.table else ()

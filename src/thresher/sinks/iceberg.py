@@ -166,7 +166,7 @@ class IcebergSink:
                 "thresher.job_id": job.job_id,
                 "thresher.shard": str(staged.shard),
             }
-            self._commit([staged.path], overwrite=False, properties=properties)
+            self._commit([staged.path], False, properties)
             crash_point("after_table_commit", staged.shard)
         fs.rm(path)
 
@@ -207,7 +207,6 @@ class IcebergSink:
         go. Run again after it committed (a crash before the publish finished), it writes
         nothing."""
         fs, folder = filesystem(PendingOutput(self.side_dir, job_id).folder)
-        parts = sorted(fs.glob(f"{folder}/part-*.parquet"))
         commit_id = f"thresher/{job_id}/publish"
         if self._snapshot_of(commit_id) is None:
             manifest = record["manifest"]
@@ -218,15 +217,28 @@ class IcebergSink:
                 "thresher.spec_sha256": str(manifest.get("spec_sha256")),
                 "thresher.rows": str(manifest.get("rows_out")),
             }
+            parts = self._homed(job_id, fs, sorted(fs.glob(f"{folder}/part-*.parquet")))
             urls = [as_url(fs, part) for part in parts]
-            self._commit(urls, overwrite=record["overwrite"], properties=properties)
+            kept = self._commit(urls, record["overwrite"], properties, register=True)
             crash_point("after_table_commit")
-        for part in parts:
-            fs.rm(part)
+            for part in [] if kept else parts:
+                fs.rm(part)  # rewritten as the table's own files
         record["manifest"]["iceberg_snapshot_id"] = self._job_snapshot(job_id)
 
-    def _commit(self, parts: list[str], overwrite: bool, properties: dict[str, str]) -> None:
-        commit_parts(
+    def _homed(self, job_id: str, fs: Any, pending: list[str]) -> list[str]:
+        """The job's parts moved from its pending folder to `data/thresher-<job>/` in the
+        table's location, where the snapshot takes them as its data files (a move redone
+        after a crash finds the ones moved before); every part there, in order."""
+        _, home = filesystem(f"{self.location}/data/thresher-{job_id}")
+        fs.makedirs(home, exist_ok=True)
+        for part in pending:
+            fs.mv(part, f"{home}/{part.rsplit('/', 1)[-1]}")
+        return sorted(fs.glob(f"{home}/part-*.parquet"))
+
+    def _commit(
+        self, parts: list[str], overwrite: bool, properties: dict[str, str], register: bool = False
+    ) -> bool:
+        return commit_parts(
             self._catalog(),
             self.uri,
             location=self.location,
@@ -234,6 +246,7 @@ class IcebergSink:
             overwrite=overwrite,
             properties=properties,
             partition_by=self.partition_by,
+            register=register,
         )
 
     def _snapshot_of(self, commit_id: str) -> int | None:

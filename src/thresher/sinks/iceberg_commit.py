@@ -1,11 +1,16 @@
 """One Iceberg commit of Parquet parts: the snapshot a job (or a retried shard) makes.
 
-`commit_parts` writes the parts' rows as the table's own data files (pyiceberg's writer:
-the table's field ids, its partition spec, its file sizes) and commits them in one
-snapshot: appended to the table's rows, or replacing them (`overwrite`: every live data
-file removed in the same snapshot, and the table's schema made the rows' own). A table
-that does not exist yet is created in the same commit, at the location the sink chose,
-partitioned by identity on `partition_by`: readers never see a table without its rows.
+`commit_parts` makes the parts the table's data files and commits them in one snapshot.
+An unpartitioned table takes the Parquet parts as they are (`register = True`: their
+footers read for the manifests' statistics, the columns found by name through the
+table's name mapping, as pyiceberg's `add_files` does), which costs no rewrite of the
+job's rows at its end; a partitioned table, or parts whose types Iceberg cannot take as
+written (nanosecond timestamps), gets them rewritten by pyiceberg's writer (the table's
+field ids, its partition spec, its file sizes). Either way the snapshot appends the
+rows to the table's, or replaces them (`overwrite`: every live data file removed in the
+same snapshot, and the table's schema made the rows' own). A table that does not exist
+yet is created in the same commit, at the location the sink chose, partitioned by
+identity on `partition_by`: readers never see a table without its rows.
 
 One snapshot, not the two pyiceberg's `Table.overwrite` makes (a delete, then an append):
 its summary carries the commit's identity (`thresher.commit`), which is what makes a
@@ -49,9 +54,12 @@ def commit_parts(
     overwrite: bool,
     properties: dict[str, str],
     partition_by: Sequence[str] = (),
-) -> None:
+    register: bool = False,
+) -> bool:
     """One snapshot of `parts` (Parquet URLs), its summary `properties`; nothing when the
-    table does not exist and there are no rows to make it of."""
+    table does not exist and there are no rows to make it of. With `register`, the parts
+    become data files as they are where the table allows it; returns whether they did
+    (else their rows were written anew, and the parts may go)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     schema = _parts_schema(parts)
@@ -60,7 +68,7 @@ def commit_parts(
     except NoSuchTableError:
         table = None
     if table is None and schema is None:
-        return
+        return False
     try:
         if table is None:
             assert schema is not None
@@ -72,8 +80,10 @@ def commit_parts(
                 _take_schema(txn, schema)
             elif schema is not None:
                 _check_fits(txn, schema)
-        _snapshot(txn, parts, overwrite and table is not None, properties)
+        registered = _registered(txn, parts) if register and not partition_by else None
+        _snapshot(txn, parts, overwrite and table is not None, properties, registered)
         txn.commit_transaction()
+        return registered is not None
     except SinkError:
         raise
     except Exception as exc:  # pyiceberg's: a schema that does not fit, I/O, a conflict
@@ -128,8 +138,31 @@ def _check_fits(txn: Any, schema: pa.Schema) -> None:
         ) from None
 
 
-def _snapshot(txn: Any, parts: Sequence[str], replace: bool, properties: dict[str, str]) -> None:
-    """The snapshot: every live data file removed if `replace`, the parts' rows added."""
+def _registered(txn: Any, parts: Sequence[str]) -> list[Any] | None:
+    """The parts as the table's data files, as they are; None when their types are not
+    ones Iceberg takes as written (they are rewritten then)."""
+    from pyiceberg.io.pyarrow import parquet_files_to_data_files
+    from pyiceberg.table import TableProperties
+
+    try:
+        files = list(parquet_files_to_data_files(txn._table.io, txn.table_metadata, iter(parts)))
+    except (ValueError, TypeError, NotImplementedError):
+        return None
+    if txn.table_metadata.name_mapping() is None:  # how readers find the parts' columns
+        mapping = txn.table_metadata.schema().name_mapping.model_dump_json()
+        txn.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING: mapping})
+    return files
+
+
+def _snapshot(
+    txn: Any,
+    parts: Sequence[str],
+    replace: bool,
+    properties: dict[str, str],
+    registered: list[Any] | None = None,
+) -> None:
+    """The snapshot: every live data file removed if `replace`, the parts' rows added
+    (`registered`: the parts themselves, else written anew)."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
     update = txn.update_snapshot(snapshot_properties=properties)
@@ -138,6 +171,10 @@ def _snapshot(txn: Any, parts: Sequence[str], replace: bool, properties: dict[st
         if replace:
             for data_file in _live_files(txn.table_metadata, io):
                 producer.delete_data_file(data_file)
+        if registered is not None:
+            for data_file in registered:
+                producer.append_data_file(data_file)
+            return
         counter = itertools.count(0)
         for rows in _groups(parts):
             for data_file in _dataframe_to_data_files(

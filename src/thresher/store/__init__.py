@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from thresher.store._actuals import NewPart, PartRecord, PredictionInfo
+from thresher.store._backfills import BackfillRow, BackfillState
 from thresher.store._batches import BatchRow, BatchStatus
 from thresher.store._counted import AtLimit
 from thresher.store._db import Database, IdempotencyConflict, StoreError, now
@@ -40,6 +41,8 @@ from thresher.store._webhook_endpoints import EndpointRow
 # exported here are the rows and records they hand out, and the two ledgers' types.
 __all__ = [
     "AtLimit",
+    "BackfillRow",
+    "BackfillState",
     "BatchRow",
     "BatchStatus",
     "BufferedRequest",

@@ -51,13 +51,15 @@ class JobQueue:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def waiting(self, limit: int = 100) -> list[WaitingJob]:
-        """Jobs that may start now, highest priority first, oldest first within one."""
+    def waiting(self, limit: int = 100, tenant: str | None = None) -> list[WaitingJob]:
+        """Jobs that may start now, highest priority first, oldest first within one;
+        only `tenant`'s when one is given."""
+        mine = " AND tenant = ?" if tenant is not None else ""
         rows = self.db.query(
             "SELECT id, tenant, priority, state, spec, wait_reason FROM thresher_jobs"
-            " WHERE state IN (?, ?) AND id NOT IN (SELECT job_id FROM thresher_leases)"
+            f" WHERE state IN (?, ?){mine} AND id NOT IN (SELECT job_id FROM thresher_leases)"
             " ORDER BY priority DESC, created_at ASC, id ASC LIMIT ?",
-            (*WAITING, limit),
+            (*WAITING, *([tenant] if tenant is not None else []), limit),
         )
         return [
             WaitingJob(str(r[0]), r[1], int(r[2] or 0), JobState(r[3]), _workers(r[4]), r[5])
@@ -127,6 +129,28 @@ class JobQueue:
             (JobState.PREEMPTED.value,),
         )
         return [str(r[0]) for r in rows]
+
+    def reopen(self, job_id: str, reason: str) -> bool:
+        """Put a failed or cancelled job whose coordinator is gone (no lease) back in the
+        queue: to finish from its stored plan, committed shards kept (`preempted`), or from
+        the start when it never planned (`queued`). Its end is forgotten, so it ends (and
+        is announced) again. False when the job is in no such state."""
+        with self.db.transaction() as cur:
+            changed = cur.changed(
+                "UPDATE thresher_jobs SET state = CASE WHEN shard_count > 0 THEN ? ELSE ? END,"
+                " finished_at = NULL, message = NULL, announced_at = NULL, wait_reason = ?"
+                " WHERE id = ? AND state IN (?, ?)"
+                " AND id NOT IN (SELECT job_id FROM thresher_leases)",
+                (
+                    JobState.PREEMPTED.value,
+                    JobState.QUEUED.value,
+                    reason,
+                    job_id,
+                    JobState.FAILED.value,
+                    JobState.CANCELLED.value,
+                ),
+            )
+        return changed > 0
 
     def cancel_if_queued(self, job_id: str) -> bool:
         """Cancel the job if it is waiting — queued, or preempted with its coordinator gone

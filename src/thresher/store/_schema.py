@@ -212,6 +212,20 @@ MIGRATIONS: list[list[str]] = [
         " ON thresher_trigger_defs (tenant, name)",
         "CREATE INDEX IF NOT EXISTS thresher_files_tenant ON thresher_files (tenant, created_at)",
     ],
+    # 18: backfills (`_backfills.py`): a schedule's past fire times run on request. A tick
+    # a backfill claimed names it (`backfill`), so the live ticker leaves it alone.
+    [
+        """CREATE TABLE IF NOT EXISTS thresher_backfills (
+            id TEXT PRIMARY KEY, tenant TEXT NOT NULL, schedule TEXT NOT NULL,
+            name TEXT NOT NULL, timezone TEXT NOT NULL, range_from TEXT NOT NULL,
+            range_to TEXT NOT NULL,
+            nominals TEXT NOT NULL, priority INTEGER NOT NULL, max_running INTEGER,
+            state TEXT NOT NULL, created_at TEXT NOT NULL, ended_at TEXT)""",
+        "CREATE INDEX IF NOT EXISTS thresher_backfills_schedule"
+        " ON thresher_backfills (schedule, created_at)",
+        "CREATE INDEX IF NOT EXISTS thresher_backfills_state ON thresher_backfills (state)",
+        "ALTER TABLE thresher_ticks ADD COLUMN backfill TEXT",
+    ],
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from thresher.store._actuals import ActualsTable
 from thresher.store._announced import Announcements
+from thresher.store._backfills import BackfillTable
 from thresher.store._batches import BatchTable
 from thresher.store._db import Database
 from thresher.store._deliveries import DeliveryTable
@@ -44,5 +45,6 @@ class Tables:
         self.webhook_endpoints = EndpointTable(db)
         self.schedules = ScheduleTable(db)
         self.ticks = TickLedger(db)
+        self.backfills = BackfillTable(db)
         self.trigger_defs = TriggerDefTable(db)
         self.triggers = TriggerLedger(db)

@@ -9,6 +9,12 @@ idempotency key made from the tick (`tick_key`), so finishing it twice still mak
 job. A manual tick (`thresher schedules trigger`) is a claim made by `MANUAL`, taken over
 and started the same way; it is not a fire time, so the cron's ticks ignore it.
 
+A backfill (`thresher backfill`) claims past fire times in the same ledger, the row naming
+it (`backfill`): one it finds missed, skipped or failed without a job it takes over
+(`claim_for_backfill`, again one winner), so a fire time still makes one job, ever. The
+live ticker neither finishes a backfill's claims nor counts its ticks as its own
+decisions (`unsettled`, `last`) or as the job its overlap policy waits for (`last_job`).
+
 Times are stored as UTC ISO 8601 text, which sorts as time does.
 """
 
@@ -43,6 +49,19 @@ class Tick:
     job_id: str | None
     message: str | None
     manual: bool = False
+    backfill: str | None = None  # the backfill whose tick it is
+    claimed_by: str | None = None
+
+
+TICK_COLUMNS = "nominal, outcome, job_id, message, manual, backfill, claimed_by"
+
+
+def _tick(schedule: str, r: tuple[object, ...]) -> Tick:
+    return Tick(
+        schedule, datetime.fromisoformat(str(r[0])), TickOutcome(str(r[1])),
+        None if r[2] is None else str(r[2]), None if r[3] is None else str(r[3]),
+        bool(r[4]), None if r[5] is None else str(r[5]), None if r[6] is None else str(r[6]),
+    )  # fmt: skip
 
 
 def tick_key(schedule: str, nominal: datetime) -> str:
@@ -66,6 +85,34 @@ class TickLedger:
                  int(manual)),
             )  # fmt: skip
             crash_point("tick_claiming")  # the claim written, not committed
+        return won > 0
+
+    def claim_for_backfill(
+        self, schedule: str, nominal: datetime, backfill: str, owner: str
+    ) -> bool:
+        """Claim a past fire time for `backfill`: a new row, or one settled without a job
+        (missed, skipped, failed) by the ticker or another backfill, taken over in one
+        conditional write; False if the fire time has, or may get, a job of another's,
+        or was this backfill's already (a fire time it failed is not tried again)."""
+        jobless = (TickOutcome.MISSED.value, TickOutcome.SKIPPED.value, TickOutcome.FAILED.value)
+        with self.db.transaction() as cur:
+            won = cur.changed(
+                "INSERT INTO thresher_ticks (schedule, nominal, outcome, claimed_by,"
+                " claimed_at, manual, backfill) VALUES (?, ?, ?, ?, ?, 0, ?)"
+                " ON CONFLICT DO NOTHING",
+                (schedule, nominal.isoformat(), TickOutcome.CLAIMED.value, owner, now(),
+                 backfill),
+            )  # fmt: skip
+            if not won:
+                won = cur.changed(
+                    "UPDATE thresher_ticks SET outcome = ?, claimed_by = ?, claimed_at = ?,"
+                    " backfill = ?, message = NULL, settled_at = NULL"
+                    " WHERE schedule = ? AND nominal = ? AND job_id IS NULL"
+                    " AND outcome IN (?, ?, ?) AND (backfill IS NULL OR backfill <> ?)",
+                    (TickOutcome.CLAIMED.value, owner, now(), backfill, schedule,
+                     nominal.isoformat(), *jobless, backfill),
+                )  # fmt: skip
+            crash_point("backfill_claiming")  # the claim written, not committed
         return won > 0
 
     def take_over(self, schedule: str, nominal: datetime, before: str, owner: str) -> bool:
@@ -97,30 +144,32 @@ class TickLedger:
             )  # fmt: skip
 
     def unsettled(self, schedule: str) -> list[tuple[datetime, str]]:
-        """Ticks claimed and not settled yet, oldest first, with their claimant: a
-        scheduler at work, one that died, or MANUAL."""
+        """Ticks claimed and not settled yet (a backfill's aside), oldest first, with their
+        claimant: a scheduler at work, one that died, or MANUAL."""
         rows = self.db.query(
             "SELECT nominal, claimed_by FROM thresher_ticks WHERE schedule = ? AND outcome = ?"
-            " ORDER BY nominal",
+            " AND backfill IS NULL ORDER BY nominal",
             (schedule, TickOutcome.CLAIMED.value),
         )
         return [(datetime.fromisoformat(str(r[0])), str(r[1])) for r in rows]
 
     def last(self, schedule: str) -> datetime | None:
-        """The newest fire time decided for `schedule` (any outcome; manual ticks are
-        not fire times), or None."""
+        """The newest fire time the ticker decided for `schedule` (any outcome; manual
+        ticks are not fire times, a backfill's are not the ticker's), or None."""
         rows = self.db.query(
-            "SELECT MAX(nominal) FROM thresher_ticks WHERE schedule = ? AND manual = 0",
+            "SELECT MAX(nominal) FROM thresher_ticks WHERE schedule = ? AND manual = 0"
+            " AND backfill IS NULL",
             (schedule,),
         )
         return datetime.fromisoformat(str(rows[0][0])) if rows and rows[0][0] else None
 
     def last_job(self, schedule: str) -> str | None:
         """The job of the schedule's newest started tick, however many ticks were skipped
-        or missed since, or None."""
+        or missed since, or None (a backfill's jobs are not waited for: they yield to live
+        ticks by priority instead)."""
         rows = self.db.query(
             "SELECT job_id FROM thresher_ticks WHERE schedule = ? AND outcome = ?"
-            " ORDER BY nominal DESC LIMIT 1",
+            " AND backfill IS NULL ORDER BY nominal DESC LIMIT 1",
             (schedule, TickOutcome.STARTED.value),
         )
         return str(rows[0][0]) if rows and rows[0][0] else None
@@ -128,17 +177,24 @@ class TickLedger:
     def recent(self, schedule: str, limit: int = 20) -> list[Tick]:
         """The schedule's newest ticks, newest first."""
         rows = self.db.query(
-            "SELECT nominal, outcome, job_id, message, manual FROM thresher_ticks"
+            f"SELECT {TICK_COLUMNS} FROM thresher_ticks"
             " WHERE schedule = ? ORDER BY nominal DESC LIMIT ?",
             (schedule, limit),
         )
-        return [
-            Tick(
-                schedule, datetime.fromisoformat(str(r[0])), TickOutcome(r[1]), r[2], r[3],
-                bool(r[4]),
-            )
-            for r in rows
-        ]  # fmt: skip
+        return [_tick(schedule, r) for r in rows]
+
+    def at(self, schedule: str, nominals: list[datetime]) -> dict[datetime, Tick]:
+        """The ledger's rows for these fire times of `schedule` (those it has)."""
+        if not nominals:
+            return {}
+        wanted = set(nominals)
+        rows = self.db.query(
+            f"SELECT {TICK_COLUMNS} FROM thresher_ticks"
+            " WHERE schedule = ? AND nominal >= ? AND nominal <= ?",
+            (schedule, min(nominals).isoformat(), max(nominals).isoformat()),
+        )
+        found = (_tick(schedule, r) for r in rows)
+        return {t.nominal: t for t in found if t.nominal in wanted}
 
     def counts(self) -> dict[tuple[str, str], int]:
         """How many ticks each schedule has had, by outcome: {(schedule, outcome): n}."""

@@ -18,10 +18,25 @@ class JobViews:
 
     db: Database
 
-    def tenant_job_ids(self, tenant: str, limit: int, after: JobRecord | None) -> list[str]:
-        """Up to `limit` of the tenant's job ids, newest first, after job `after`."""
+    def tenant_job_ids(
+        self,
+        tenant: str,
+        limit: int,
+        after: JobRecord | None,
+        state: str | None = None,
+        name: str = "",
+    ) -> list[str]:
+        """Up to `limit` of the tenant's job ids, newest first, after job `after`; only
+        those in `state` and whose name holds `name` (any case), when given."""
         sql = "SELECT id FROM thresher_jobs WHERE tenant = ?"
         params: list[Any] = [tenant]
+        if state is not None:
+            sql += " AND state = ?"
+            params.append(state)
+        if name:
+            pattern = name.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            sql += " AND LOWER(name) LIKE ? ESCAPE '\\'"
+            params.append(f"%{pattern}%")
         if after is not None:
             sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
             params += [after.created_at, after.created_at, after.id]
@@ -76,6 +91,18 @@ class JobViews:
             (ShardState.DONE.value, *_as_params(tenant)),
         )
         return {str(t): (int(a), int(b), int(c)) for t, a, b, c in rows}
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        """Every attempt at the job's shards, in the order they started: `index` (the
+        shard), `number`, `started_at`, `finished_at`, `outcome` (done, failed, or None
+        while running) and `message` (why it failed)."""
+        rows = self.db.query(
+            "SELECT idx, number, started_at, finished_at, outcome, message"
+            " FROM thresher_attempts WHERE job_id = ? ORDER BY started_at, idx, number",
+            (job_id,),
+        )
+        keys = ("index", "number", "started_at", "finished_at", "outcome", "message")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def running_job_progress(self, tenant: str | None = None) -> list[tuple[str, str, str, int]]:
         """(job id, tenant, first attempt's start, rows of its committed shards) of each

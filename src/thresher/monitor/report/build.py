@@ -23,7 +23,7 @@ from thresher.profiles.profile import PROBABILITY_BINS, ColumnProfile, Profile
 from thresher.sinks import open_sink
 from thresher.store import JobRecord, Store
 
-__all__ = ["build_report"]
+__all__ = ["build_report", "psi_chart"]
 
 HISTOGRAM_BINS = 10
 HEADLINE_QUALITY = ("coverage", "accuracy", "roc_auc", "rmse", "r2")
@@ -47,7 +47,7 @@ def build_report(store: Store, job_id: str, baseline: str | None = None) -> str:
     page.columns = [v for v in views if v.role == "input"]
     page.outputs = [v for v in views if v.role == "output"]
     if drift is not None and any(c.psi is not None for c in drift.columns):
-        page.psi_chart = _psi_chart(drift)
+        page.psi_chart = psi_chart(drift)
     page.quality, page.quality_chart = quality_part(store, job)
     page.headline += [(k, v) for k, v in page.quality if k in HEADLINE_QUALITY]
     return render(page)
@@ -128,7 +128,9 @@ def _distribution(column: ColumnProfile) -> tuple[list[str], list[float]]:
     return bin_labels(edges), bin_shares(sketch, edges).tolist()
 
 
-def _psi_chart(drift: DriftReport) -> str:
+def psi_chart(drift: DriftReport) -> str:
+    """The PSI of each column, highest first, against the warn and drift lines (the
+    report's and the dashboard's)."""
     ranked = sorted((c for c in drift.columns if c.psi is not None), key=lambda c: -(c.psi or 0))
     t = drift.thresholds
     return charts.bars(

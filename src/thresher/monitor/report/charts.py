@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["bars", "grouped_bars", "lines", "svg_of"]
+__all__ = ["bars", "grouped_bars", "lines", "over_time", "svg_of"]
 
 BASELINE, CURRENT, ACCENT = "#8c96a8", "#2f6fdf", "#d9822b"
 _HEADER = re.compile(r"^.*?(<svg\b)", re.DOTALL)  # the XML declaration and DOCTYPE go
@@ -92,6 +92,18 @@ def lines(labels: Sequence[str], series: Mapping[str, Sequence[float | None]], t
         axes.plot([i for i, _ in points], [v for _, v in points], marker="o", label=name)
     axes.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     _finish(axes, title, "", legend=True)
+    return svg_of(figure)
+
+
+def over_time(seconds: Sequence[float], values: Sequence[float], title: str, ylabel: str) -> str:
+    """A step line of `values` at `seconds` from a start (a job's rows done, say)."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6.0, 2.4))
+    axes.step(seconds, values, where="post", color=CURRENT)
+    axes.set_xlabel("seconds since the job started")
+    axes.set_xlim(left=0)
+    axes.set_ylim(bottom=0)
+    _finish(axes, title, ylabel, legend=False)
     return svg_of(figure)
 
 

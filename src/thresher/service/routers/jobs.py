@@ -156,6 +156,18 @@ def cancel_job(
     return describe(state, state.store.job(job_id))
 
 
+@router.post("/{job_id}/resume", summary="Resume a failed or cancelled job")
+def resume_job(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
+    """Run the job's unfinished shards again from its stored plan, its committed shards
+    kept (every row still once); it waits in the queue like a preempted job. 409 unless
+    it failed or was cancelled and its coordinator has stopped."""
+    record = tenant_job(state, tenant, job_id)
+    if not state.store.queue.reopen(job_id, "resumed by request"):
+        raise Conflict(f"job {job_id} is {record.state.value}; only a failed or cancelled job"
+                       " whose coordinator has stopped is resumed")  # fmt: skip
+    return describe(state, state.store.job(job_id))
+
+
 def _cancel_if_queued(state: ServiceState, job_id: str) -> bool:
     """Cancel the job if it is still queued, atomically against the scheduler's claim."""
     return state.store.queue.cancel_if_queued(job_id)

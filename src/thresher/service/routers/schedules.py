@@ -42,7 +42,7 @@ def tenant_schedule(state: ServiceState, tenant: str, name: str) -> Scheduled:
     raise NotFound(f"no schedule {name!r}")
 
 
-def _own(state: ServiceState, tenant: str, name: str) -> Scheduled:
+def own_schedule(state: ServiceState, tenant: str, name: str) -> Scheduled:
     """The tenant's own schedule `name`: Conflict for a config schedule."""
     schedule = tenant_schedule(state, tenant, name)
     if schedule.declared == "config":
@@ -100,6 +100,7 @@ def _tick(tick: Tick) -> TickInfo:
         job_id=tick.job_id,
         message=tick.message,
         manual=tick.manual,
+        backfill=tick.backfill,
     )
 
 
@@ -146,7 +147,7 @@ def change_schedule(
 ) -> ScheduleInfo:
     """Replace the fields given (`job` as a whole); the rest stay. Its ticks so far stay
     in the ledger: a fire time already decided is not decided again."""
-    current = _own(state, tenant, name)
+    current = own_schedule(state, tenant, name)
     if changes.get("name", name) != name:
         raise Unprocessable(["name: a schedule cannot be renamed; create a new one"])
     fields = {**current.settings.model_dump(mode="json", exclude={"tenant"}), **changes}
@@ -162,7 +163,7 @@ def change_schedule(
 @router.delete("/{name}", status_code=204, summary="Delete a schedule")
 def delete_schedule(name: str, state: StateDep, tenant: Tenant) -> Response:
     """No more ticks; jobs it started are left as they are."""
-    _own(state, tenant, name)
+    own_schedule(state, tenant, name)
     state.store.schedules.delete(tenant, name)
     return Response(status_code=204)
 
@@ -170,14 +171,14 @@ def delete_schedule(name: str, state: StateDep, tenant: Tenant) -> Response:
 @router.post("/{name}/pause", summary="Pause a schedule")
 def pause_schedule(name: str, state: StateDep, tenant: Tenant) -> ScheduleInfo:
     """No tick fires while paused; its fire times are recorded as skipped."""
-    schedule = set_paused(state.config, state.store, _own(state, tenant, name).key, True)
+    schedule = set_paused(state.config, state.store, own_schedule(state, tenant, name).key, True)
     return describe(state, schedule)
 
 
 @router.post("/{name}/resume", summary="Resume a schedule")
 def resume_schedule(name: str, state: StateDep, tenant: Tenant) -> ScheduleInfo:
     """Ticks fire again from the next fire time on."""
-    schedule = set_paused(state.config, state.store, _own(state, tenant, name).key, False)
+    schedule = set_paused(state.config, state.store, own_schedule(state, tenant, name).key, False)
     return describe(state, schedule)
 
 
@@ -185,7 +186,7 @@ def resume_schedule(name: str, state: StateDep, tenant: Tenant) -> ScheduleInfo:
 def trigger_schedule(name: str, state: StateDep, tenant: Tenant) -> TickInfo:
     """A manual tick, now (even while paused): its job starts within moments, under the
     schedule's overlap policy; read it from `GET /v1/schedules/{name}/ticks`."""
-    key = _own(state, tenant, name).key
+    key = own_schedule(state, tenant, name).key
     try:
         at = trigger(state.config, state.store, key)
     except UnknownSchedule as exc:

@@ -16,67 +16,33 @@ import hashlib
 import itertools
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from fastapi.templating import Jinja2Templates
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from thresher.service.downloads import error_parts, output_of, stream_errors
 from thresher.service.errors import NotFound, ServiceError
 from thresher.service.policies.auth import tenant_of
 from thresher.service.policies.disclosure import private_roots
 from thresher.service.routers import jobs as jobs_api
-from thresher.service.routers import schedules as schedules_api
 from thresher.service.state import ServiceState, StateDep
-from thresher.service.ui.session import COOKIE, MAX_AGE, Session, SessionKey
+from thresher.service.ui.charts import charts_of
+from thresher.service.ui.frame import SECURITY_HEADERS
+from thresher.service.ui.frame import checked as _checked
+from thresher.service.ui.frame import page as _page
+from thresher.service.ui.frame import session_key as _key
+from thresher.service.ui.frame import signed_in as _session
+from thresher.service.ui.frame import to_login as _to_login
+from thresher.service.ui.session import COOKIE, MAX_AGE
+from thresher.service.ui.webhooks import job_deliveries
 
 __all__ = ["SECURITY_HEADERS", "router"]
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
-TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 PAGE = 50  # jobs a page
 BAD_SHOWN = 20  # a job page's first bad records
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self';"
-    " img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none';"
-    " base-uri 'none'; object-src 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
 STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled")
-
-
-def _key(state: ServiceState) -> SessionKey:
-    return SessionKey.of(state.config.webhook_secret or "")
-
-
-def _session(request: Request, state: ServiceState) -> Session | None:
-    """The signed-in tenant's session, while its token still exists."""
-    session = _key(state).open(request.cookies.get(COOKIE))
-    if session is None or state.store.tokens.tenant_of(session.digest) != session.tenant:
-        return None
-    return session
-
-
-def _page(request: Request, template: str, code: int = 200, /, **context: Any) -> HTMLResponse:
-    response = TEMPLATES.TemplateResponse(request, template, context, status_code=code)
-    response.headers.update(SECURITY_HEADERS)
-    return response
-
-
-def _to_login() -> Response:
-    return RedirectResponse("/ui/login", status_code=303, headers=SECURITY_HEADERS)
-
-
-def _checked(request: Request, state: ServiceState, csrf: str) -> Session | None:
-    """The session of a form's action, when its CSRF token is the session's."""
-    session = _session(request, state)
-    if session is None or csrf != _key(state).csrf(session):
-        return None
-    return session
 
 
 @router.get("")
@@ -113,18 +79,19 @@ def logout(request: Request, state: StateDep, csrf: Annotated[str, Form()] = "")
 
 
 def _job_rows(
-    state: ServiceState, tenant: str, wanted: str | None, name: str
+    state: ServiceState, tenant: str, wanted: str | None, name: str, after: str | None = None
 ) -> list[dict[str, Any]]:
-    """The tenant's newest jobs (of `wanted` state and a name holding `name`), as shown."""
-    ids = state.store.views.tenant_job_ids(tenant, 10 * PAGE, None)
-    rows = []
-    for record in (state.store.job(i) for i in ids):
-        if (wanted and record.state.value != wanted) or name.lower() not in record.name.lower():
-            continue
-        rows.append(_shown(jobs_api.describe(state, record)))
-        if len(rows) >= PAGE:
-            break
-    return rows
+    """A page of the tenant's jobs (of `wanted` state and a name holding `name`), newest
+    first, older than job `after` when given, as shown. The store filters: a tenant with
+    10,000 jobs costs one indexed query and a page of rows."""
+    cursor = None
+    if after:
+        try:
+            cursor = jobs_api.tenant_job(state, tenant, after)
+        except NotFound:
+            cursor = None  # another tenant's id, or none: the first page
+    ids = state.store.views.tenant_job_ids(tenant, PAGE, cursor, wanted, name)
+    return [_shown(jobs_api.describe(state, state.store.job(i))) for i in ids]
 
 
 def _shown(info: Any) -> dict[str, Any]:
@@ -150,15 +117,17 @@ def jobs_page(
     state: StateDep,
     status: Annotated[str | None, Query()] = None,
     name: Annotated[str, Query(max_length=200)] = "",
+    after: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
     session = _session(request, state)
     if session is None:
         return _to_login()
     wanted = status if status in STATES else None
-    rows = _job_rows(state, session.tenant, wanted, name)
+    rows = _job_rows(state, session.tenant, wanted, name, after)
+    older = rows[-1]["id"] if len(rows) == PAGE else None
     return _page(
         request, "jobs.html", tenant=session.tenant, csrf=_key(state).csrf(session),
-        jobs=rows, states=STATES, status=wanted or "", name=name,
+        jobs=rows, states=STATES, status=wanted or "", name=name, after=after, older=older,
     )  # fmt: skip
 
 
@@ -168,13 +137,14 @@ def jobs_json(
     state: StateDep,
     status: Annotated[str | None, Query()] = None,
     name: Annotated[str, Query(max_length=200)] = "",
+    after: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
     """The jobs table's rows, for the page's live refresh."""
     session = _session(request, state)
     if session is None:
         return JSONResponse({"detail": "sign in"}, status_code=401, headers=SECURITY_HEADERS)
     wanted = status if status in STATES else None
-    rows = _job_rows(state, session.tenant, wanted, name)
+    rows = _job_rows(state, session.tenant, wanted, name, after)
     return JSONResponse({"data": rows}, headers=SECURITY_HEADERS)
 
 
@@ -188,13 +158,29 @@ def job_page(job_id: str, request: Request, state: StateDep) -> Response:
     except NotFound:
         return _page(request, "missing.html", 404, tenant=session.tenant, what=f"job {job_id}")
     info = _shown(jobs_api.describe(state, record))
-    shards = [vars(s) | {"state": s.state.value} for s in state.store.shards(job_id)]
+    tries: dict[int, list[dict[str, Any]]] = {}
+    for attempt in state.store.views.attempts(job_id):
+        tries.setdefault(attempt["index"], []).append(attempt)
+    shards = [
+        vars(s) | {"state": s.state.value, "tries": tries.get(s.index, [])}
+        for s in state.store.shards(job_id)
+    ]
     return _page(
         request, "job.html", tenant=session.tenant, csrf=_key(state).csrf(session), job=info,
-        shards=shards, spec=json.dumps(record.spec.model_dump(mode="json"), indent=2),
+        shards=shards, charts=charts_of(state, record), placement=_placement(record),
+        deliveries=job_deliveries(state, job_id),
+        resumable=record.state.value in ("failed", "cancelled")
+        and state.store.leases.lease(job_id) is None,  # its coordinator has stopped
+        spec=json.dumps(record.spec.model_dump(mode="json"), indent=2),
         manifest=json.dumps(record.manifest or {}, indent=2, default=str),
         bad=_first_bad(state, record) if record.state.finished else [],
     )  # fmt: skip
+
+
+def _placement(record: Any) -> str | None:
+    """Where the job ran: the manifest's placement (workers x threads, device)."""
+    placement = (record.manifest or {}).get("placement")
+    return None if placement is None else str(placement)
 
 
 def _first_bad(state: ServiceState, record: Any) -> list[dict[str, Any]]:
@@ -218,6 +204,20 @@ def cancel(
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
 
 
+@router.post("/jobs/{job_id}/resume")
+def resume(
+    job_id: str, request: Request, state: StateDep, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    session = _checked(request, state, csrf)
+    if session is None:
+        return _page(request, "missing.html", 403, what="that action (sign in again)")
+    try:
+        jobs_api.resume_job(job_id, state, session.tenant)
+    except ServiceError as exc:
+        return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
 @router.get("/jobs/{job_id}/{what}")
 def download(job_id: str, what: str, request: Request, state: StateDep) -> Response:
     """A job's results or bad records, downloaded with the session (the API's own)."""
@@ -232,34 +232,3 @@ def download(job_id: str, what: str, request: Request, state: StateDep) -> Respo
     except ServiceError as exc:
         return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
     return _page(request, "missing.html", 404, tenant=session.tenant, what=what)
-
-
-@router.get("/schedules")
-def schedules_page(request: Request, state: StateDep) -> Response:
-    session = _session(request, state)
-    if session is None:
-        return _to_login()
-    shown = [
-        schedules_api.describe(state, s).model_dump(mode="json")
-        for s in schedules_api._visible(state, session.tenant)
-    ]
-    return _page(
-        request, "schedules.html", tenant=session.tenant, csrf=_key(state).csrf(session),
-        schedules=shown,
-    )  # fmt: skip
-
-
-@router.post("/schedules/{name}/{action}")
-def schedule_action(
-    name: str, action: str, request: Request, state: StateDep, csrf: Annotated[str, Form()] = ""
-) -> Response:
-    """Pause or resume one of the tenant's own schedules."""
-    session = _checked(request, state, csrf)
-    if session is None or action not in ("pause", "resume"):
-        return _page(request, "missing.html", 403, what="that action (sign in again)")
-    act = schedules_api.pause_schedule if action == "pause" else schedules_api.resume_schedule
-    try:
-        act(name, state, session.tenant)
-    except ServiceError as exc:
-        return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
-    return RedirectResponse("/ui/schedules", status_code=303, headers=SECURITY_HEADERS)
