@@ -152,7 +152,7 @@ def schedules_and_the_rest(a: Visitor, url: str) -> None:
         polling=1000,
     )
     a.shot("schedules")
-    for path in ("queue", "triggers", "batches", "webhooks"):
+    for path in ("queue", "triggers", "batches", "files", "webhooks"):
         a.page.goto(f"{url}/ui/{path}")
         assert a.page.locator("h1").count() == 1
         a.shot(path)

@@ -84,6 +84,7 @@ def test_a_name_among_ten_thousand_jobs_is_found_and_the_page_is_fast(site: Any)
     page = browser.get("/ui/jobs")
     assert time.perf_counter() - started < 1.0  # the issue's bound, with 10,000 jobs
     assert page.count('<tr data-id="') == 50 and "job-09999" in page and "other-1" not in page
+    assert '<th scope="col">Priority</th>' in page
     oldest = browser.get("/ui/jobs?name=NIGHTLY-00007")  # any case; far below the newest
     assert oldest.count('<tr data-id="') == 1 and "job-00007" in oldest
     literal = browser.get("/ui/jobs?name=nightly_0")  # `_` is no wildcard
@@ -113,6 +114,7 @@ def test_batches_are_the_tenant_s_own(site: Any) -> None:
     detail = a.get("/ui/batches/batch_a1")
     assert "in_progress" in detail and "created" in detail
     assert g.client.get("/ui/batches/batch_a1").status_code == 404
+    assert "No files yet." in a.get("/ui/files")
 
 
 def test_triggers_and_schedules_pages_and_their_actions_need_the_csrf_token(site: Any) -> None:

@@ -1,6 +1,7 @@
-"""The dashboard's batches (OpenAI's Batch API, served by thresher): each batch's status,
-its request counts, the timeline of its status changes, and its output and error files to
-download — the API's own objects, for the signed-in tenant only."""
+"""The dashboard's batches (OpenAI's Batch API, served by thresher) and files: each
+batch's status, its request counts, the timeline of its status changes, and its output
+and error files; the tenant's uploads and batch files, each to download — the API's own
+objects, for the signed-in tenant only."""
 
 from __future__ import annotations
 
@@ -70,6 +71,24 @@ def batch_page(batch_id: str, request: Request, state: StateDep) -> Response:
     except ServiceError:
         return page(request, "missing.html", 404, tenant=session.tenant, what=f"batch {batch_id}")
     return page(request, "batch.html", tenant=session.tenant, csrf=csrf, batch=_shown(batch))
+
+
+@router.get("/files")
+def files_page(
+    request: Request,
+    state: StateDep,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+) -> Response:
+    session = signed_in(request, state)
+    if session is None:
+        return to_login()
+    found = files_api.list_files(state, session.tenant, limit=PAGE, after=after)
+    files = [f.model_dump() | {"created": _when(f.created_at)} for f in found.data]
+    older = found.last_id if found.has_more else None
+    return page(
+        request, "files.html", tenant=session.tenant, csrf=session_key(state).csrf(session),
+        files=files, after=after, older=older,
+    )  # fmt: skip
 
 
 @router.get("/files/{file_id}")

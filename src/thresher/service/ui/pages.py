@@ -108,7 +108,22 @@ def _shown(info: Any) -> dict[str, Any]:
         if done and total > done and seconds > 0:
             eta = round(seconds / done * (total - done))
     row["rate"], row["eta"] = (round(rate) if rate else None), eta
+    row["duration"] = _duration(info.seconds, started if info.status == "running" else None)
     return row
+
+
+def _duration(seconds: float | None, running_since: str | None) -> str:
+    """How long the job ran (or has run so far), as 1h02m03s, 4m05s or 6s."""
+    if running_since is not None:
+        seconds = (datetime.now(UTC) - datetime.fromisoformat(running_since)).total_seconds()
+    if seconds is None:
+        return ""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 @router.get("/jobs")

@@ -22,6 +22,8 @@ function update(table, jobs) {
     cell(row, "rate", job.rate === null ? "" : String(job.rate));
     cell(row, "eta", job.eta === null ? "" : `${job.eta} s`);
     cell(row, "errors", String(job.errors));
+    cell(row, "started", (job.started_at || "").slice(0, 19));
+    cell(row, "duration", job.duration);
   }
 }
 
