@@ -1,4 +1,5 @@
-"""The README's service examples, run as written: its `server.toml`, its schedule and its
+"""The service examples of the README and the docs, run as written: the README's and
+docs/service.md's `server.toml` (the same block), docs/scheduling.md's schedule and
 trigger, together in one config beside the demo's model and data, each making the job it
 describes — through the code a server uses (the ticker's `fill_in`, the watcher's
 `job_body`, `build_spec`) — and each job succeeding. They once named a model the config
@@ -24,21 +25,24 @@ from thresher.store import JobState
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-README = Path(__file__).parents[2] / "README.md"
+ROOT = Path(__file__).parents[2]
+PAGES = [ROOT / "README.md", ROOT / "docs" / "service.md", ROOT / "docs" / "scheduling.md"]
 ROWS = 1000
 
 
 def toml_block(starts: str) -> str:
-    """The README's one TOML block whose first line starts with `starts`."""
-    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    (found,) = [b for b in blocks if b.startswith(starts)]
+    """The one TOML block whose first line starts with `starts`, of the README and the
+    service's docs pages (a block the README and a page both show must be the same)."""
+    pages = "".join(page.read_text(encoding="utf-8") for page in PAGES)
+    blocks = re.findall(r"```toml\n(.*?)```", pages, re.S)
+    (found,) = {b for b in blocks if b.startswith(starts)}
     return str(found)
 
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    """The folder the README's commands run in: `thresher demo --rows 1000`'s files and
-    the config made of the README's three blocks."""
+    """The folder the examples' commands run in: `thresher demo --rows 1000`'s files and
+    the config made of the three blocks."""
     demo = tmp_path / "thresher-demo"
     demo.mkdir()
     customers = make_customers(ROWS)

@@ -168,9 +168,9 @@ def test_missing_tables_namespaces_and_catalogs_are_spec_errors(tmp_path: Path) 
         open_source(empty).plan()
 
 
-def test_the_readmes_spec_resolves_the_catalog_not_the_table_names(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Apache Iceberg", 1)[1]
+def test_the_docs_spec_resolves_the_catalog_not_the_table_names(tmp_path: Path) -> None:
+    page = Path(__file__).parents[2] / "docs" / "sources" / "iceberg.md"
+    section = page.read_text(encoding="utf-8").split("# Apache Iceberg", 1)[1]
     toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "job.toml").write_text(toml + '[model]\nkind = "python"\nuri = "m.py:M"\n')
     spec = load_spec(tmp_path / "job.toml")

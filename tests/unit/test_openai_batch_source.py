@@ -190,9 +190,9 @@ def test_a_batch_spec_that_contradicts_it_names_the_field(
     assert any(problem.startswith(message) for problem in raised.value.problems), raised.value
 
 
-def test_the_readmes_offline_batch_spec_is_valid(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("#### Offline: `thresher run`", 1)[1]
+def test_the_docs_offline_batch_spec_is_valid(tmp_path: Path) -> None:
+    page = Path(__file__).parents[2] / "docs" / "sources" / "openai-batch.md"
+    section = page.read_text(encoding="utf-8").split("# OpenAI batch files", 1)[1]
     (tmp_path / "batch.toml").write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
     spec = load_spec(tmp_path / "batch.toml")
     assert (spec.source.format, spec.sink.format) == ("openai-batch", "openai-batch")

@@ -26,9 +26,9 @@ def test_capacity_and_tenant_limits_come_from_the_config(tmp_path: Path) -> None
     assert CapacitySettings().cpu == (os.cpu_count() or 1)
 
 
-def test_the_readmes_capacity_example_is_a_valid_config(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Capacity, quotas and preemption", 1)[1]
+def test_the_docs_capacity_example_is_a_valid_config(tmp_path: Path) -> None:
+    page = (Path(__file__).parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = page.split("## Capacity, quotas and preemption", 1)[1]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
     config_file = tmp_path / "server.toml"
     config_file.write_text(example)
