@@ -5,7 +5,8 @@ repository). librdkafka (in confluent-kafka's wheel) serves the Kafka protocol f
 process: produce, fetch, list offsets, metadata, consumer groups and offset commits, in
 memory, on 127.0.0.1 at a port it picks. Topics are created when first used, with 4
 partitions, and a partition drops its oldest messages once it holds a few MB (some 100,000
-small JSON messages), as if by retention: tests keep their partitions under that. Prints `127.0.0.1:PORT` once it answers, then serves until killed.
+small JSON messages), as if by retention: tests keep their partitions under that. Prints
+`127.0.0.1:PORT` once it answers, then serves until killed.
 """
 
 from __future__ import annotations
