@@ -62,7 +62,17 @@ class SourceRequest(_Strict):
         description="Exactly these files (absolute paths or URLs under allowed_roots), in order.",
     )
     format: (
-        Literal["parquet", "csv", "jsonl", "delta", "iceberg", "features", "images", "documents"]
+        Literal[
+            "parquet",
+            "csv",
+            "jsonl",
+            "delta",
+            "iceberg",
+            "features",
+            "images",
+            "documents",
+            "kafka",
+        ]
         | None
     ) = Field(
         None,

@@ -26,7 +26,6 @@ from thresher.triggers import candidates, list_watch
 from thresher.triggers.settings import TriggerFields, TriggerSettings
 from thresher.triggers.tables import (
     WATCHES,
-    TableVersion,
     VersionRun,
     source_options,
     table_job_body,
@@ -149,7 +148,7 @@ def _job_problems(config: ServerConfig, trigger: TriggerFields) -> list[str]:
         return [f"job.{key}: the trigger gives its job {what} it takes; remove it"
                 for key in given]  # fmt: skip
     if trigger.table is not None:
-        run = VersionRun(trigger.watch.rstrip("/"), (TableVersion(0, "0"),))
+        run = VersionRun(trigger.watch.rstrip("/"), (WATCHES[trigger.table].example,))
         job = table_job_body("check", trigger, "", run)  # the job a run will make
     else:
         example = {**source, "files": [f"{trigger.watch.rstrip('/')}/example"]}

@@ -175,6 +175,13 @@ class KafkaSource:
                 if topic is None or topic.error is not None or not topic.partitions:
                     raise SourceError(f"source.uri: no topic {name!r} on {self.servers}")
                 partitions += [TopicPartition(name, p) for p in sorted(topic.partitions)]
+            if self.options.offsets is not None:  # exactly these: a trigger's set
+                wanted = {(t, p): (lo, hi) for t, p, lo, hi in self.options.offsets}
+                return [
+                    self._pinned(consumer, tp, wanted[(tp.topic, tp.partition)])
+                    for tp in partitions
+                    if (tp.topic, tp.partition) in wanted
+                ]
             committed = consumer.committed(partitions, timeout=timeout)
             return [self._range(consumer, tp) for tp in committed]
         except KafkaException as exc:
@@ -197,6 +204,14 @@ class KafkaSource:
             start = low
         return (tp.topic, tp.partition, start, max(start, high)), low, tp.offset
 
+    def _pinned(
+        self, consumer: Consumer, tp: TopicPartition, bounds: tuple[int, int]
+    ) -> tuple[Range, int, int]:
+        """A partition's given range, its start moved past what retention deleted."""
+        start, end = bounds
+        low, _ = consumer.get_watermark_offsets(tp, timeout=self.options.timeout_s)
+        return (tp.topic, tp.partition, max(start, low), max(start, low, end)), low, start
+
     def _sample(self, shards: list[Shard]) -> list[bytes]:
         """Up to `options.sample` message values from `shards`, first to last, to infer a
         JSON value's columns from."""
@@ -211,6 +226,44 @@ class KafkaSource:
             if len(values) >= self.options.sample:
                 break
         return values
+
+
+def partition_ends(
+    uri: str, options: KafkaSourceOptions, after: dict[str, int] | None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Where each partition of the topics at `uri` ("topic/partition" keys) starts and
+    ends now: from `after` (the previous set's ends), else the group's committed offset
+    (or `options.initial` where it has none), to the partition's end."""
+    servers, topics = parse_uri(uri)
+    consumer = Consumer(consumer_config(servers, options))
+    timeout = options.timeout_s
+    try:
+        listed = consumer.list_topics(timeout=timeout).topics
+        partitions = [
+            TopicPartition(name, p)
+            for name in topics
+            if name in listed and listed[name].error is None
+            for p in sorted(listed[name].partitions)
+        ]
+        committed = consumer.committed(partitions, timeout=timeout) if after is None else []
+        starts: dict[str, int] = {}
+        ends: dict[str, int] = {}
+        for tp in partitions:
+            key = f"{tp.topic}/{tp.partition}"
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+            ends[key] = high
+            if after is not None:
+                starts[key] = after.get(key, low)
+            else:
+                offset = next(c.offset for c in committed if c.partition == tp.partition
+                              and c.topic == tp.topic)  # fmt: skip
+                initial = low if options.initial == "earliest" else high
+                starts[key] = offset if offset >= 0 else initial
+        return starts, ends
+    except KafkaException as exc:
+        raise SourceError(f"watch: {servers}: {exc}") from None
+    finally:
+        consumer.close()
 
 
 def consumer_config(servers: str, options: KafkaSourceOptions) -> dict[str, Any]:

@@ -49,6 +49,13 @@ class KafkaSourceOptions(Options):
     config: dict[str, str | int | float | bool] = Field(default_factory=dict)
     # For metadata, offsets and commits, and a shard's read waiting for a message.
     timeout_s: float = Field(default=30.0, gt=0)
+    # Exactly these offsets, [topic, partition, from, to) each, instead of the group's
+    # committed position to the partitions' ends (a continuous consumer's set).
+    offsets: list[tuple[str, int, int, int]] | None = None
+    # A continuous consumer (`table = "kafka"` trigger) makes a set once this many
+    # messages gathered, or the oldest waited this long.
+    gather_messages: int = Field(default=1_000, ge=1)
+    gather_seconds: float = Field(default=60.0, gt=0)
 
     @model_validator(mode="after")
     def _schema_for_avro(self) -> KafkaSourceOptions:

@@ -35,10 +35,11 @@ class TriggerFields(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     watch: Where  # a local folder or an fsspec URL prefix; with `table`, the table (an
-    # Iceberg table by its name in the catalog of `job.source.options.catalog`)
+    # Iceberg table by its name in the catalog of `job.source.options.catalog`; Kafka
+    # topics as `kafka://host:port/topic,…`)
     # A table format: `watch` is such a table, and each run of new versions is a set
     # (`triggers/tables.py`); None: new files are.
-    table: Literal["delta", "iceberg"] | None = None
+    table: Literal["delta", "iceberg", "kafka"] | None = None
     pattern: Pattern = "*"  # fnmatch, on the path below `watch`
     marker: Pattern | None = None  # fnmatch, on a file's name
     # Seconds every file of a set must be unchanged (and, with no marker, no file added)

@@ -1,6 +1,7 @@
 """Table triggers: a trigger whose `watch` is a lakehouse table (`table = "delta"` or
 `"iceberg"`) takes the table's new versions, not files, and starts a job reading what
-they added.
+they added; one on Kafka topics (`table = "kafka"`, kafka_watch.py) takes the messages
+that gathered, as a continuous consumer.
 
 A table's versions are told apart by a `TableWatch` (a Protocol, one per table format:
 Delta's versions, Iceberg's snapshots; another joins by adding itself to `WATCHES`). At
@@ -28,13 +29,12 @@ snapshot id).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from thresher.store import TakenFile
+from thresher.triggers.kafka_watch import KafkaWatch
 from thresher.triggers.settings import TriggerFields
+from thresher.triggers.versions import TableVersion, VersionRun
 
 __all__ = [
     "WATCHES",
@@ -48,38 +48,9 @@ __all__ = [
     "table_job_body",
 ]
 
-ROLE = "version"  # a table version's role in the trigger ledger
 # The most versions one set takes: a trigger made on a table with a long history starts
 # that many versions a job, not one job over every commit at once.
 MAX_RUN = 1000
-
-
-@dataclass(frozen=True, order=True)
-class TableVersion:
-    """One version of a table: `number` orders them (Delta's version, Iceberg's sequence
-    number); `id` is what a source pins it by (the same number, a snapshot id)."""
-
-    number: int
-    id: str
-
-
-@dataclass(frozen=True)
-class VersionRun:
-    """New versions of the table at `table`, oldest first: one set, one job."""
-
-    table: str
-    versions: tuple[TableVersion, ...]
-
-    def key(self, epoch: int = 0) -> str:
-        """The set's identity, as `FileSet.key`: the same run at one epoch, one key."""
-        digest = hashlib.sha256(f"epoch {epoch}\ntable {self.table}\n".encode())
-        for v in self.versions:
-            digest.update(f"{v.number}\0{v.id}\n".encode())
-        return digest.hexdigest()[:32]
-
-    def taken(self) -> list[TakenFile]:
-        """The run's manifest rows: one per version."""
-        return [TakenFile(self.table, v.number, v.id, ROLE) for v in self.versions]
 
 
 class TableWatch(Protocol):
@@ -88,13 +59,14 @@ class TableWatch(Protocol):
     format: str  # the source format its jobs read the table with
     pins: tuple[str, ...]  # the source options that pin what is read: the trigger's
     is_path: bool  # whether `watch` is a path or URL (else a name in a catalog)
+    example: TableVersion  # a version as this watch makes them, to check a job with
 
     def versions_after(
-        self, table: str, after: int | None, options: Mapping[str, Any]
+        self, table: str, after: TableVersion | None, options: Mapping[str, Any]
     ) -> list[TableVersion]:
-        """The table's versions numbered above `after` (all with None), oldest first;
-        none when there is no table there yet. `options`: the job's `source.options`
-        (where the table's catalog is)."""
+        """The table's versions numbered above `after` (the newest one taken; all with
+        None), oldest first; none when there is no table there yet. `options`: the job's
+        `source.options` (where the table's catalog is)."""
         ...
 
     def source_options(self, run: VersionRun) -> dict[str, Any]:
@@ -109,16 +81,17 @@ class DeltaWatch:
     format = "delta"
     pins: tuple[str, ...] = ("version", "versions", "timestamp")
     is_path: bool = True
+    example = TableVersion(0, "0")
 
     def versions_after(
-        self, table: str, after: int | None, options: Mapping[str, Any]
+        self, table: str, after: TableVersion | None, options: Mapping[str, Any]
     ) -> list[TableVersion]:
         from deltalake import DeltaTable
 
         if not DeltaTable.is_deltatable(table):
             return []
         latest = DeltaTable(table).version()
-        start = 0 if after is None else after + 1
+        start = 0 if after is None else after.number + 1
         return [TableVersion(n, str(n)) for n in range(start, latest + 1)]
 
     def source_options(self, run: VersionRun) -> dict[str, Any]:
@@ -132,9 +105,10 @@ class IcebergWatch:
     format = "iceberg"
     pins: tuple[str, ...] = ("snapshot_id", "snapshots", "timestamp")
     is_path: bool = False
+    example = TableVersion(0, "0")
 
     def versions_after(
-        self, table: str, after: int | None, options: Mapping[str, Any]
+        self, table: str, after: TableVersion | None, options: Mapping[str, Any]
     ) -> list[TableVersion]:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -146,7 +120,7 @@ class IcebergWatch:
             loaded = catalog.load_table(table_identifier(table, "watch"))
         except (NoSuchTableError, NoSuchNamespaceError):
             return []
-        found = main_snapshots(loaded, after)
+        found = main_snapshots(loaded, None if after is None else after.number)
         return [
             TableVersion(snapshot_number(loaded.metadata, s), str(s.snapshot_id)) for s in found
         ]
@@ -155,7 +129,11 @@ class IcebergWatch:
         return {"snapshots": [int(run.versions[0].id), int(run.versions[-1].id)]}
 
 
-WATCHES: Mapping[str, TableWatch] = {"delta": DeltaWatch(), "iceberg": IcebergWatch()}
+WATCHES: Mapping[str, TableWatch] = {
+    "delta": DeltaWatch(),
+    "iceberg": IcebergWatch(),
+    "kafka": KafkaWatch(),
+}
 
 
 def source_options(trigger: TriggerFields) -> Mapping[str, Any]:
@@ -172,7 +150,8 @@ def new_run(
     trigger's ledger rows, path -> (size, version) pairs), at most MAX_RUN; None when
     none is new."""
     table = trigger.watch.rstrip("/")
-    after = max((number for number, _ in taken.get(table, ())), default=None)
+    newest = max(taken.get(table, ()), default=None)
+    after = None if newest is None else TableVersion(*newest)
     found = watch.versions_after(table, after, source_options(trigger))[:MAX_RUN]
     return VersionRun(table, tuple(found)) if found else None
 
