@@ -92,7 +92,9 @@ def test_drift_blocks_downstream(setting: Any) -> None:
     table = make_table(ROWS, seed=7)
     index = table.schema.get_field_index("f0")
     moved = table.set_column(index, "f0", pc.add(table.column("f0"), 4.0))
-    scores = thresher_asset(spec(workspace, moved, "moved", model), name="scores", baseline=baseline)
+    scores = thresher_asset(
+        spec(workspace, moved, "moved", model), name="scores", baseline=baseline
+    )
     seen: list[str] = []
 
     result = dg.materialize(
@@ -171,7 +173,11 @@ def test_through_a_server(tmp_path: Path) -> None:
     )
     server = Server(site)
     try:
-        body = {"model": "double", "source": {"uri": str(site.shared / "in.jsonl")}, "id_column": "id"}
+        body = {
+            "model": "double",
+            "source": {"uri": str(site.shared / "in.jsonl")},
+            "id_column": "id",
+        }
         scores = thresher_asset(body, name="scores", max_error_rate=0.0)
         resource = ThresherResource(server=server.url, token=site.token("acme"), poll_seconds=0.2)
         result = dg.materialize([scores], resources={"thresher": resource})

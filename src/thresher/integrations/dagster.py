@@ -34,7 +34,7 @@ __all__ = ["ThresherResource", "thresher_asset", "thresher_quality_check"]
 Spec = str | Path | Mapping[str, Any]
 
 
-class ThresherResource(dg.ConfigurableResource):  # type: ignore[misc]
+class ThresherResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # as documented
     """Where thresher jobs run: in this process on the store `store` (default
     `$THRESHER_STORE`), or, with `server`, on `thresher serve` as the tenant of `token`
     (then an asset's spec is the body of `POST /v1/jobs`)."""
@@ -97,7 +97,9 @@ def thresher_asset(
     blocking checks `error_rate` and (with a `baseline`) `drift`."""
     checks = [_check("error_rate", name, f"bad records at most {max_error_rate:.2%} of rows")]
     if baseline is not None:
-        checks.append(_check("drift", name, f"the job's drift verdict against {baseline} is not 'drift'"))
+        checks.append(
+            _check("drift", name, f"the job's drift verdict against {baseline} is not 'drift'")
+        )
 
     @dg.asset(
         name=name,
@@ -107,7 +109,7 @@ def thresher_asset(
         check_specs=checks,
         required_resource_keys={resource_key},
     )
-    def _materialise(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def _materialise(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
         runner: ThresherResource = getattr(context.resources, resource_key)
         outcome = runner.run(spec, idempotency_key=f"{context.run.run_id}:{name}")
         if not outcome.succeeded:

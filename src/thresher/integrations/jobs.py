@@ -125,7 +125,9 @@ class JobsApi:
             reply = await client.get(f"{self.url.rstrip('/')}/v1/jobs/{job_id}")
         return _answer(reply, f"GET /v1/jobs/{job_id}")
 
-    def wait(self, job_id: str, poll_seconds: float = 2.0, timeout: float | None = None) -> JobOutcome:
+    def wait(
+        self, job_id: str, poll_seconds: float = 2.0, timeout: float | None = None
+    ) -> JobOutcome:
         """Poll the job until it ends; raises ThresherError after `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while (job := self.job(job_id))["status"] not in FINISHED:
