@@ -73,7 +73,8 @@ class Airflow:
             (value,) = db.execute(
                 "SELECT value FROM xcom WHERE task_id = ? AND key = 'return_value'", (task_id,)
             ).fetchone()
-        return json.loads(value)
+        # A JSON column: SQLite hands a bare number back as one.
+        return json.loads(value) if isinstance(value, str | bytes) else value
 
     def states(self) -> dict[str, str]:
         with closing(sqlite3.connect(self.db)) as db:
