@@ -18,7 +18,8 @@ download URLs; the API serves no manifest). Either way the task fails when the j
 of a schedule's tick at or after a time (the DAG run's data interval end by default).
 
 The bearer token is the password of the Airflow connection `token_conn_id`, read in the
-worker and handed to the trigger among its arguments (which Airflow stores encrypted).
+worker and handed to the trigger among its arguments (which Airflow stores encrypted with
+its Fernet key, when one is set).
 """
 
 from __future__ import annotations
