@@ -3,7 +3,8 @@ standalone Airflow 3 with SQLite metadata, in the venv scripts/airflow.sh makes 
 pins too much to share .venv): a real job in the worker, whose `ended` event reaches XCom
 and the task after it; the same kind of job submitted to a real `thresher serve` and
 waited for deferred, the trigger run on the triggerer's path (`dags test` runs it in
-line); and a sensor deferred on that job's id. A job that cannot run fails its task."""
+line); and a sensor deferred on that job's id. A job that cannot run fails its task; the
+trigger, rebuilt from what it serialized, follows a server schedule's tick to its job."""
 
 from __future__ import annotations
 
@@ -157,3 +158,64 @@ def test_a_job_that_cannot_run_fails_its_task(workspace: Workspace, tmp_path: Pa
     assert airflow.states().get("report") != "success"
     assert "model.skops" in done.stdout + done.stderr
     assert not (workspace.root / "scores").exists()
+
+
+# The trigger as the triggerer runs it: rebuilt from what it serialized, then its events.
+FOLLOW = """
+import asyncio, json, sys
+from importlib import import_module
+
+from thresher.integrations.airflow import ThresherJobTrigger
+
+path, kwargs = ThresherJobTrigger(
+    sys.argv[1], sys.argv[2], schedule="nightly", after=sys.argv[3] or None, poll_seconds=0.2
+).serialize()
+module, _, name = path.rpartition(".")
+trigger = getattr(import_module(module), name)(**kwargs)
+
+
+async def first_event():
+    async for event in trigger.run():
+        return event.payload
+
+
+print(json.dumps(asyncio.run(asyncio.wait_for(first_event(), float(sys.argv[4])))))
+"""
+
+
+def test_the_trigger_follows_a_schedules_tick(tmp_path: Path) -> None:
+    site = ServiceSite(tmp_path / "site")
+    (site.shared / "in.jsonl").write_text('{"id": 1, "x": 2}\n{"id": 2, "x": -1}\n')
+    server = Server(site)
+    python = str(Path(str(VENV)) / "bin" / "python")
+    try:
+        token = site.token("acme")
+        with server.client(token) as client:
+            job = {"model": "double", "source": {"uri": str(site.shared / "in.jsonl")}}
+            schedule = {"name": "nightly", "cron": "0 2 1 1 *", "timezone": "UTC", "job": job}
+            assert client.post("/v1/schedules", json=schedule).status_code == 201
+            tick = client.post("/v1/schedules/nightly/trigger").json()
+            # A tick, but none at or after a time far ahead: still waiting when cut off.
+            waiting = subprocess.run(
+                [python, "-c", FOLLOW, server.url, token, "2099-01-01T00:00:00Z", "3"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert "TimeoutError" in waiting.stderr, waiting.stderr[-3000:]
+            followed = subprocess.run(
+                [python, "-c", FOLLOW, server.url, token, "", "60"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+    finally:
+        server.stop()
+
+    assert followed.returncode == 0, followed.stderr[-3000:]
+    event = json.loads(followed.stdout)
+    assert event["job"]["status"] == "succeeded"
+    assert event["job"]["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
+    assert tick["manual"]
