@@ -206,7 +206,8 @@ def thresher_quality_check(
     """A check named `quality_<metric>` on the quality of `asset`'s newest job, to run
     once actuals arrived (`thresher actuals add`): it fails when `metric` (`roc_auc`,
     `accuracy`, `f1`, `rmse`, …) is below `at_least` or above `at_most`, and passes,
-    saying so, while there are no actuals yet."""
+    saying so, while there are no actuals yet; it fails when labels came but `metric`
+    cannot be computed from them (the job's notes say why)."""
     key = asset.key
 
     @dg.asset_check(
@@ -225,9 +226,12 @@ def thresher_quality_check(
         found = runner.quality(job_id)
         value = (found.get("metrics") or {}).get(metric)
         facts = {"job_id": job_id, "labelled": found.get("labelled"), metric: value}
-        if value is None:
-            facts["note"] = "no actuals yet" if not found.get("labelled") else "not computable"
-            return dg.AssetCheckResult(passed=True, metadata=_present(facts))
+        if value is None:  # before any label, nothing to judge; after, a metric it lacks
+            labelled = bool(found.get("labelled"))
+            facts["note"] = "; ".join(found.get("notes") or ()) or "not computable"
+            if not labelled:
+                facts["note"] = "no actuals yet"
+            return dg.AssetCheckResult(passed=not labelled, metadata=_present(facts))
         low = at_least is not None and value < at_least
         high = at_most is not None and value > at_most
         return dg.AssetCheckResult(passed=not (low or high), metadata=_present(facts))
