@@ -66,3 +66,32 @@ def test_a_refusal_carries_the_servers_message(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ThresherError, match="GET /v1/jobs/nope: 404 no job 'nope'"):
         JobsApi("http://thresher:8000", "t0k").job("nope")
     assert jobs.FINISHED == ("succeeded", "failed", "cancelled")
+
+
+@pytest.mark.parametrize(
+    ("attempt", "first", "submitted"),
+    [
+        (0, "failed", ["task"]),  # a first attempt never looks back
+        (1, "running", ["task"]),  # a retry waits on the job its lost attempt started
+        (1, "succeeded", ["task"]),
+        (2, "failed", ["task", "task/2"]),  # ... but runs again after a failed one
+        (1, "cancelled", ["task", "task/1"]),
+    ],
+)
+def test_submit_once(
+    monkeypatch: pytest.MonkeyPatch, attempt: int, first: str, submitted: list[str]
+) -> None:
+    keys: list[str] = []
+
+    def server(method: str, url: str, **kwargs: object) -> httpx.Response:
+        if method == "POST":
+            headers = kwargs["headers"]
+            assert isinstance(headers, dict)
+            keys.append(headers["Idempotency-Key"])
+            return httpx.Response(201, json={"id": keys[-1]})
+        return httpx.Response(200, json={"id": url.rsplit("/", 1)[1], "status": first})
+
+    monkeypatch.setattr(httpx, "request", server)
+    job_id = JobsApi("http://thresher:8000").submit_once({"model": "m"}, "task", attempt)
+    assert keys == submitted
+    assert job_id == submitted[-1]

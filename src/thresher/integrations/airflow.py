@@ -152,11 +152,9 @@ class ThresherOperator(BaseOperator):
             raise AirflowException("with a server, spec is the body of POST /v1/jobs (a mapping)")
         token = _token(self.token_conn_id)
         ti = context["ti"]
-        # Each try its own job; a try that re-submits (a worker lost before deferring)
-        # gets its first job back instead of a second one.
-        key = f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}/{ti.try_number}"
-        job_id = JobsApi(self.server, token).submit(self.spec, idempotency_key=key)
-        self.log.info("thresher job %s submitted to %s", job_id, self.server)
+        task_run = f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}"
+        job_id = JobsApi(self.server, token).submit_once(self.spec, task_run, ti.try_number - 1)
+        self.log.info("thresher job %s on %s", job_id, self.server)
         self.defer(
             trigger=ThresherJobTrigger(
                 self.server, token, job_id=job_id, poll_seconds=self.poll_seconds

@@ -45,8 +45,10 @@ class ThresherResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # as
     poll_seconds: float = 2.0
     timeout_seconds: float | None = None
 
-    def run(self, spec: Spec, idempotency_key: str | None = None) -> JobOutcome:
-        """Run one job to its end; a failed job is an outcome, a bad spec an exception."""
+    def run(self, spec: Spec, task: str, attempt: int = 0) -> JobOutcome:
+        """Run one job to its end; a failed job is an outcome, a bad spec an exception.
+        Through a server, `task` names the step (a retry, `attempt` above 0, gets its
+        running or succeeded job back: `JobsApi.submit_once`)."""
         if self.server is None:
             return run_in_process(spec, self.store)
         if not isinstance(spec, Mapping):
@@ -55,7 +57,7 @@ class ThresherResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # as
                 "(a mapping), not a spec file"
             )
         api = self._api()
-        job_id = api.submit(spec, idempotency_key)
+        job_id = api.submit_once(spec, task, attempt)
         return api.wait(job_id, self.poll_seconds, self.timeout_seconds)
 
     def drift_verdict(self, job_id: str, baseline: str) -> str:
@@ -111,7 +113,7 @@ def thresher_asset(
     )
     def _materialise(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
         runner: ThresherResource = getattr(context.resources, resource_key)
-        outcome = runner.run(spec, idempotency_key=f"{context.run.run_id}:{name}")
+        outcome = runner.run(spec, f"{context.run.run_id}/{name}", context.retry_number)
         if not outcome.succeeded:
             why = "; ".join(outcome.problems) or "no reason given"
             raise dg.Failure(

@@ -113,6 +113,15 @@ class JobsApi:
             headers["Idempotency-Key"] = idempotency_key
         return str(self._call("POST", "/v1/jobs", json=dict(body), headers=headers)["id"])
 
+    def submit_once(self, body: Mapping[str, Any], key: str, attempt: int = 0) -> str:
+        """Submit one task's job once: a retry (`attempt` above 0) gets the first
+        attempt's job back — one whose caller was lost after submitting runs on, no second
+        job starts — unless that job failed or was cancelled: then a job of its own."""
+        job_id = self.submit(body, idempotency_key=key)
+        if attempt > 0 and self.job(job_id)["status"] in ("failed", "cancelled"):
+            job_id = self.submit(body, idempotency_key=f"{key}/{attempt}")
+        return job_id
+
     def job(self, job_id: str) -> dict[str, Any]:
         """`GET /v1/jobs/{job_id}`: status, counts, progress."""
         return self._call("GET", f"/v1/jobs/{job_id}")
