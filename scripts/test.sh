@@ -7,8 +7,7 @@
 # Debian's postgresql and chromium packages installed if missing (only they: nothing
 # installed is upgraded; they stay installed); a PostgreSQL server on 127.0.0.1:54329
 # with its data under /tmp, stopped at the end if this run started it, even on failure;
-# a temporary folder of links, removed; Airflow's own venv in .venv-airflow
-# (scripts/airflow.sh). Nothing else outside the checkout.
+# a temporary folder of links, removed. Nothing else outside the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,13 +56,6 @@ if [ -z "${THRESHER_TEST_CHROMIUM:-}" ]; then
   THRESHER_TEST_CHROMIUM="$(bash scripts/chromium.sh)"
 fi
 export THRESHER_TEST_CHROMIUM
-# Airflow in a venv of its own (it pins too much to share .venv; about two minutes the
-# first time) for the operator's tests under `airflow dags test`.
-if [ -z "${THRESHER_TEST_AIRFLOW:-}" ]; then
-  step "Airflow for the operator's tests (scripts/airflow.sh: .venv-airflow)"
-  THRESHER_TEST_AIRFLOW="$(bash scripts/airflow.sh)"
-fi
-export THRESHER_TEST_AIRFLOW
 
 # The tree and profile tests once more with no C compiler on the run-time PATH (issue 35):
 # thresher runs none; the trees compile in process (llvmlite). A folder of links to every
