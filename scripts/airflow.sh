@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # A virtual environment for the Airflow tests (tests/e2e/test_airflow.py), apart from .venv:
 # Airflow pins too much to share one (3.3.2 caps FastAPI below 0.137; .venv has 0.165).
-# It holds
-# apache-airflow and this checkout (-e ".[sklearn,airflow]"), pinned by
+# It holds apache-airflow and this checkout (-e ".[sklearn,airflow]"), pinned by
 # scripts/constraints-airflow.txt, in .venv-airflow (or $THRESHER_AIRFLOW_VENV). Prints the
 # venv's path, for THRESHER_TEST_AIRFLOW:
 #

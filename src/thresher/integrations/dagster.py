@@ -111,7 +111,7 @@ def thresher_asset(
         check_specs=checks,
         required_resource_keys={resource_key},
     )
-    def _materialise(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
+    def _materialise(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]  # Dagster reads it: no [T]
         runner: ThresherResource = getattr(context.resources, resource_key)
         outcome = runner.run(spec, f"{context.run.run_id}/{name}", context.retry_number)
         if not outcome.succeeded:
