@@ -103,6 +103,8 @@ def thresher_asset(
             _check("drift", name, f"the job's drift verdict against {baseline} is not 'drift'")
         )
 
+    # Dagster reads the return annotation: a subscripted MaterializeResult[T] is taken
+    # for a tuple of outputs.
     @dg.asset(
         name=name,
         deps=list(deps),
@@ -111,7 +113,7 @@ def thresher_asset(
         check_specs=checks,
         required_resource_keys={resource_key},
     )
-    def _materialise(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]  # Dagster reads it: no [T]
+    def _materialise(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]
         runner: ThresherResource = getattr(context.resources, resource_key)
         outcome = runner.run(spec, f"{context.run.run_id}/{name}", context.retry_number)
         if not outcome.succeeded:
