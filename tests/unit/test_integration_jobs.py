@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 import pytest
 
 from thresher.errors import ThresherError
@@ -58,11 +58,11 @@ def test_from_the_apis_job() -> None:
 
 
 def test_a_refusal_carries_the_servers_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(method: str, url: str, **kwargs: object) -> httpx.Response:
+    def refuse(method: str, url: str, **kwargs: object) -> httpx2.Response:
         assert kwargs["headers"] == {"Authorization": "Bearer t0k"}
-        return httpx.Response(404, json={"detail": "no job 'nope'"})
+        return httpx2.Response(404, json={"detail": "no job 'nope'"})
 
-    monkeypatch.setattr(httpx, "request", refuse)
+    monkeypatch.setattr(httpx2, "request", refuse)
     with pytest.raises(ThresherError, match="GET /v1/jobs/nope: 404 no job 'nope'"):
         JobsApi("http://thresher:8000", "t0k").job("nope")
     assert jobs.FINISHED == ("succeeded", "failed", "cancelled")
@@ -83,15 +83,15 @@ def test_submit_once(
 ) -> None:
     keys: list[str] = []
 
-    def server(method: str, url: str, **kwargs: object) -> httpx.Response:
+    def server(method: str, url: str, **kwargs: object) -> httpx2.Response:
         if method == "POST":
             headers = kwargs["headers"]
             assert isinstance(headers, dict)
             keys.append(headers["Idempotency-Key"])
-            return httpx.Response(201, json={"id": keys[-1]})
-        return httpx.Response(200, json={"id": url.rsplit("/", 1)[1], "status": first})
+            return httpx2.Response(201, json={"id": keys[-1]})
+        return httpx2.Response(200, json={"id": url.rsplit("/", 1)[1], "status": first})
 
-    monkeypatch.setattr(httpx, "request", server)
+    monkeypatch.setattr(httpx2, "request", server)
     job_id = JobsApi("http://thresher:8000").submit_once({"model": "m"}, "task", attempt)
     assert keys == submitted
     assert job_id == submitted[-1]

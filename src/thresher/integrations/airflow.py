@@ -10,7 +10,7 @@
 the worker's slot (not deferrable: the job's worker processes are the task's); the XCom
 it returns is `thresher run --json`'s `ended` event, manifest included. With `server` it
 submits `spec` — then the body of `POST /v1/jobs` — to `thresher serve` and defers to
-`ThresherJobTrigger`, which polls `GET /v1/jobs/{id}` with httpx on the triggerer: no
+`ThresherJobTrigger`, which polls `GET /v1/jobs/{id}` with httpx2 on the triggerer: no
 worker slot is held while the job runs. Its XCom is then the API's job (status, counts,
 download URLs; the API serves no manifest). Either way the task fails when the job does.
 

@@ -5,7 +5,7 @@ The Airflow and Dagster integrations both stand on this module; it needs no orch
 In process, a job is a job spec (a file or a mapping) and runs in the calling process,
 its store `store` (default `$THRESHER_STORE`). Through a server, a job is the body of
 `POST /v1/jobs` (a model registered on the server by name, input under its allowed roots
-or an uploaded file), followed by `GET /v1/jobs/{id}` with httpx.
+or an uploaded file), followed by `GET /v1/jobs/{id}` with httpx2 (the service's client).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class JobsApi:
 
     async def job_async(self, job_id: str) -> dict[str, Any]:
         """The same, without blocking an event loop (an Airflow trigger's)."""
-        import httpx
+        import httpx2 as httpx
 
         async with httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as client:
             reply = await client.get(f"{self.url.rstrip('/')}/v1/jobs/{job_id}")
@@ -160,7 +160,7 @@ class JobsApi:
         return list(answer["data"])
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        import httpx
+        import httpx2 as httpx
 
         kwargs.setdefault("headers", self.headers)
         reply = httpx.request(method, self.url.rstrip("/") + path, timeout=self.timeout, **kwargs)
