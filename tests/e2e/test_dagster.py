@@ -9,22 +9,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 import thresher
-
-from .servers import ServiceSite
-from .support import ID, KEEP, Workspace, labels, make_table
-
-dg = pytest.importorskip("dagster")
-
-from thresher.integrations.dagster import (  # noqa: E402
+from thresher.integrations.dagster import (
     ThresherResource,
     thresher_asset,
     thresher_quality_check,
 )
+
+from .servers import Server, ServiceSite
+from .support import ID, KEEP, Workspace, labels, make_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -165,8 +163,6 @@ def quality_of(result: Any) -> Any:
 
 
 def test_through_a_server(tmp_path: Path) -> None:
-    from .servers import Server
-
     site = ServiceSite(tmp_path / "site")
     (site.shared / "in.jsonl").write_text(
         "".join(f'{{"id": {i}, "x": {i}}}\n' for i in range(50)), encoding="utf-8"
