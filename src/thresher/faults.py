@@ -15,6 +15,10 @@ finishing job removed the previous output, and has not moved all of its own in),
 `after_publish_commit` (a Delta sink's job made its one table commit, and has not
 finished publishing), `after_table_commit` (an Iceberg sink's snapshot landed, its parts
 not yet removed), `resume_start` (a resume claimed the job),
+the publish gate's: `gate_judged` (a job's checks judged, its hold not recorded),
+`approve_decided` (a held job recorded approved, its output not published),
+`approve_published` (an approved job's output published, its success not recorded),
+`reject_decided` (a held job recorded rejected, its staged output not discarded),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
 / replaced its error part, and has not recorded it), and a schedule's tick:
 `tick_claiming` (its ledger row written, not committed), `tick_claimed` (committed, no
@@ -41,6 +45,10 @@ POINTS = frozenset(
         "after_publish_commit",
         "after_table_commit",
         "resume_start",
+        "gate_judged",
+        "approve_decided",
+        "approve_published",
+        "reject_decided",
         "retry_after_output",
         "retry_after_errors",
         "tick_claiming",

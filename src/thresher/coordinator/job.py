@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from thresher.coordinator.gate import hold_if_failing
 from thresher.coordinator.loop import JobLedger, LoopOutcome, ShardLoop
 from thresher.coordinator.manifest import RunFacts, build_manifest, error_rate_problem
 from thresher.coordinator.prepare import checked_sink, plan_job
@@ -273,6 +274,12 @@ def _finish(
     if profile is not None:
         job.store.profiles.save(job.id, profile)
         manifest["profile"] = profile.summary()
+    held = hold_if_failing(job.store, job.id, manifest, profile)
+    if held:  # recorded `held`: the committed parts wait, the previous output stays live
+        sink.abort()
+        return JobResult(
+            job.id, JobState.HELD, manifest, job.spec.sink.uri, errors_uri, held, job.spec.sink
+        )
     try:
         sink.finish(manifest)
     except ThresherError as exc:  # the publish refused (a merge's repeated id): not running

@@ -28,6 +28,7 @@ from thresher.sinks.publish import (
     RESERVED,
     SUCCESS,
     PendingOutput,
+    discard_pending,
     published_by,
     published_error_parts,
     read_published_errors,
@@ -145,6 +146,10 @@ class FileSink:
             return  # published before a crash cut the job's own bookkeeping short
         pending.publish(manifest, overwrite=self.mode == "overwrite")
 
+    def discard(self, job_id: str) -> None:
+        """A rejected held job: its pending parts go; the published output stays."""
+        discard_pending(self.root, job_id)
+
     def abort(self) -> None:
         """Staging goes; committed parts wait, unpublished, for `thresher resume`. A
         folder no job has published to gets `NOT_PUBLISHED`, saying why it has no output
@@ -156,7 +161,7 @@ class FileSink:
             with fs.open(f"{root}/{NOT_PUBLISHED}", "w") as note:
                 note.write(
                     f"thresher: {job} ended without publishing its output here (failed,"
-                    " cancelled or stopped); `thresher status` says why, `thresher resume`"
+                    " cancelled, held or stopped); `thresher status` says why, `thresher resume`"
                     " finishes it. This folder holds no predictions yet.\n"
                 )
 
