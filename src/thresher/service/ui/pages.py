@@ -17,7 +17,7 @@ import itertools
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -46,7 +46,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled")
+STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled", "held", "rejected")
 
 
 def _key(state: ServiceState) -> SessionKey:
@@ -215,6 +215,28 @@ def cancel(
         jobs_api.cancel_job(job_id, state, session.tenant)
     except ServiceError:
         return _page(request, "missing.html", 404, tenant=session.tenant, what=f"job {job_id}")
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.post("/jobs/{job_id}/{decision}")
+def decide(
+    job_id: str,
+    decision: Literal["approve", "reject"],
+    request: Request,
+    state: StateDep,
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    """A held job's Approve or Reject button: the API's own route, for the session's tenant."""
+    session = _checked(request, state, csrf)
+    if session is None:
+        return _page(request, "missing.html", 403, what="that action (sign in again)")
+    act = jobs_api.approve_job if decision == "approve" else jobs_api.reject_job
+    try:
+        act(job_id, state, session.tenant)
+    except NotFound:
+        return _page(request, "missing.html", 404, tenant=session.tenant, what=f"job {job_id}")
+    except ServiceError:
+        pass  # decided meanwhile (or not held): the page shows the job as it stands
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
 
 
