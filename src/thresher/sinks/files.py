@@ -34,6 +34,7 @@ from thresher.sinks.publish import (
     read_published_errors,
     recover,
     remove_staging,
+    started_later,
     write_json,
     written_by_thresher,
 )
@@ -109,7 +110,7 @@ class FileSink:
         """In overwrite mode a later job's published output replaced this job's world:
         resuming would put older results over newer ones, so refuse."""
         owner = published_by(self.root)
-        if self.mode == "overwrite" and owner is not None and owner > job_id:
+        if self.mode == "overwrite" and owner is not None and started_later(owner, job_id):
             raise SinkError(
                 f"sink.uri: {self.uri} now holds job {owner}'s output, a later job than "
                 f"{job_id}; run the job again instead of resuming it"

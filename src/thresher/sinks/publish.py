@@ -181,6 +181,14 @@ def published_by(root_url: str) -> str | None:
     return str(owner) if owner else None
 
 
+def started_later(owner: str, job_id: str) -> bool:
+    """Whether job `owner` started in a later second than job `job_id`, by their ids
+    (`20261130-020304-a1b2c3`: the start to the second, then a random suffix). Two jobs
+    of one second are not ordered: comparing the suffixes told a job started first that
+    it was the later one, half the time."""
+    return owner.rsplit("-", 1)[0] > job_id.rsplit("-", 1)[0]
+
+
 def written_by_thresher(fs: Any, root: str) -> bool:
     """Whether thresher's own marker says the folder is thresher's: `_thresher.json`, or
     a `_SUCCESS` holding a thresher manifest. A bare `_SUCCESS` says nothing: every Spark
