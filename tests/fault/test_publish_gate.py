@@ -21,7 +21,7 @@ from harness import FaultJob
 from test_kill import KILLED, check_exact
 from test_previous_output import first_run, published
 
-SINKS = ["parquet", "sqlite", "delta"]
+SINKS = ["parquet", "sqlite", "delta", "iceberg"]
 HOLDING_CHECK = "[publish.checks]\nrows_out_ratio = [2.0, 3.0]\nmax_error_rate = 0.5\n"
 
 
