@@ -237,3 +237,24 @@ def test_spec_errors_name_the_field(
     with pytest.raises(SpecError, match="publish") as caught:
         thresher.parse_spec(spec)
     assert message in str(caught.value)
+
+
+def test_a_schedules_jobs_compare_with_the_schedules_previous_run(gate: Gate) -> None:
+    """Each tick's job has its own name (`nightly@<time>`): the previous run is the
+    schedule's, not the name's."""
+    ratio = {"rows_out_ratio": [0.8, 1.25]}
+
+    def tick(when: str, schedule: str) -> thresher.JobResult:
+        spec = gate.spec(ratio)
+        spec["job"] = {"name": f"{schedule}@{when}", "schedule": schedule}
+        return thresher.run(spec, store=gate.store, raise_on_failure=False)
+
+    gate.write_input(2_000)
+    assert tick("2026-12-01", "nightly").state == JobState.SUCCEEDED
+    gate.write_input(1_000)
+    held = tick("2026-12-02", "nightly")
+    assert held.state == JobState.HELD
+    assert gate.check(held, "rows_out_ratio")["observed"] == 0.5
+    other = tick("2026-12-02", "weekly")  # another schedule: its first run
+    assert other.state == JobState.SUCCEEDED
+    assert "schedule 'weekly'" in gate.check(other, "rows_out_ratio")["reason"]

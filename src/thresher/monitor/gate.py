@@ -8,11 +8,12 @@ it shows, never for what is missing. A user's check that raises fails, with the
 exception's text: a check that cannot run has not passed.
 
 - `rows_out_ratio`: rows out over the previous run's, where the previous run is the newest
-  succeeded job of the same name (and tenant) created before this one;
+  succeeded job created before this one of the same schedule (a schedule's job), else of
+  the same name, and tenant (`store.views.previous_run`);
 - `max_error_rate`: bad rows over rows in;
 - `max_null_share`: a column's null and NaN values over its rows, from the profile;
-- `no_drift`: the drift verdict against `[monitor] baseline`, else the previous run
-  (`monitor/alerts.py`'s `baseline_of`), is not `drift`;
+- `no_drift`: the drift verdict against `[monitor] baseline`, else the previous run, is
+  not `drift`;
 - `custom`: `module:function(profile, manifest)`, returning None or True to pass, or a
   string (the reason) to fail; `profile` is the job's `Profile` (None unprofiled).
 """
@@ -74,9 +75,9 @@ def _rows_out(
     store: Store, job: JobRecord, manifest: dict[str, Any], ratio: tuple[float, float]
 ) -> CheckResult:
     name, rows = "rows_out_ratio", int(manifest["rows_out"])
-    previous = store.views.latest_succeeded(job.name, job.tenant, job)
+    previous = store.views.previous_run(job)
     if previous is None:
-        return CheckResult(name, list(ratio), None, True, f"no previous run of {job.name!r}")
+        return CheckResult(name, list(ratio), None, True, f"no previous run of {_of(job)}")
     before = int((store.job(previous).manifest or {}).get("rows_out", 0))
     observed = rows / before if before else (1.0 if rows == 0 else float("inf"))
     passed = ratio[0] <= observed <= ratio[1]
@@ -110,7 +111,8 @@ def _null_share(profile: Profile | None, column: str, bound: float) -> CheckResu
 
 def _no_drift(store: Store, job: JobRecord) -> CheckResult:
     try:
-        report = job_drift(store, job)
+        baseline = job.spec.monitor.baseline or store.views.previous_run(job)
+        report = job_drift(store, job, baseline) if baseline is not None else None
     except Exception as exc:  # a baseline that cannot be read: not judged, so not passed
         return CheckResult("no_drift", "not drift", None, False, f"cannot compare: {exc}")
     if report is None:
@@ -120,6 +122,11 @@ def _no_drift(store: Store, job: JobRecord) -> CheckResult:
     against = f"against {report.baseline}" + (f" ({', '.join(drifted)})" if drifted else "")
     reason = f"{report.verdict} {against}"
     return CheckResult("no_drift", "not drift", report.verdict, passed, reason)
+
+
+def _of(job: JobRecord) -> str:
+    schedule = job.spec.job.schedule
+    return f"schedule {schedule!r}" if schedule else f"{job.name!r}"
 
 
 def _custom(path: str, profile: Profile | None, manifest: dict[str, Any]) -> CheckResult:
