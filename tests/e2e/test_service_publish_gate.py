@@ -109,3 +109,48 @@ def test_held_then_approved_or_rejected_through_the_api(site: ServiceSite, inbox
             assert refused.status_code == 422 and "publish_checks.custom" in refused.text
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("fault", ["approve_decided", "approve_published", "reject_decided"])
+def test_a_server_killed_mid_decision_finishes_it_when_asked_again(
+    site: ServiceSite, inbox: Inbox, fault: str
+) -> None:
+    """The server dies (SIGKILL, at the crash point) inside the approve or reject call;
+    after a restart the same call finishes the decision: the output published (its
+    webhook sent once) or discarded, never both."""
+    checks = {"rows_out_ratio": [0.8, 1.25]}
+    verb = "reject" if fault.startswith("reject") else "approve"
+    dying = Server(site, env={"THRESHER_FAULT": fault})
+    token = site.token("acme")
+    try:
+        with dying.client(token) as acme:
+            submit(acme, write_input(site, "monday", 300), inbox, publish_checks=checks)
+            held = submit(acme, write_input(site, "tuesday", 100), inbox, publish_checks=checks)
+            assert held["status"] == "held", held
+            with pytest.raises(httpx.TransportError):
+                acme.post(f"/v1/jobs/{held['id']}/{verb}")
+        assert dying.process.wait(10) != 0
+    finally:
+        dying.stop()
+    server = Server(site)
+    try:
+        with server.client(token) as acme:
+            decided = "approved" if verb == "approve" else "rejected"
+            assert acme.get(f"/v1/jobs/{held['id']}").json()["status"] == decided
+            other = "reject" if verb == "approve" else "approve"
+            assert acme.post(f"/v1/jobs/{held['id']}/{other}").status_code == 409
+            done = acme.post(f"/v1/jobs/{held['id']}/{verb}")
+            assert done.status_code == 200, done.text
+            results = acme.get(f"/v1/jobs/{held['id']}/results")
+            if verb == "approve":
+                assert done.json()["status"] == "succeeded"
+                lines = results.text.splitlines()
+                assert sorted(json.loads(line)["id"] for line in lines) == list(range(100))
+                inbox.wait(2)
+            else:
+                assert done.json()["status"] == "rejected" and results.status_code == 409
+            time.sleep(1.5)
+            told = events_of(inbox, held["id"])
+            assert told == (["job.completed"] if verb == "approve" else [])
+    finally:
+        server.stop()
