@@ -185,7 +185,11 @@ def approve(job_id: str, store: str | None = None) -> JobResult:
     from thresher.coordinator.gate import approve_job
     from thresher.store import open_store
 
-    return _decided(approve_job(open_store(store), job_id))
+    opened = open_store(store)
+    try:
+        return _decided(approve_job(opened, job_id))
+    finally:
+        opened.db.close()
 
 
 def reject(job_id: str, store: str | None = None) -> JobResult:
@@ -195,7 +199,11 @@ def reject(job_id: str, store: str | None = None) -> JobResult:
     from thresher.coordinator.gate import reject_job
     from thresher.store import open_store
 
-    return _decided(reject_job(open_store(store), job_id))
+    opened = open_store(store)
+    try:
+        return _decided(reject_job(opened, job_id))
+    finally:
+        opened.db.close()
 
 
 def _decided(record: Any) -> JobResult:

@@ -5,8 +5,10 @@ manifest. The kills at each of the gate's steps are tests/fault/test_publish_gat
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import thresher
+from thresher.coordinator.job import run_job
 from thresher.errors import SpecError, StoreError
 from thresher.store import JobState, open_store
 
@@ -258,3 +261,52 @@ def test_a_schedules_jobs_compare_with_the_schedules_previous_run(gate: Gate) ->
     other = tick("2026-12-02", "weekly")  # another schedule: its first run
     assert other.state == JobState.SUCCEEDED
     assert "schedule 'weekly'" in gate.check(other, "rows_out_ratio")["reason"]
+
+
+def test_a_postgresql_store_and_table_hold_approve_and_reject(
+    gate: Gate, postgres_server: str, pg_schema: str
+) -> None:
+    """The decisions' conditional writes on PostgreSQL, and a PostgreSQL table's staging
+    table kept while held, published by approve and dropped by reject."""
+    import adbc_driver_postgresql.dbapi as pg_adbc
+
+    gate.store = f"{postgres_server}?options={quote(f'-csearch_path={pg_schema}')}"
+    table = f"gate_{pg_schema}"
+
+    def run(rows: int) -> thresher.JobResult:
+        gate.write_input(rows)
+        spec = gate.spec({"rows_out_ratio": [0.8, 1.25]})
+        spec["sink"] = {"uri": f"{postgres_server}?table={table}", "staging": "side"}
+        store = open_store(gate.store)  # closed here: `thresher.run` leaves its store open
+        try:
+            return run_job(thresher.parse_spec(spec), store)
+        finally:
+            store.db.close()
+
+    def rows_and_stages() -> tuple[int, list[str]]:
+        with closing(pg_adbc.connect(postgres_server)) as conn, closing(conn.cursor()) as cur:
+            cur.execute(f'SELECT COUNT(*) FROM "{table}"')
+            (count,) = cur.fetchone()
+            cur.execute("SELECT table_name FROM information_schema.tables WHERE table_name LIKE"
+                        " '_thresher_stage_%'")  # fmt: skip
+            stages = [str(r[0]) for r in cur.fetchall()]
+        return int(count), stages
+
+    try:
+        assert run(1_000).state == JobState.SUCCEEDED
+        held = run(400)
+        assert held.state == JobState.HELD
+        count, stages = rows_and_stages()
+        assert count == 1_000 and any(held.job_id.replace("-", "_") in s for s in stages)
+        assert thresher.approve(held.job_id, store=gate.store).state == JobState.SUCCEEDED
+        assert rows_and_stages()[0] == 400
+        rejected = run(100)
+        assert rejected.state == JobState.HELD
+        assert thresher.reject(rejected.job_id, store=gate.store).state == JobState.REJECTED
+        count, stages = rows_and_stages()
+        assert count == 400
+        assert not any(rejected.job_id.replace("-", "_") in s for s in stages)
+    finally:
+        dropping = closing(pg_adbc.connect(postgres_server, autocommit=True))
+        with dropping as conn, closing(conn.cursor()) as cur:
+            cur.execute(f'DROP TABLE IF EXISTS "{table}"')
