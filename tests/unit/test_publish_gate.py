@@ -172,7 +172,6 @@ def test_drift_verdict_against_the_previous_run(gate: Gate) -> None:
         ("says_true", True, "passed"),
         ("refuses", False, "implausible"),
         ("raises", False, "RuntimeError: the check's own database is down"),
-        ("missing", False, "AttributeError"),
     ],
 )
 def test_custom_check(gate: Gate, function: str, passed: bool, reason: str) -> None:
@@ -181,6 +180,16 @@ def test_custom_check(gate: Gate, function: str, passed: bool, reason: str) -> N
     assert result.state == (JobState.SUCCEEDED if passed else JobState.HELD)
     verdict = gate.check(result, f"custom:gate_checks:{function}")
     assert verdict["passed"] is passed and reason in verdict["reason"]
+
+
+@pytest.mark.parametrize("path", ["gate_checks:missing", "no_such_module:check"])
+def test_a_custom_check_that_cannot_be_found_is_a_spec_error_before_any_work(
+    gate: Gate, path: str
+) -> None:
+    gate.write_input(500)
+    with pytest.raises(SpecError, match=r"publish\.checks\.custom: " + path):
+        gate.run({"custom": [path]})
+    assert not (gate.root / "out").exists()
 
 
 def test_reject_discards_and_keeps_the_previous_output(gate: Gate) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from thresher.errors import SpecError
 from thresher.faults import crash_point
 from thresher.models import check_model_section
+from thresher.monitor.gate import custom_check_problems
 from thresher.plan import Placement, check_features, known_rows, place, plan_input
 from thresher.postgres import without_password
 from thresher.sinks import Sink, open_sink
@@ -35,10 +36,14 @@ def check_model(spec: JobSpec) -> None:
 
 
 def check_gate(spec: JobSpec) -> None:
-    """Raise SpecError when `[publish] checks` are asked of a sink that cannot hold a
-    job's output unpublished (one that publishes as it commits, or cannot discard)."""
+    """Raise SpecError when a `[publish] checks` custom check cannot be imported, or the
+    checks are asked of a sink that cannot hold a job's output unpublished (one that
+    publishes as it commits, or cannot discard)."""
     if spec.publish.checks is None:
         return
+    problems = custom_check_problems(spec.publish.checks.custom)
+    if problems:
+        raise SpecError(problems)
     if not isinstance(open_sink(spec.sink), HoldsOutput):
         raise SpecError(
             [

@@ -29,7 +29,7 @@ from thresher.monitor.alerts import job_drift
 from thresher.profiles.profile import Profile
 from thresher.store import JobRecord, Store
 
-__all__ = ["CheckResult", "failed_reasons", "judge"]
+__all__ = ["CheckResult", "custom_check_problems", "failed_reasons", "judge"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,18 @@ def _no_drift(store: Store, job: JobRecord) -> CheckResult:
     against = f"against {report.baseline}" + (f" ({', '.join(drifted)})" if drifted else "")
     reason = f"{report.verdict} {against}"
     return CheckResult("no_drift", "not drift", report.verdict, passed, reason)
+
+
+def custom_check_problems(paths: list[str]) -> list[str]:
+    """Before any work: a custom check that cannot be found would hold every run of the
+    job only once the run is done, so each is imported now, and a problem is a spec error."""
+    problems = []
+    for path in paths:
+        try:
+            _load(path)
+        except Exception as exc:  # the user's module: whatever its import raises
+            problems.append(f"publish.checks.custom: {path}: {type(exc).__name__}: {exc}")
+    return problems
 
 
 def _of(job: JobRecord) -> str:
