@@ -1,7 +1,7 @@
 """The publish gate's checks, each held and passed, on real jobs: a Parquet input, a
 Python model, a real Parquet output folder and job store, driven in this process (the
 in-process executor), so each check is judged from the real counts, profile and
-manifest. The kills at each of the gate's steps are tests/fault/test_publish_gate.py's."""
+manifest. The kills at each of the gate's steps are tests/fault/test_publish_gate_kill.py's."""
 
 from __future__ import annotations
 
