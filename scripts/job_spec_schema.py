@@ -27,7 +27,7 @@ def job_spec_schema() -> dict[str, Any]:
         **generated,
         "title": "thresher job spec",
         "description": "A job for `thresher run`: [job] [source] [model] [batch] [run] [sink]"
-        " [errors] [notify] [monitor] (see docs/reference/spec.md).",
+        " [errors] [notify] [monitor] [publish] (see docs/reference/spec.md).",
     }
 
 

@@ -54,12 +54,14 @@ __all__ = [
     "SpecError",
     "ThresherError",
     "add_actuals",
+    "approve",
     "drift",
     "load_spec",
     "parse_spec",
     "predict",
     "profile",
     "quality",
+    "reject",
     "resume",
     "run",
 ]
@@ -168,6 +170,51 @@ def resume(
     else:
         result = resume_job(job_id, open_store(store), reporter)
     return result.raise_for_state() if raise_on_failure else result
+
+
+def approve(job_id: str, store: str | None = None) -> JobResult:
+    """Publish job `job_id`, held by its `[publish] checks`, exactly as a passing job is
+    published (see `thresher approve`); returns its result, succeeded, whose `to_pandas()`
+    reads the output. Safe to call again, after a crash or twice. Sends no webhook, as
+    `run` sends none: the CLI and the service do. Raises StoreError for a job not held.
+
+    >>> result = thresher.run(spec, raise_on_failure=False)   # doctest: +SKIP
+    >>> if result.state == "held":                             # doctest: +SKIP
+    ...     print(result.problems); thresher.approve(result.job_id)
+    """
+    from thresher.coordinator.gate import approve_job
+    from thresher.store import open_store
+
+    opened = open_store(store)
+    try:
+        return _decided(approve_job(opened, job_id))
+    finally:
+        opened.db.close()
+
+
+def reject(job_id: str, store: str | None = None) -> JobResult:
+    """Discard the staged output of job `job_id`, held by its `[publish] checks`; the
+    previous output stays as it is (see `thresher reject`). Safe to call again. Raises
+    StoreError for a job not held."""
+    from thresher.coordinator.gate import reject_job
+    from thresher.store import open_store
+
+    opened = open_store(store)
+    try:
+        return _decided(reject_job(opened, job_id))
+    finally:
+        opened.db.close()
+
+
+def _decided(record: Any) -> JobResult:
+    """The JobResult of a job a decision moved on, from its store record. Where its bad
+    records are published is the sink's to say (`errors` reads them); not known here."""
+    from thresher.coordinator.job import JobResult
+
+    manifest = record.manifest or {}
+    problems = [] if record.state.value == "succeeded" else [record.message or "rejected"]
+    sink = record.spec.sink
+    return JobResult(record.id, record.state, manifest, sink.uri, "", problems, sink)
 
 
 def drift(

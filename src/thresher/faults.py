@@ -17,6 +17,10 @@ finished publishing), `after_table_commit` (an Iceberg sink's snapshot landed, i
 not yet removed), `after_publish` (a job published its output, its source's
 `published` hook not run: a Kafka group's offsets not committed), `resume_start` (a
 resume claimed the job),
+the publish gate's: `gate_judged` (a job's checks judged, its hold not recorded),
+`approve_decided` (a held job recorded approved, its output not published),
+`approve_published` (an approved job's output published, its success not recorded),
+`reject_decided` (a held job recorded rejected, its staged output not discarded),
 `retry_after_output` / `retry_after_errors` (a retry round committed a shard's fixed rows
 / replaced its error part, and has not recorded it), and a schedule's tick:
 `tick_claiming` (its ledger row written, not committed), `tick_claimed` (committed, no
@@ -45,6 +49,10 @@ POINTS = frozenset(
         "after_table_commit",
         "after_publish",
         "resume_start",
+        "gate_judged",
+        "approve_decided",
+        "approve_published",
+        "reject_decided",
         "retry_after_output",
         "retry_after_errors",
         "tick_claiming",

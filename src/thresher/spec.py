@@ -51,6 +51,7 @@ from thresher.plugins import (
     lookup,
     option_problems,
 )
+from thresher.profiles.gate_settings import PublishSection, gate_needs_profile
 from thresher.profiles.settings import MonitorSection
 from thresher.sizes import MAX_INT64, parse_bytes
 
@@ -277,6 +278,7 @@ class JobSpec(Section):
     errors: ErrorsSection = Field(default_factory=ErrorsSection)
     notify: NotifySection = Field(default_factory=NotifySection)
     monitor: MonitorSection = Field(default_factory=MonitorSection)
+    publish: PublishSection = Field(default_factory=PublishSection)
 
     @model_validator(mode="before")
     @classmethod
@@ -298,6 +300,12 @@ class JobSpec(Section):
             raise ValueError(
                 f"source.columns: the id column {source.id_column!r} must not be a model input"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _gate_can_judge(self) -> JobSpec:
+        for problem in gate_needs_profile(self.publish, self.monitor.profile):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

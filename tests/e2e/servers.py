@@ -48,7 +48,7 @@ class Slow(Double):
         time.sleep(self.delay)
         return super().predict(batch)
 """
-FINISHED = ("succeeded", "failed", "cancelled")
+FINISHED = ("succeeded", "failed", "cancelled", "held", "rejected")
 
 
 def free_port() -> int:

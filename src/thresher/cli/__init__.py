@@ -2,8 +2,9 @@
 
 One module per command group: `jobs` (run, resume, status, cancel, tune, retry-errors),
 `validate`, `demo`, `service` (serve, token), `schedules`, `backfill`, `triggers`, `drift`,
-`profile`, `report`, `quality` (actuals, quality); what they share — `--store`, the exit
-codes, the error printer — is in `options`, what they draw on a terminal in `views/`.
+`profile`, `report`, `quality` (actuals, quality), `gate` (approve, reject); what they
+share — `--store`, the exit codes, the error printer — is in `options`, what they draw on
+a terminal in `views/`.
 Exit codes: 0 done, 1 job failed, 2 bad usage or spec.
 """
 
@@ -17,6 +18,7 @@ from thresher.cli.allocator import use_jemalloc
 from thresher.cli.backfill import backfill
 from thresher.cli.demo import demo
 from thresher.cli.drift import drift
+from thresher.cli.gate import approve, reject
 from thresher.cli.jobs import cancel, resume, retry_errors, run, status, tune
 from thresher.cli.options import store_option
 from thresher.cli.profile import profile
@@ -45,6 +47,7 @@ def cli(store: str | None) -> None:
 for command in (
     *(run, resume, status, cancel, tune, retry_errors, demo, serve, token),
     *(validate, profile, report, schedules, backfill, triggers, drift, actuals, quality),
+    *(approve, reject),
 ):
     cli.add_command(command)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from thresher.coordinator.gate import hold_if_failing
 from thresher.coordinator.loop import JobLedger, LoopOutcome, ShardLoop
 from thresher.coordinator.manifest import RunFacts, build_manifest, error_rate_problem
 from thresher.coordinator.prepare import checked_sink, plan_job
@@ -254,26 +255,20 @@ def _finish(
             if outcome.cancelled
             else (JobState.PREEMPTED, "the job was preempted; it resumes when slots free")
         )
-        return JobResult(
-            job.id, state, manifest, job.spec.sink.uri, errors_uri, [note], job.spec.sink
-        )
+        return _ended(job, state, manifest, errors_uri, [note])
     problems = outcome.failures + error_rate_problem(job.spec, totals)
     if problems:
         sink.abort()
         job.store.finish(job.id, JobState.FAILED, manifest, "; ".join(problems))
-        return JobResult(
-            job.id,
-            JobState.FAILED,
-            manifest,
-            job.spec.sink.uri,
-            errors_uri,
-            problems,
-            job.spec.sink,
-        )
+        return _ended(job, JobState.FAILED, manifest, errors_uri, problems)
     profile = profiles.profile() if profiles is not None else None
     if profile is not None:
         job.store.profiles.save(job.id, profile)
         manifest["profile"] = profile.summary()
+    held = hold_if_failing(job.store, job.id, manifest, profile)
+    if held:  # recorded `held`: the committed parts wait, the previous output stays live
+        sink.abort()
+        return _ended(job, JobState.HELD, manifest, errors_uri, held)
     try:
         sink.finish(manifest)
     except ThresherError as exc:  # the publish refused (a merge's repeated id): not running
@@ -284,8 +279,14 @@ def _finish(
     if isinstance(source, Published):  # before `succeeded`: a crash leaves it to resume
         source.published(job.plan)
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
+    return _ended(job, JobState.SUCCEEDED, manifest, errors_uri, [])
+
+
+def _ended(
+    job: Job, state: JobState, manifest: dict[str, Any], errors_uri: str, problems: list[str]
+) -> JobResult:
     return JobResult(
-        job.id, JobState.SUCCEEDED, manifest, job.spec.sink.uri, errors_uri, [], job.spec.sink
+        job.id, state, manifest, job.spec.sink.uri, errors_uri, problems, job.spec.sink
     )
 
 

@@ -14,15 +14,17 @@ from typing import Any
 from thresher.errors import SpecError
 from thresher.faults import crash_point
 from thresher.models import check_model_section
+from thresher.monitor.gate import custom_check_problems
 from thresher.plan import Placement, check_features, known_rows, place, plan_input
 from thresher.postgres import without_password
 from thresher.sinks import Sink, open_sink
+from thresher.sinks.base import HoldsOutput
 from thresher.sinks.guard import check_sink_place
 from thresher.sources import Plan
 from thresher.spec import JobSpec
 from thresher.store import Store
 
-__all__ = ["Preview", "check_model", "checked_sink", "plan_job", "preview_job"]
+__all__ = ["Preview", "check_gate", "check_model", "checked_sink", "plan_job", "preview_job"]
 
 
 def check_model(spec: JobSpec) -> None:
@@ -33,12 +35,32 @@ def check_model(spec: JobSpec) -> None:
         raise SpecError(problems)
 
 
+def check_gate(spec: JobSpec) -> None:
+    """Raise SpecError when a `[publish] checks` custom check cannot be imported, or the
+    checks are asked of a sink that cannot hold a job's output unpublished (one that
+    publishes as it commits, or cannot discard)."""
+    if spec.publish.checks is None:
+        return
+    problems = custom_check_problems(spec.publish.checks.custom)
+    if problems:
+        raise SpecError(problems)
+    if not isinstance(open_sink(spec.sink), HoldsOutput):
+        raise SpecError(
+            [
+                f"publish.checks: the {spec.sink.format} sink cannot hold a job's output"
+                " unpublished, so a job that fails its checks could not be held; gate a"
+                " files, SQL, Delta or Iceberg sink, or remove [publish.checks]"
+            ]
+        )
+
+
 def plan_job(spec: JobSpec) -> tuple[Plan, list[str]]:
     """The job's plan and its model's input columns, after every check that needs no work:
     the `[model]` section (`check_model`), the input cut into shards, and the model's
     inputs, the id and the kept columns found in the input. Raises SpecError naming the
     field (or SourceError naming the file) when one fails."""
     check_model(spec)
+    check_gate(spec)
     crash_point("plan_input")
     plan = plan_input(spec)
     return plan, check_features(spec, plan)

@@ -54,6 +54,16 @@ class Progress(BaseModel):
     shards_total: int
 
 
+class PublishCheck(BaseModel):
+    """One `[publish] checks` check as judged when the job's shards were all committed."""
+
+    name: str
+    bound: Any = Field(description="What the spec asked.")
+    observed: Any = Field(description="What the job showed (null: not judged, see reason).")
+    passed: bool
+    reason: str
+
+
 class JobInfo(BaseModel):
     """A job's status, counts, progress and timings."""
 
@@ -61,7 +71,9 @@ class JobInfo(BaseModel):
     object: str = "job"
     name: str
     status: str = Field(
-        description="queued, running, preempted (waiting to resume), succeeded, failed or cancelled"
+        description="queued, running, preempted (waiting to resume), succeeded, failed,"
+        " cancelled, held (a publish check failed: approve or reject it), approved (being"
+        " published) or rejected"
     )
     model: str | None = Field(description="The registered model it runs.")
     priority: int
@@ -74,12 +86,17 @@ class JobInfo(BaseModel):
     finished_at: str | None
     seconds: float | None = Field(description="Run time of the last run.")
     rows_per_second: float | None
-    message: str | None = Field(description="Why it failed, was cancelled or preempted.")
+    message: str | None = Field(
+        description="Why it failed, was cancelled, preempted or held (each failed check)."
+    )
     waiting_for: str | None = Field(
         None, description="Why a queued or preempted job has not started: which limit."
     )
     slots: dict[str, int] | None = Field(
         None, description="The worker (`cpu`) and `gpu` slots a running job holds."
+    )
+    publish_checks: list[PublishCheck] | None = Field(
+        None, description="Its `[publish] checks`, each judged, once every shard committed."
     )
     results_url: str
     errors_url: str

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from thresher.errors import SourceError, SpecError, describe_errors
 from thresher.notify.urls import check_webhook_url
 from thresher.plan.inputs import missing_columns
+from thresher.profiles.gate_settings import PublishChecks
 from thresher.service.background.isolated import input_columns
 from thresher.service.errors import NotFound, ServiceError, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
@@ -142,11 +143,24 @@ class JobRequest(_Strict):
     name: Text = Field("api", max_length=200, description="A name for listings and logs.")
     notify: NotifyRequest | None = None
     batch: BatchSection | None = Field(None, description="size (rows or 'auto'), max_size.")
+    publish_checks: PublishChecks | None = Field(
+        None,
+        description="The job's `[publish] checks`: rows_out_ratio, max_error_rate,"
+        " max_null_share, no_drift. A job that fails one is held until approved or rejected.",
+    )
 
     @model_validator(mode="after")
     def _one_input(self) -> JobRequest:
         if (self.input_file_id is None) == (self.source is None):
             raise ValueError("input_file_id: give exactly one of input_file_id and source")
+        return self
+
+    @model_validator(mode="after")
+    def _no_code_of_tenants(self) -> JobRequest:
+        # A custom check is a Python function the server would import and call: code a
+        # tenant must not choose. The other checks are data.
+        if self.publish_checks is not None and self.publish_checks.custom:
+            raise ValueError("publish_checks.custom: not on a shared server; use the others")
         return self
 
 
@@ -171,6 +185,7 @@ def submit_job(
     """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id`,
     `source.uri` or `source.files`, `model` by registered name, optional `columns`,
     `id_column`, `keep_columns`, `output_format`, `priority`, `workers`, `notify`, `batch`,
+    `publish_checks`,
     `name`), build the whole job spec on the server's side, and queue it. Returns the job
     id; with an `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
     that job was submitted with a different body). `tick` is the (schedule, fire time) of
@@ -252,6 +267,8 @@ def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: s
         raw["batch"] = request.batch.model_dump(mode="json")
     if request.notify is not None:
         raw["notify"] = request.notify.model_dump(mode="json")
+    if request.publish_checks is not None:
+        raw["publish"] = {"checks": request.publish_checks.model_dump(mode="json")}
     try:
         spec = parse_spec(raw)
     except SpecError as exc:

@@ -95,3 +95,15 @@ class WritesPaths(Protocol):
         """The folders and files (local paths or URLs) the sink writes, and in overwrite
         mode replaces."""
         ...
+
+
+@runtime_checkable
+class HoldsOutput(Protocol):
+    """A sink whose committed parts stay unpublished until `finish`, and can be thrown
+    away instead: the publish gate can hold its jobs (`[publish] checks`). Optional: a
+    job whose sink lacks it cannot have checks."""
+
+    def discard(self, job_id: str) -> None:
+        """Remove job `job_id`'s committed, unpublished output and error parts, leaving
+        the published output as it was. Idempotent; needs no `start`."""
+        ...

@@ -51,6 +51,7 @@ from thresher.sinks.publish import (
     MARKER,
     SUCCESS,
     PendingOutput,
+    discard_pending,
     read_published_errors,
     remove_staging,
     write_json,
@@ -234,6 +235,11 @@ class DeltaSink:
             if commit.get("thresher.job_id") == job_id.split(".r", maxsplit=1)[0]:
                 return int(commit["version"])
         return None
+
+    def discard(self, job_id: str) -> None:
+        """A rejected held job: its pending parts in the side folder go; the table is as
+        it was (nothing of the job reached it before `finish`)."""
+        discard_pending(self.side_dir, job_id)
 
     def abort(self) -> None:
         """Staging goes; pending parts wait for `thresher resume`."""

@@ -28,11 +28,13 @@ from thresher.sinks.publish import (
     RESERVED,
     SUCCESS,
     PendingOutput,
+    discard_pending,
     published_by,
     published_error_parts,
     read_published_errors,
     recover,
     remove_staging,
+    started_later,
     write_json,
     written_by_thresher,
 )
@@ -108,7 +110,7 @@ class FileSink:
         """In overwrite mode a later job's published output replaced this job's world:
         resuming would put older results over newer ones, so refuse."""
         owner = published_by(self.root)
-        if self.mode == "overwrite" and owner is not None and owner > job_id:
+        if self.mode == "overwrite" and owner is not None and started_later(owner, job_id):
             raise SinkError(
                 f"sink.uri: {self.uri} now holds job {owner}'s output, a later job than "
                 f"{job_id}; run the job again instead of resuming it"
@@ -145,6 +147,10 @@ class FileSink:
             return  # published before a crash cut the job's own bookkeeping short
         pending.publish(manifest, overwrite=self.mode == "overwrite")
 
+    def discard(self, job_id: str) -> None:
+        """A rejected held job: its pending parts go; the published output stays."""
+        discard_pending(self.root, job_id)
+
     def abort(self) -> None:
         """Staging goes; committed parts wait, unpublished, for `thresher resume`. A
         folder no job has published to gets `NOT_PUBLISHED`, saying why it has no output
@@ -156,7 +162,7 @@ class FileSink:
             with fs.open(f"{root}/{NOT_PUBLISHED}", "w") as note:
                 note.write(
                     f"thresher: {job} ended without publishing its output here (failed,"
-                    " cancelled or stopped); `thresher status` says why, `thresher resume`"
+                    " cancelled, held or stopped); `thresher status` says why, `thresher resume`"
                     " finishes it. This folder holds no predictions yet.\n"
                 )
 

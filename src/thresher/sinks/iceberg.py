@@ -46,6 +46,7 @@ from thresher.sinks.publish import (
     MARKER,
     SUCCESS,
     PendingOutput,
+    discard_pending,
     published_by,
     read_published_errors,
     remove_staging,
@@ -266,6 +267,11 @@ class IcebergSink:
             if snapshot.summary is not None and snapshot.summary["thresher.job_id"] == job_id:
                 return int(snapshot.snapshot_id)
         return None
+
+    def discard(self, job_id: str) -> None:
+        """A rejected held job: its pending parts in the side folder go; the table is as
+        it was (nothing of the job reached it before `finish`)."""
+        discard_pending(self.side_dir, job_id)
 
     def abort(self) -> None:
         """Staging goes; pending parts wait for `thresher resume`."""

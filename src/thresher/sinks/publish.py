@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from thresher.errors import SinkError
 from thresher.faults import crash_point
 from thresher.sinks.parts import STAGING, StagedPart, commit_to, move, read_error_records
 from thresher.sources.files import as_url, filesystem
@@ -147,6 +148,20 @@ def recover(root_url: str, skip: str | None = None, first: BeforeFiles | None = 
         finish_publish(fs, root_url, f"{root}/{PENDING}/{job_id}", record)
 
 
+def discard_pending(root_url: str, job_id: str) -> None:
+    """Remove job `job_id`'s unpublished parts (a rejected held job): the folder's output
+    stays as it was. Idempotent; refused once the job's `_PUBLISH` record is written, for
+    then its publish is decided and any start on the folder finishes it."""
+    fs, root = filesystem(root_url)
+    folder = f"{root}/{PENDING}/{job_id}"
+    if fs.exists(f"{folder}/{PUBLISH}"):
+        raise SinkError(f"job {job_id}'s output at {root_url} is being published; not discarded")
+    if fs.exists(folder):
+        fs.rm(folder, recursive=True)
+    if fs.exists(f"{root}/{PENDING}") and not pending_jobs(fs, root):
+        fs.rm(f"{root}/{PENDING}", recursive=True)
+
+
 def pending_jobs(fs: Any, root: str) -> list[str]:
     """Jobs with parts waiting in this folder."""
     if not fs.isdir(f"{root}/{PENDING}"):
@@ -164,6 +179,14 @@ def published_by(root_url: str) -> str | None:
     except (FileNotFoundError, ValueError):
         return None
     return str(owner) if owner else None
+
+
+def started_later(owner: str, job_id: str) -> bool:
+    """Whether job `owner` started in a later second than job `job_id`, by their ids
+    (`20261130-020304-a1b2c3`: the start to the second, then a random suffix). Two jobs
+    of one second are not ordered: comparing the suffixes told a job started first that
+    it was the later one, half the time."""
+    return owner.rsplit("-", 1)[0] > job_id.rsplit("-", 1)[0]
 
 
 def written_by_thresher(fs: Any, root: str) -> bool:

@@ -26,6 +26,7 @@ from thresher.sinks.publish import (
     published_by,
     recover,
     remove_staging,
+    started_later,
     write_json,
 )
 from thresher.sources.files import filesystem
@@ -89,7 +90,7 @@ class SideFolder:
     def _check_still_ours(self, overwrite: bool) -> None:
         """In overwrite mode, a later job's published table replaced this job's world."""
         owner = published_by(self.path)
-        if overwrite and owner is not None and owner > self.job_id:
+        if overwrite and owner is not None and started_later(owner, self.job_id):
             raise SinkError(
                 f"sink.uri: {self.uri} now holds job {owner}'s output, a later job than "
                 f"{self.job_id}; run the job again instead of resuming it"

@@ -31,6 +31,7 @@ from thresher.sinks.publish import (
     MARKER,
     SUCCESS,
     PendingOutput,
+    discard_pending,
     read_published_errors,
     recover,
     remove_staging,
@@ -253,6 +254,18 @@ class SqlSink:
                 (self.table, stage),
             )
             conn.commit()
+
+    def discard(self, job_id: str) -> None:
+        """A rejected held job: its staging table and its ledger rows go in one
+        transaction, then its pending error parts; the table is as it was."""
+        stage = stage_table(job_id)
+        with closing(self.dialect.connect()) as conn, closing(conn.cursor()) as cur:
+            cur.execute(f'DROP TABLE IF EXISTS "{stage}"')
+            if self.dialect.table_exists(cur, PARTS_TABLE):
+                forget = f"DELETE FROM {PARTS_TABLE} WHERE job_id = ? AND table_name = ?"
+                cur.execute(self.dialect.sql(forget), (job_id, stage))
+            conn.commit()
+        discard_pending(self.side_dir, job_id)
 
     def abort(self) -> None:
         """Staging goes; the staging table and pending errors wait for `thresher resume`."""

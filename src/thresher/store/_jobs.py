@@ -208,6 +208,11 @@ class Store(Tables):
         job = self.job(job_id)
         if job.state == JobState.SUCCEEDED and not finished_ok:
             raise StoreError(f"job {job_id} already succeeded; nothing to resume")
+        if job.state.awaiting_decision or job.state == JobState.REJECTED:
+            raise StoreError(
+                f"job {job_id} is {job.state.value} by its publish gate; `thresher approve`"
+                " publishes a held job, `thresher reject` discards it"
+            )
         if job.state == JobState.RUNNING and not force and self.owners.alive(job.owner):
             raise StoreError(
                 f"job {job_id} is being run by {job.owner}; wait for it, cancel it, "
@@ -317,11 +322,13 @@ class Store(Tables):
         the job is left in (a finished job stays as it was). The state is guarded in the
         write itself: a job that finished after any earlier look keeps its end."""
         self.job(job_id)  # a StoreError naming the store for an unknown id
-        ended = tuple(s.value for s in JobState if s.finished)
+        # A held job is decided by `approve` or `reject`, not cancelled.
+        ended = tuple(s.value for s in JobState if s.finished or s.awaiting_decision)
+        marks = ", ".join("?" for _ in ended)
         with self.db.transaction() as cur:
             row = cur.execute(
                 "UPDATE thresher_jobs SET state = ?, finished_at = ?, message = ?"
-                " WHERE id = ? AND state NOT IN (?, ?, ?) RETURNING state",
+                f" WHERE id = ? AND state NOT IN ({marks}) RETURNING state",
                 (JobState.CANCELLED.value, now(), "cancelled by request", job_id, *ended),
             ).fetchone()
         return JobState.CANCELLED if row else self.job(job_id).state

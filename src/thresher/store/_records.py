@@ -18,10 +18,26 @@ class JobState(StrEnum):
     # Stopped at a shard boundary for a job of higher priority; waits in the queue and
     # resumes from its stored plan. Not finished: no webhook, no results yet.
     PREEMPTED = "preempted"
+    # Every shard committed, but a `[publish] checks` check failed: the output waits,
+    # staged, and the previous output stays live until `approve` or `reject` decides.
+    # Not finished: no webhook yet, no results to download.
+    HELD = "held"
+    # `approve` decided to publish a held job and is publishing it (a crash here is
+    # finished by running `approve` again); `succeeded` once published.
+    APPROVED = "approved"
+    # `reject` discarded a held job's staged output; the previous output stays.
+    REJECTED = "rejected"
 
     @property
     def finished(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        ended = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.REJECTED)
+        return self in ended
+
+    @property
+    def awaiting_decision(self) -> bool:
+        """Held by the publish gate, or approved and not yet published: its coordinator's
+        run is over, and only `approve` or `reject` moves it on."""
+        return self in (JobState.HELD, JobState.APPROVED)
 
     @property
     def waiting(self) -> bool:

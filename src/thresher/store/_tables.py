@@ -8,6 +8,7 @@ from thresher.store._announced import Announcements
 from thresher.store._backfills import BackfillTable
 from thresher.store._batches import BatchTable
 from thresher.store._db import Database
+from thresher.store._decisions import Decisions
 from thresher.store._deliveries import DeliveryTable
 from thresher.store._leases import SlotLeases
 from thresher.store._owners import OwnerTable
@@ -37,6 +38,7 @@ class Tables:
         self.profiles = ProfileTable(db)
         self.actuals = ActualsTable(db)
         self.announced = Announcements(db)
+        self.decisions = Decisions(db)
         self.batches = BatchTable(db)
         self.files = FileTable(db)
         self.tokens = TokenTable(db)

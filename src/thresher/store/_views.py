@@ -60,6 +60,25 @@ class JobViews:
         rows = self.db.query(f"{sql} ORDER BY created_at DESC, id DESC LIMIT 1", params)
         return str(rows[0][0]) if rows else None
 
+    def previous_run(self, job: JobRecord) -> str | None:
+        """The run before `job`, what the publish gate compares it with: the newest
+        succeeded job created before it of the same schedule when it is a schedule's
+        (each tick's job has a name of its own), else of the same name; of its tenant."""
+        schedule = job.spec.job.schedule
+        if schedule is None:
+            return self.latest_succeeded(job.name, job.tenant, job)
+        sql = "SELECT id, spec FROM thresher_jobs WHERE state = ? AND spec LIKE ?"
+        sql += " AND id <> ? AND created_at <= ?"
+        pattern = f"%{json.dumps(schedule, ensure_ascii=False)}%"
+        params: list[Any] = [JobState.SUCCEEDED.value, pattern, job.id, job.created_at]
+        if job.tenant is not None:
+            sql += " AND tenant = ?"
+            params.append(job.tenant)
+        for job_id, spec in self.db.query(f"{sql} ORDER BY created_at DESC, id DESC", params):
+            if json.loads(spec).get("job", {}).get("schedule") == schedule:
+                return str(job_id)
+        return None
+
     def job_counts(self, tenant: str | None = None) -> dict[str, int]:
         """How many jobs are in each state: the tenant's, or every job's with None."""
         mine = " WHERE tenant = ?" if tenant is not None else ""

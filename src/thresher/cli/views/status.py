@@ -79,6 +79,11 @@ def show_job(store: Store, job_id: str, console: Console | None = None) -> None:
         say(f"  message: {shown(job.message)}")
     if job.wait_reason:
         say(f"  why it waits: {shown(job.wait_reason)}")
+    for check in (job.manifest or {}).get("publish_checks", []):
+        verdict = "passed" if check["passed"] else "FAILED"
+        say(f"  publish check {shown(check['name'])}: {verdict}: {shown(str(check['reason']))}")
+    if job.state == JobState.HELD:
+        say(f"  held: `thresher approve {job.id}` publishes it, `thresher reject` discards it")
     for shard in store.shards(job_id):
         if shard.state != ShardState.DONE:
             why = f": {shown(shard.error)}" if shard.error else ""
@@ -110,7 +115,9 @@ def _job_fields(
     shards = store.shards(job.id) if shards is None else shards
     totals = store.totals(job.id)
     by_state = Counter(s.state for s in shards)
-    problems = [job.message] if job.state == JobState.FAILED and job.message else []
+    told = job.state in (JobState.FAILED, JobState.HELD) and job.message
+    held = job.state == JobState.HELD
+    problems = [f"held: {job.message}" if held else job.message] if told else []
     problems += [f"shard {s.index}: {s.error}" for s in shards if s.state == ShardState.FAILED]
     rate = job.manifest.get("rows_per_second") if job.manifest else None
     return {
@@ -131,6 +138,7 @@ def _job_fields(
         "message": job.message,
         "wait_reason": job.wait_reason,
         "problems": problems,
+        "publish_checks": (job.manifest or {}).get("publish_checks"),
     }
 
 

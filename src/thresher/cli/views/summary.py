@@ -6,12 +6,14 @@ import click
 
 from thresher.coordinator.job import JobResult
 from thresher.postgres import without_password
+from thresher.store import JobState
 
 
 def print_result(result: JobResult) -> None:
     """Counts, rate and where things are; on failure, each problem on its own line."""
     m = result.manifest
     state = "succeeded" if result.succeeded else "FAILED"
+    state = "HELD" if result.state == JobState.HELD else state
     rate = m["rows_per_second"] or 0
     click.echo(
         f"job {result.job_id} {state}: {m['rows_in']:,} rows in, {m['rows_out']:,} out, "
@@ -26,3 +28,6 @@ def print_result(result: JobResult) -> None:
         click.echo(f"  errors: {result.errors_uri}")
     for problem in result.problems:
         click.echo(f"  problem: {problem}", err=True)
+    if result.state == JobState.HELD:  # a publish check failed (coordinator/gate.py)
+        click.echo("  held: its output waits, staged; the previous output stays live.")
+        click.echo(f"  `thresher approve {result.job_id}` publishes it, `thresher reject` drops it")

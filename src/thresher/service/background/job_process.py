@@ -139,8 +139,10 @@ def pin_leased_gpus(
 
 
 def fail_unless_finished(store: Store, job_id: str, message: str) -> None:
-    """Record the job as failed with `message`, unless it already ended."""
-    if not store.job(job_id).state.finished:
+    """Record the job as failed with `message`, unless it already ended (or its publish
+    gate held it: its shards are committed, and approve or reject decides it)."""
+    state = store.job(job_id).state
+    if not state.finished and not state.awaiting_decision:
         store.finish(job_id, JobState.FAILED, None, message)
 
 

@@ -223,6 +223,8 @@ class Scheduler:
             record = store.job(job_id)
             if process.exitcode == 0 or record.state.finished or record.state.waiting:
                 return
+            if record.state.awaiting_decision:  # held after its last commit: not a crash
+                return
             crashes = store.record_crash(job_id)
             message = crash_message(process.exitcode, bool(record.plan.get("shards")), crashes)
             log.error("job %s: %s", job_id, message)

@@ -1,5 +1,6 @@
-"""`/v1/jobs`: submit a job, list and read a tenant's jobs, cancel one, download its
-results and errors. Another tenant's job answers 404, exactly as a job that never was."""
+"""`/v1/jobs`: submit a job, list and read a tenant's jobs, cancel one, approve or reject
+one its publish checks held, download its results and errors. Another tenant's job
+answers 404, exactly as a job that never was."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
+from thresher.coordinator import gate
+from thresher.errors import ThresherError
 from thresher.service import submission
 from thresher.service.downloads import (
     MEDIA_TYPES,
@@ -72,6 +75,7 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
         message=public_message(state, record.message),
         waiting_for=record.wait_reason,
         slots=_slots(state, record),
+        publish_checks=manifest.get("publish_checks"),
         results_url=f"/v1/jobs/{record.id}/results",
         errors_url=f"/v1/jobs/{record.id}/errors",
     )
@@ -134,9 +138,11 @@ def get_job(
     state: StateDep,
     tenant: Tenant,
 ) -> JobInfo:
-    """Status (`queued`, `running`, `preempted`, `succeeded`, `failed`, `cancelled`),
-    why it waits (`waiting_for`), request counts, shards done of total, timings and the
-    number of bad records."""
+    """Status (`queued`, `running`, `preempted`, `succeeded`, `failed`, `cancelled`,
+    `held`, `approved`, `rejected`), why it is held (`publish_checks`), why it waits
+    (`waiting_for`), request counts, shards done of total, timings and the number of bad
+    records.
+    """
     return describe(state, tenant_job(state, tenant, job_id))
 
 
@@ -166,6 +172,41 @@ def resume_job(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
         raise Conflict(f"job {job_id} is {record.state.value}; only a failed or cancelled job"
                        " whose coordinator has stopped is resumed")  # fmt: skip
     return describe(state, state.store.job(job_id))
+
+
+@router.post("/{job_id}/approve", summary="Publish a job its publish checks held")
+def approve_job(
+    job_id: str,
+    state: StateDep,
+    tenant: Tenant,
+) -> JobInfo:
+    """Publish a `held` job's output exactly as a passing job's is published, then send
+    its success webhook. Again on a job it published: the same answer; on a job not held,
+    409."""
+    tenant_job(state, tenant, job_id)
+    try:
+        record = gate.approve_job(state.store, job_id)
+    except ThresherError as exc:
+        raise Conflict(public_message(state, str(exc)) or "cannot approve") from exc
+    state.job_finished(record)  # its end hooks, as when a job ends: recorded once each
+    return describe(state, record)
+
+
+@router.post("/{job_id}/reject", summary="Discard a job its publish checks held")
+def reject_job(
+    job_id: str,
+    state: StateDep,
+    tenant: Tenant,
+) -> JobInfo:
+    """Discard a `held` job's staged output; the previous output stays. Again on a job it
+    rejected: the same answer; on a job not held, 409."""
+    tenant_job(state, tenant, job_id)
+    try:
+        record = gate.reject_job(state.store, job_id)
+    except ThresherError as exc:
+        raise Conflict(public_message(state, str(exc)) or "cannot reject") from exc
+    state.job_finished(record)
+    return describe(state, record)
 
 
 def _cancel_if_queued(state: ServiceState, job_id: str) -> bool:

@@ -16,7 +16,7 @@ import hashlib
 import itertools
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -42,7 +42,7 @@ __all__ = ["SECURITY_HEADERS", "router"]
 router = APIRouter(prefix="/ui", include_in_schema=False)
 PAGE = 50  # jobs a page
 BAD_SHOWN = 20  # a job page's first bad records
-STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled")
+STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled", "held", "rejected")
 
 
 @router.get("")
@@ -230,6 +230,28 @@ def resume(
         jobs_api.resume_job(job_id, state, session.tenant)
     except ServiceError as exc:
         return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.post("/jobs/{job_id}/{decision}")
+def decide(
+    job_id: str,
+    decision: Literal["approve", "reject"],
+    request: Request,
+    state: StateDep,
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    """A held job's Approve or Reject button: the API's own route, for the session's tenant."""
+    session = _checked(request, state, csrf)
+    if session is None:
+        return _page(request, "missing.html", 403, what="that action (sign in again)")
+    act = jobs_api.approve_job if decision == "approve" else jobs_api.reject_job
+    try:
+        act(job_id, state, session.tenant)
+    except NotFound:
+        return _page(request, "missing.html", 404, tenant=session.tenant, what=f"job {job_id}")
+    except ServiceError:
+        pass  # decided meanwhile (or not held): the page shows the job as it stands
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
 
 
