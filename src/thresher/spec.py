@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from thresher.errors import SpecError, describe_errors
+from thresher.media.settings import ImageColumnSection
 from thresher.places import (
     FILE_FORMATS,
     QUERY_FORMATS,
@@ -76,20 +77,6 @@ class JobSection(Section):
     # and its trace (W3C traceparent), which the job's spans join (`worker/tracing.py`).
     request_id: str | None = Field(default=None, max_length=128)
     traceparent: str | None = Field(default=None, max_length=128)
-
-
-class ImageColumnSection(Section):
-    """`source.images`: a column of a file's bytes, or of its path or URL (relative: to
-    the source's folder) fetched into `into` by the workers (sources/image_columns.py)."""
-
-    column: str
-    into: str = "image"
-    threads: int = Field(default=16, ge=1, le=256)  # fetches at once, per worker
-    retries: int = Field(default=3, ge=0, le=10)  # after a timeout, a 5xx, a 429
-    timeout: float = Field(default=30.0, gt=0)  # seconds, per try
-    max_bytes: int = Field(default=64 * 1024 * 1024, ge=1)  # a fetched file's most bytes
-    chunk_rows: int = Field(default=256, ge=1)  # rows fetched and decoded at once
-    max_pixels: int = Field(default=89_478_485, ge=1)  # as `images`' (a bomb's claim)
 
 
 class SourceSection(Section):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from thresher.errors import SourceError, SpecError, describe_errors
+from thresher.media.settings import ImageColumnSection
 from thresher.notify.urls import check_webhook_url
 from thresher.plan.inputs import missing_columns
 from thresher.profiles.gate_settings import PublishChecks
@@ -33,7 +34,7 @@ from thresher.service.policies.roots import (
     check_under_roots,
 )
 from thresher.service.uploads import find_file
-from thresher.spec import BatchSection, ImageColumnSection, JobSpec, parse_spec
+from thresher.spec import BatchSection, JobSpec, parse_spec
 from thresher.store import IdempotencyConflict
 from thresher.worker import tracing
 

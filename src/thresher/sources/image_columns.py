@@ -27,12 +27,13 @@ import pyarrow as pa
 
 from thresher.errors import SourceError
 from thresher.media.columns import ENCODED, as_image, image_field, media_kind
+from thresher.media.settings import ImageColumnSection
 from thresher.places import table_format
 from thresher.records import BadRecord
 from thresher.sources.bad_rows import bad_row
 from thresher.sources.base import Chunk, Plan, Shard, ShardReader, Source
 from thresher.sources.fetch import Fetcher
-from thresher.spec import ImageColumnSection, SourceSection
+from thresher.spec import SourceSection
 
 
 def folder_of(section: SourceSection) -> str:
