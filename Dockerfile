@@ -18,6 +18,9 @@
 #   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS
 #                   where pip looks (default: PyPI, and PyTorch's CPU index for torch's
 #                   CPU build, which scripts/constraints-cpu.txt pins)
+#
+# Behind a proxy that re-signs TLS, put its CA bundle at .build/pip-ca.pem before the
+# build: pip in the build stage trusts it (it is not copied into the final image).
 ARG BASE=python:3.11-slim
 
 FROM ${BASE} AS build
@@ -29,10 +32,12 @@ ARG PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PIP_FIND_LINKS
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
+# `.build/pip-ca.pem*`: a wildcard, so the build works without one.
+COPY pyproject.toml README.md LICENSE .build/pip-ca.pem* ./
 COPY src ./src
 COPY scripts/constraints-cpu.txt ./constraints.txt
-RUN python3 -m venv /opt/thresher \
+RUN if [ -f pip-ca.pem ]; then export PIP_CERT=/src/pip-ca.pem; fi \
+ && python3 -m venv /opt/thresher \
  && /opt/thresher/bin/pip install --upgrade pip \
  && /opt/thresher/bin/pip wheel --no-deps --wheel-dir /dist . \
  && /opt/thresher/bin/pip install --constraint constraints.txt \
