@@ -22,7 +22,7 @@ from typing import Any
 
 from openai import OpenAI
 
-from thresher.store import JobState, ShardState, open_store
+from thresher.store import JobState, ShardState, Store, open_store
 
 
 def log(message: str) -> None:
@@ -43,79 +43,61 @@ def until(what: str, check: Any, timeout: float, every: float = 0.2) -> Any:
     raise SystemExit(f"stack_check: FAILED: {what} (not within {timeout:.0f} s)")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--token", required=True)
-    parser.add_argument("--store", required=True, help="the stack's store URL, from here")
-    parser.add_argument("--replica", action="append", required=True, help="HOST=URL")
-    parser.add_argument("--container", action="append", required=True, help="HOST=ID")
-    parser.add_argument("--kill", required=True, help="command; {container} is replaced")
-    parser.add_argument("--model", default="minilm")
-    parser.add_argument("--lines", type=int, default=6000)
-    parser.add_argument("--timeout", type=float, default=900)
-    args = parser.parse_args()
-    replicas, containers = pairs(args.replica), pairs(args.container)
-
-    first = next(iter(replicas.values()))
-    client = OpenAI(base_url=f"{first}/v1", api_key=args.token, max_retries=2)
+def request_file(lines: int, model: str) -> bytes:
+    """A batch input file of `lines` embeddings requests, `r0` to `r{lines - 1}`."""
     texts = [f"request {i}: a sentence about {('cats', 'dogs', 'boats')[i % 3]}, " * 3
-             for i in range(args.lines)]  # fmt: skip
-    lines = [
-        json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/embeddings",
-                    "body": {"model": args.model, "input": text}})  # fmt: skip
+             for i in range(lines)]  # fmt: skip
+    body = [
+        {
+            "custom_id": f"r{i}",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": model, "input": text},
+        }
         for i, text in enumerate(texts)
     ]
-    data = ("\n".join(lines) + "\n").encode()
-    uploaded = client.files.create(file=("requests.jsonl", data), purpose="batch")
-    batch = client.batches.create(
-        input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h"
-    )
-    log(f"batch {batch.id}: {args.lines} lines, {len(data)} bytes, through {first}")
+    return ("\n".join(json.dumps(line) for line in body) + "\n").encode()
 
-    store = open_store(args.store)
-    row = until("the batch has a job", lambda: (store.batches.find(batch.id) or None), 120)
-    job_id = until("the batch has a job", lambda: store.batches.find(batch.id).job_id, 120)
-    def running_with_progress() -> tuple[int, int] | None:
+
+def job_of(store: Store, batch_id: str) -> str | None:
+    row = store.batches.find(batch_id)
+    return None if row is None else row.job_id
+
+
+def kill_mid_job(store: Store, job_id: str, args: argparse.Namespace) -> str:
+    """Kill the replica coordinating `job_id` once it has committed a shard and has
+    shards still to run; the host it names."""
+
+    def mid_job() -> tuple[int, int] | None:
         state = store.job(job_id).state
-        if state != JobState.RUNNING and state != JobState.QUEUED:
+        if state not in (JobState.RUNNING, JobState.QUEUED):
             raise SystemExit(f"stack_check: FAILED: the job is {state} before the kill")
         shards = store.shards(job_id)
         done = sum(s.state == ShardState.DONE for s in shards)
         # Killed with shards committed and shards still to run: both kinds are tested.
         return (done, len(shards)) if state == JobState.RUNNING and 0 < done < len(shards) else None
 
-    shown = until("the job runs and commits a shard", running_with_progress, args.timeout, 0.1)
+    done, total = until("the job runs and commits a shard", mid_job, args.timeout, 0.1)
+    containers = pairs(args.container)
     owner = store.job(job_id).owner or ""
     host = owner.rsplit(":", 1)[0]
     if host not in containers:
         raise SystemExit(f"stack_check: FAILED: the job's owner {owner!r} is no replica")
-    log(f"job {job_id} runs on {host} ({owner}), {shown[0]} of {shown[1]} shards done; killing it")
+    log(f"job {job_id} runs on {host} ({owner}), {done} of {total} shards done; killing it")
     kill = args.kill.format(container=shlex.quote(containers[host]))
     subprocess.run(kill, shell=True, check=True, stdout=subprocess.DEVNULL)
-    killed_at = time.monotonic()
+    return host
 
-    survivor, url = next((h, u) for h, u in replicas.items() if h != host)
-    other = OpenAI(base_url=f"{url}/v1", api_key=args.token, max_retries=2)
-    new_owner = until(
-        f"{survivor} takes the job over",
-        lambda: (o := store.job(job_id).owner or "").startswith(f"{survivor}:") and o,
-        args.timeout,
-        0.5,
-    )
-    log(f"{survivor} took the job over ({new_owner}) {time.monotonic() - killed_at:.1f} s"
-        " after the kill")  # fmt: skip
 
-    def ended() -> Any:
-        now = other.batches.retrieve(batch.id)
-        return now if now.status in ("completed", "failed", "cancelled", "expired") else None
-
-    done = until("the batch ends", ended, args.timeout, 0.5)
-    log(f"batch {done.status} through {url}: {done.request_counts}")
-    if done.status != "completed" or done.error_file_id is not None:
-        raise SystemExit(f"stack_check: FAILED: {done}")
-    answers = [json.loads(x) for x in other.files.content(done.output_file_id).text.splitlines()]
+def check_answers(client: OpenAI, batch: Any, lines: int) -> str:
+    """What the finished batch's output holds, or SystemExit when a line is missing,
+    repeated, out of order or failed."""
+    if batch.status != "completed" or batch.error_file_id is not None:
+        raise SystemExit(f"stack_check: FAILED: {batch}")
+    text = client.files.content(batch.output_file_id).text
+    answers = [json.loads(x) for x in text.splitlines()]
     ids = [a["custom_id"] for a in answers]
-    expected = [f"r{i}" for i in range(args.lines)]
+    expected = [f"r{i}" for i in range(lines)]
     if ids != expected:
         seen = set(ids)
         raise SystemExit(
@@ -126,8 +108,53 @@ def main() -> int:
     codes = {a["response"]["status_code"] for a in answers}
     if codes != {200} or len(sizes) != 1:
         raise SystemExit(f"stack_check: FAILED: status codes {codes}, embedding sizes {sizes}")
-    log(f"OK: every one of {len(ids)} lines answered once, in order ({sizes.pop()} floats"
-        f" each); {row.id} finished by {survivor} after {host} was killed")  # fmt: skip
+    return f"every one of {len(ids)} lines answered once, in order ({sizes.pop()} floats each)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--token", required=True)
+    parser.add_argument("--store", required=True, help="the stack's store URL, from here")
+    parser.add_argument("--replica", action="append", required=True, help="HOST=URL")
+    parser.add_argument("--container", action="append", required=True, help="HOST=ID")
+    parser.add_argument("--kill", required=True, help="command; {container} is replaced")
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--lines", type=int, default=6000)
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args()
+    replicas = pairs(args.replica)
+
+    first = next(iter(replicas.values()))
+    client = OpenAI(base_url=f"{first}/v1", api_key=args.token, max_retries=2)
+    data = request_file(args.lines, args.model)
+    uploaded = client.files.create(file=("requests.jsonl", data), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h"
+    )
+    log(f"batch {batch.id}: {args.lines} lines, {len(data)} bytes, through {first}")
+    store = open_store(args.store)
+    job_id = until("the batch has a job", lambda: job_of(store, batch.id), 120)
+    host = kill_mid_job(store, job_id, args)
+    killed_at = time.monotonic()
+
+    survivor, url = next((h, u) for h, u in replicas.items() if h != host)
+    new_owner = until(
+        f"{survivor} takes the job over",
+        lambda: (o := store.job(job_id).owner or "").startswith(f"{survivor}:") and o,
+        args.timeout,
+        0.5,
+    )
+    log(f"{survivor} took the job over ({new_owner}) {time.monotonic() - killed_at:.1f} s"
+        " after the kill")  # fmt: skip
+    other = OpenAI(base_url=f"{url}/v1", api_key=args.token, max_retries=2)
+
+    def ended() -> Any:
+        now = other.batches.retrieve(batch.id)
+        return now if now.status in ("completed", "failed", "cancelled", "expired") else None
+
+    done = until("the batch ends", ended, args.timeout, 0.5)
+    log(f"batch {done.status} through {url}: {done.request_counts}")
+    log(f"OK: {check_answers(other, done, args.lines)}; {host} killed, {survivor} finished")
     return 0
 
 

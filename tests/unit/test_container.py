@@ -51,10 +51,14 @@ def test_the_build_context_holds_what_the_dockerfile_copies() -> None:
             if line.startswith("COPY ") and "--from=" not in line:
                 for source in line.split()[1:-1]:
                     kept = source.rstrip("*").rstrip("/")
-                    assert f"!{kept}" in allowed or f"!{source}" in allowed or any(
-                        kept.startswith(rule[1:].rstrip("/"))
-                        for rule in allowed.splitlines()
-                        if rule.startswith("!")
+                    assert (
+                        f"!{kept}" in allowed
+                        or f"!{source}" in allowed
+                        or any(
+                            kept.startswith(rule[1:].rstrip("/"))
+                            for rule in allowed.splitlines()
+                            if rule.startswith("!")
+                        )
                     ), f"{dockerfile.name}: {source} is not in .dockerignore's allowlist"
                     assert "*" in source or (ROOT / kept).exists(), source
 
