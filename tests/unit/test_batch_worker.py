@@ -197,3 +197,27 @@ def test_a_cancel_that_finds_its_batch_moved_on_stops_the_job_it_got(
     assert answer["status"] == "cancelling"
     (job,) = state.store.jobs()
     assert job.state == JobState.CANCELLED
+
+
+def test_two_servers_checking_one_batch_leave_its_shared_job_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers on one store both take a validating batch: the second finishes its
+    check after the first moved the batch on, and its submission (idempotent by the
+    batch's id) answers the first's job. It must leave that job alone: it is the
+    batch's, running (found by scripts/stack.sh, two replicas on one PostgreSQL)."""
+    state = service(tmp_path)
+    with batch_api(state) as api:
+        batch_id = api.create().json()["id"]
+    table = state.store.batches
+    stale = table.find(batch_id, "acme")
+    assert stale is not None and stale.status == BatchStatus.VALIDATING
+    batches.BatchWorker(state).step()  # the first server: in progress, with its job
+    first = table.find(batch_id, "acme")
+    assert first is not None and first.status == BatchStatus.IN_PROGRESS
+    monkeypatch.setattr(type(table), "unfinished", lambda self: [stale])  # read before
+    batches.BatchWorker(state).step()
+    (job,) = state.store.jobs()
+    assert job.id == first.job_id and job.state == JobState.QUEUED
+    after = table.find(batch_id, "acme")
+    assert after is not None and after.status == BatchStatus.IN_PROGRESS
