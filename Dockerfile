@@ -34,14 +34,20 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=igno
 WORKDIR /src
 # `.build/pip-ca.pem*`: a wildcard, so the build works without one.
 COPY pyproject.toml README.md LICENSE .build/pip-ca.pem* ./
-COPY src ./src
 COPY scripts/constraints-cpu.txt ./constraints.txt
+# The dependencies first, from pyproject.toml alone (with a stand-in package, removed
+# again): a change to thresher's code then rebuilds only the layer below.
 RUN if [ -f pip-ca.pem ]; then export PIP_CERT=/src/pip-ca.pem; fi \
+ && mkdir -p src/thresher && touch src/thresher/__init__.py \
  && python3 -m venv /opt/thresher \
  && /opt/thresher/bin/pip install --upgrade pip \
+ && /opt/thresher/bin/pip install --constraint constraints.txt ".[${EXTRAS}]" ${EXTRA_PACKAGES} \
+ && /opt/thresher/bin/pip uninstall --yes thresher
+COPY src ./src
+RUN if [ -f pip-ca.pem ]; then export PIP_CERT=/src/pip-ca.pem; fi \
  && /opt/thresher/bin/pip wheel --no-deps --wheel-dir /dist . \
- && /opt/thresher/bin/pip install --constraint constraints.txt \
-      "$(ls /dist/thresher-*.whl)[${EXTRAS}]" ${EXTRA_PACKAGES} \
+ && /opt/thresher/bin/pip install --no-deps /dist/thresher-*.whl \
+ && /opt/thresher/bin/pip check \
  && /opt/thresher/bin/pip uninstall --yes pip \
  && find /opt/thresher -name __pycache__ -prune -exec rm -rf {} +
 
