@@ -64,7 +64,8 @@ clean_up() {
     exit "$status"
   fi
   if [ -n "$DOCKERD_PID" ]; then
-    say "taking the stack down (containers and volumes)"
+    (cd "$ROOT" && "${COMPOSE[@]}" logs --no-color >"$WORK/stack.log" 2>&1) || true
+    say "servers' logs: $WORK/stack.log; taking the stack down (containers and volumes)"
     (cd "$ROOT" && "${COMPOSE[@]}" down --volumes --timeout 10 >"$WORK/down.log" 2>&1) || true
     say "stopping dockerd ($DOCKERD_PID)"
     kill "$DOCKERD_PID" 2>/dev/null || true
@@ -178,5 +179,4 @@ say "token made for tenant demo; running the check"
   --container "thresher-a=$(container_of thresher-a)" \
   --container "thresher-b=$(container_of thresher-b)" \
   --kill "docker kill --signal KILL {container}"
-(cd "$ROOT" && "${COMPOSE[@]}" logs --no-color) >"$WORK/stack.log" 2>&1 || true
-say "the check passed (servers' logs: $WORK/stack.log)"
+say "the check passed"
