@@ -172,7 +172,9 @@ say "compose up ($("${COMPOSE[@]}" version --short 2>/dev/null || echo compose))
 wait_healthy postgres thresher-a thresher-b
 TOKEN=$(cd "$ROOT" && "${COMPOSE[@]}" exec -T thresher-a thresher token create --tenant demo)
 say "token made for tenant demo; running the check"
-"$PYTHON" "$ROOT/scripts/stack_check.py" --token "$TOKEN" \
+# The check reads the store with this tree's thresher, the one in the image: another
+# version's open_store would migrate the store to a schema the servers refuse.
+PYTHONPATH="$ROOT/src" "$PYTHON" "$ROOT/scripts/stack_check.py" --token "$TOKEN" \
   --store "postgresql://thresher@127.0.0.1:$THRESHER_PG_PORT/thresher" \
   --replica "thresher-a=http://127.0.0.1:$THRESHER_PORT_A" \
   --replica "thresher-b=http://127.0.0.1:$THRESHER_PORT_B" \
