@@ -197,3 +197,50 @@ def test_a_cancel_that_finds_its_batch_moved_on_stops_the_job_it_got(
     assert answer["status"] == "cancelling"
     (job,) = state.store.jobs()
     assert job.state == JobState.CANCELLED
+
+
+def test_two_servers_checking_one_batch_leave_its_shared_job_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers on one store both take a validating batch: the second finishes its
+    check after the first moved the batch on, and its submission (idempotent by the
+    batch's id) answers the first's job. It must leave that job alone: it is the
+    batch's, running (found by scripts/stack.sh, two replicas on one PostgreSQL)."""
+    state = service(tmp_path)
+    with batch_api(state) as api:
+        batch_id = api.create().json()["id"]
+    table = state.store.batches
+    stale = table.find(batch_id, "acme")
+    assert stale is not None and stale.status == BatchStatus.VALIDATING
+    batches.BatchWorker(state).step()  # the first server: in progress, with its job
+    first = table.find(batch_id, "acme")
+    assert first is not None and first.status == BatchStatus.IN_PROGRESS
+    monkeypatch.setattr(type(table), "unfinished", lambda self: [stale])  # read before
+    batches.BatchWorker(state).step()
+    (job,) = state.store.jobs()
+    assert job.id == first.job_id and job.state == JobState.QUEUED
+    after = table.find(batch_id, "acme")
+    assert after is not None and after.status == BatchStatus.IN_PROGRESS
+
+
+def test_checking_a_batch_again_leaves_its_rows_whole_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another server sharing the data folder may check the same batch while the job
+    made by the first already reads its rows: they are written aside and renamed in."""
+    from thresher.openai import lines
+
+    source = batch_file(tmp_path / "in.jsonl", request("a", "m"), request("b", "m"))
+    dest = tmp_path / "rows.jsonl"
+    assert not prepare_lines(source, dest, "/v1/embeddings", {"m": "x"}, LIMITS).problems
+    before = dest.read_text()
+    checked = lines._check_lines
+
+    def while_checking(*args: Any) -> Any:
+        assert dest.read_text() == before  # what the first job reads, whole
+        return checked(*args)
+
+    monkeypatch.setattr(lines, "_check_lines", while_checking)
+    assert not prepare_lines(source, dest, "/v1/embeddings", {"m": "x"}, LIMITS).problems
+    assert dest.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "rows.jsonl"]

@@ -31,6 +31,8 @@ the lines (no native code: a hostile line raises, it cannot crash the server).
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -204,8 +206,15 @@ def prepare_lines(
         found.add(LineProblem("file_too_large", message))
         return found
     check = LineCheck(endpoint, SeenIds())
-    with source.open("rb") as lines, dest.open("w", encoding="utf-8") as out:
-        _check_lines(lines, check, found, max_requests, out)
+    # Written aside and renamed into place: another server sharing the data folder may
+    # check the same batch at once, and its job may already be reading `dest`.
+    written = dest.with_name(f".{dest.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
+    try:
+        with source.open("rb") as lines, written.open("w", encoding="utf-8") as out:
+            _check_lines(lines, check, found, max_requests, out)
+    except BaseException:
+        written.unlink(missing_ok=True)
+        raise
     found.model = check.model
     if found.requests == 0:
         found.add(LineProblem("empty_file", "the file has no request lines"))
@@ -213,7 +222,10 @@ def prepare_lines(
         for problem in _model_problems(check.model, check.model_line, endpoint, models):
             found.add(problem)
     if found.problems:
+        written.unlink()
         dest.unlink(missing_ok=True)
+    else:
+        os.replace(written, dest)
     return found
 
 

@@ -144,8 +144,14 @@ class BatchWorker:
             model=found.model,
             counts=counts,
         )
-        if not moved:  # cancelled while its lines were checked: the job is not wanted
-            self.state.store.request_cancel(job_id)
+        if not moved:
+            # Moved meanwhile: by another server sharing the store, which checked the same
+            # lines and got this same job (a batch's job is submitted idempotently, by
+            # `batch:<id>`) and now runs it; or cancelled while its lines were checked,
+            # when the job is not wanted.
+            current = self.table.find(batch.id)
+            if current is None or current.job_id != job_id:
+                self.state.store.request_cancel(job_id)
 
     def _submit(self, batch: BatchRow, model: str, rows: Path) -> str:
         section = self.state.config.models[model]
