@@ -228,44 +228,6 @@ class KafkaSource:
         return values
 
 
-def partition_ends(
-    uri: str, options: KafkaSourceOptions, after: dict[str, int] | None
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Where each partition of the topics at `uri` ("topic/partition" keys) starts and
-    ends now: from `after` (the previous set's ends), else the group's committed offset
-    (or `options.initial` where it has none), to the partition's end."""
-    servers, topics = parse_uri(uri)
-    consumer = Consumer(consumer_config(servers, options))
-    timeout = options.timeout_s
-    try:
-        listed = consumer.list_topics(timeout=timeout).topics
-        partitions = [
-            TopicPartition(name, p)
-            for name in topics
-            if name in listed and listed[name].error is None
-            for p in sorted(listed[name].partitions)
-        ]
-        committed = consumer.committed(partitions, timeout=timeout) if after is None else []
-        starts: dict[str, int] = {}
-        ends: dict[str, int] = {}
-        for tp in partitions:
-            key = f"{tp.topic}/{tp.partition}"
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-            ends[key] = high
-            if after is not None:
-                starts[key] = after.get(key, low)
-            else:
-                offset = next(c.offset for c in committed if c.partition == tp.partition
-                              and c.topic == tp.topic)  # fmt: skip
-                initial = low if options.initial == "earliest" else high
-                starts[key] = offset if offset >= 0 else initial
-        return starts, ends
-    except KafkaException as exc:
-        raise SourceError(f"watch: {servers}: {exc}") from None
-    finally:
-        consumer.close()
-
-
 def consumer_config(servers: str, options: KafkaSourceOptions) -> dict[str, Any]:
     """A consumer that reads what it is assigned and commits only when told to."""
     return {

@@ -52,7 +52,6 @@ class KafkaWatch:
     def versions_after(
         self, table: str, after: TableVersion | None, options: Mapping[str, Any]
     ) -> list[TableVersion]:
-        from thresher.sources.kafka import partition_ends
         from thresher.sources.kafka_values import KafkaSourceOptions
 
         settings = KafkaSourceOptions.model_validate(options)
@@ -79,6 +78,47 @@ class KafkaWatch:
             topic, _, partition = key.rpartition("/")
             offsets.append([topic, int(partition), int(starts.get(key, end)), int(end)])
         return {"offsets": offsets}
+
+
+def partition_ends(uri: str, options: Any, after: Ends | None) -> tuple[Ends, Ends]:
+    """Where each partition of the topics at `uri` ("topic/partition" keys) starts and
+    ends now: from `after` (the previous set's ends), else the group's committed offset
+    (or `options.initial` where it has none), to the partition's end."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from thresher.errors import SourceError
+    from thresher.sources.kafka import consumer_config, parse_uri
+
+    servers, topics = parse_uri(uri)
+    consumer = Consumer(consumer_config(servers, options))
+    timeout = options.timeout_s
+    try:
+        listed = consumer.list_topics(timeout=timeout).topics
+        partitions = [
+            TopicPartition(name, p)
+            for name in topics
+            if name in listed and listed[name].error is None
+            for p in sorted(listed[name].partitions)
+        ]
+        committed = consumer.committed(partitions, timeout=timeout) if after is None else []
+        starts: dict[str, int] = {}
+        ends: dict[str, int] = {}
+        for tp in partitions:
+            key = f"{tp.topic}/{tp.partition}"
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+            ends[key] = high
+            if after is not None:
+                starts[key] = after.get(key, low)
+            else:
+                offset = next(c.offset for c in committed if c.partition == tp.partition
+                              and c.topic == tp.topic)  # fmt: skip
+                initial = low if options.initial == "earliest" else high
+                starts[key] = offset if offset >= 0 else initial
+        return starts, ends
+    except KafkaException as exc:
+        raise SourceError(f"watch: {servers}: {exc}") from None
+    finally:
+        consumer.close()
 
 
 def _to(version: TableVersion) -> Ends:
