@@ -8,7 +8,7 @@
 # Needs root (dockerd), Debian's `docker.io` and `docker-compose` (or the compose
 # plugin) and, when no python:3.11-slim image is present, `mmdebstrap`:
 #
-#   apt-get install -y docker.io docker-compose mmdebstrap
+#   (Debian: docker.io, docker-compose, mmdebstrap; this script installs nothing)
 #   THRESHER_STACK_PYTHON=.venv/bin/python scripts/stack.sh
 #
 # The script starts a docker daemon of its own (its own socket, data and exec folders
@@ -49,7 +49,7 @@ if docker compose version >/dev/null 2>&1; then
 elif command -v docker-compose >/dev/null; then
   COMPOSE=(docker-compose)
 else
-  echo "stack.sh: neither docker compose nor docker-compose (apt-get install docker-compose)" >&2
+  echo "stack.sh: neither docker compose nor docker-compose (Debian's docker-compose package)" >&2
   exit 2
 fi
 COMPOSE+=(--project-name "$PROJECT" --file "$ROOT/compose.yaml")
