@@ -220,3 +220,31 @@ def test_a_job_reads_100k_messages_once_and_moves_the_group(tmp_path: Path) -> N
     # An appending sink: the second job added just the 60 messages that came after.
     check_once(tmp_path / "out", {p: placed[p] + later[p] for p in placed}, range(100_060))
     assert committed(address, f"g-{topic}", topic) == ends(address, topic)
+
+
+def test_a_held_job_moves_the_group_only_when_approved(tmp_path: Path) -> None:
+    """A job its publish checks hold leaves the group where it was (its messages are read
+    again by nobody else meanwhile, and published by nobody); `thresher approve` publishes
+    it and then commits the group's offsets, as a passing job's finish does."""
+    address, topic = broker(), new_topic()
+    produce(address, topic, 300, bad=lambda n: n % 50 == 7)  # 6 bad: a 2% error rate
+    spec = write_job(tmp_path, address, topic)
+    spec.write_text(spec.read_text() + "[publish.checks]\nmax_error_rate = 0.01\n")
+    env = {**os.environ, "THRESHER_STORE": f"sqlite:///{tmp_path / 'store.db'}"}
+
+    def thresher(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [THRESHER, *args], check=False, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    held = thresher("run", str(spec), "--json")
+    assert held.returncode == 1, held.stderr[-2000:]
+    ended = json.loads(held.stdout.strip().splitlines()[-1])
+    assert ended["state"] == "held", ended
+    assert committed(address, f"g-{topic}", topic) == {}  # not published: not committed
+    approved = thresher("approve", ended["job_id"])
+    assert approved.returncode == 0, approved.stderr[-2000:]
+    assert committed(address, f"g-{topic}", topic) == {
+        p: e for p, e in ends(address, topic).items() if e
+    }
+    assert pq.read_table(tmp_path / "out").num_rows == 294

@@ -292,6 +292,7 @@ PUBLIC: dict[str, list[str]] = {
         "Source",
         "feature_columns",
         "open_source",
+        "tell_published",
     ],
     "thresher.schedules": ["Catchup", "Cron", "CronError", "TickFate", "due_ticks"],
     "thresher.triggers": [

@@ -63,7 +63,9 @@ def test_the_watch_sees_main_branch_snapshots_in_commit_order(tmp_path: Path) ->
     found = watch.versions_after("db.t", None, options)
     assert [v.id for v in found] == [str(s) for s in snaps]
     assert [v.number for v in found] == [1, 2, 3]  # sequence numbers
-    assert watch.versions_after("db.t", TableVersion(2, str(snaps[1])), options) == [TableVersion(3, str(snaps[2]))]
+    assert watch.versions_after("db.t", TableVersion(2, str(snaps[1])), options) == [
+        TableVersion(3, str(snaps[2]))
+    ]
     assert watch.versions_after("db.t", TableVersion(3, str(snaps[2])), options) == []
     run = VersionRun("db.t", tuple(found[1:]))
     assert watch.source_options(run) == {"snapshots": [snaps[1], snaps[2]]}

@@ -36,7 +36,7 @@ from thresher.monitor.gate import failed_reasons, judge
 from thresher.profiles.profile import Profile
 from thresher.sinks import Sink, open_sink
 from thresher.sinks.base import HoldsOutput
-from thresher.sources import Plan
+from thresher.sources import Plan, tell_published
 from thresher.store import JobRecord, JobState, Store
 
 __all__ = ["approve_job", "hold_if_failing", "reject_job"]
@@ -76,6 +76,8 @@ def approve_job(store: Store, job_id: str) -> JobRecord:
     sink = _started(record)
     sink.finish(manifest)
     crash_point("approve_published")
+    plan = Plan.from_json(record.plan)  # its source told, as a passing job's (Kafka offsets)
+    tell_published(record.spec.source, record.spec.sink.keep_columns, plan)
     store.finish(job_id, JobState.SUCCEEDED, manifest, None)
     return store.job(job_id)
 

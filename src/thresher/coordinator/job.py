@@ -28,8 +28,7 @@ from thresher.models import LoadContext
 from thresher.monitor.setup import profile_setup
 from thresher.plan import Placement, check_features, known_rows, place
 from thresher.sinks import Sink, open_sink
-from thresher.sources import Plan, Shard, open_source
-from thresher.sources.base import Published
+from thresher.sources import Plan, Shard, open_source, tell_published
 from thresher.spec import JobSpec, SinkSection
 from thresher.store import JobState, ShardState, Store, beating, open_store, this_owner
 from thresher.worker import tracing
@@ -275,9 +274,7 @@ def _finish(
         job.store.finish(job.id, JobState.FAILED, manifest, str(exc))
         raise
     crash_point("after_publish")
-    source = open_source(job.spec.source, job.spec.sink.keep_columns)
-    if isinstance(source, Published):  # before `succeeded`: a crash leaves it to resume
-        source.published(job.plan)
+    tell_published(job.spec.source, job.spec.sink.keep_columns, job.plan)
     job.store.finish(job.id, JobState.SUCCEEDED, manifest, None)
     return _ended(job, JobState.SUCCEEDED, manifest, errors_uri, [])
 

@@ -7,10 +7,19 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from thresher.plugins import Kind, find
-from thresher.sources.base import Chunk, Plan, Shard, ShardReader, Source
+from thresher.sources.base import Chunk, Plan, Published, Shard, ShardReader, Source
 from thresher.spec import SourceSection
 
-__all__ = ["Chunk", "Plan", "Shard", "ShardReader", "Source", "feature_columns", "open_source"]
+__all__ = [
+    "Chunk",
+    "Plan",
+    "Shard",
+    "ShardReader",
+    "Source",
+    "feature_columns",
+    "open_source",
+    "tell_published",
+]
 
 
 def open_source(
@@ -39,3 +48,13 @@ def feature_columns(section: SourceSection, schema: pa.Schema, keep: Sequence[st
         return list(section.columns)
     not_inputs = {section.id_column, section.key_column, *keep}
     return [n for n in schema.names if n not in not_inputs]
+
+
+def tell_published(section: SourceSection, keep_columns: Sequence[str], plan: Plan) -> None:
+    """After a job published its output (its own finish, or an approve of a held job):
+    the source's `Published` hook, for a source that has one (a Kafka group's offsets
+    committed). Called before the job is recorded `succeeded`, so a crash leaves it to
+    the resume or the approve asked again."""
+    source = open_source(section, keep_columns)
+    if isinstance(source, Published):
+        source.published(plan)
