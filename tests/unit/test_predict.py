@@ -225,3 +225,21 @@ def test_resume_wants_the_same_data_and_model(
     other = LogisticRegression().fit(data, 1 - label(data))
     with pytest.raises(SpecError, match="model: not the model"):
         thresher.resume(result.job_id, data=data, model=other)
+
+
+def test_each_run_reads_an_input_file_of_its_own_and_removes_it(
+    classifier: LogisticRegression, tmp_path: Path, private_store: str
+) -> None:
+    # Two scripts scoring the same frame at once once shared one file named by its content:
+    # the first job to end removed it under the other (its shards then failed, file not found).
+    from thresher.store import open_store
+
+    data = frame()
+    inputs = []
+    for name in ("first", "second"):
+        result = thresher.run(data=data, model=classifier, sink=str(tmp_path / name))
+        inputs.append(Path(open_store(private_store).job(result.job_id).spec.source.uri))
+    assert inputs[0].name == inputs[1].name  # the data's fingerprint, as `resume` checks it
+    assert inputs[0].parent != inputs[1].parent
+    assert not inputs[0].exists() and not inputs[0].parent.exists()
+    assert not list(inputs[0].parent.parent.glob("*/*.partial"))

@@ -16,11 +16,12 @@ import functools
 import importlib.util
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,14 +147,22 @@ def in_memory_run(
     """See `thresher.run`: a job over `data` and `model` to `sink`, in the user's store."""
     folder = _kept_folder()
     sections = _sections(options)
-    written = _add_source(sections, data, folder, for_run=True)
+    # The input in a folder of this call's own: two scripts running the same data at once
+    # write the same file name, and each removes its copy when its job ends.
+    written = _add_source(sections, data, folder / "inputs" / secrets.token_hex(8), for_run=True)
     _add_model(sections, model, folder, None)
     sections["sink"].update({"uri": sink} if isinstance(sink, str) else dict(sink))
     try:
         return _run_spec(sections, store, reporter)
     finally:
-        if written is not None:
-            written.path.unlink(missing_ok=True)  # `resume` writes it again, from the data
+        _remove_input(written)  # `resume` writes it again, from the data
+
+
+def _remove_input(written: Written | None) -> None:
+    if written is not None:
+        written.path.unlink(missing_ok=True)
+        with suppress(OSError):  # another call's file may be there too
+            written.path.parent.rmdir()
 
 
 def in_memory_resume(
@@ -170,15 +179,25 @@ def in_memory_resume(
     written = None
     try:
         if data is not None:
-            written = write_input(data, folder)
+            written = write_input(data, _input_folder(recorded.source.uri, folder))
             _same("data", str(written.path), recorded.source.uri)
         if model is not None:
             given = model_section(model, folder, {})
             _same("model", given["uri"], recorded.model.uri)
         return resume_job(job_id, opened, reporter)
     finally:
-        if written is not None:
-            written.path.unlink(missing_ok=True)
+        _remove_input(written)
+
+
+def _input_folder(recorded: str, kept: Path) -> Path:
+    """Where a resume writes the data again: where its job read it, which `run` chose
+    under the kept folder; anything else is not a job of `thresher.run`'s."""
+    folder = Path(recorded).parent
+    if not folder.resolve().is_relative_to(kept.resolve()):
+        raise SpecError(
+            [f"data: job's input {recorded} is not one thresher.run wrote; resume it without data="]
+        )
+    return folder
 
 
 def _same(what: str, given: str, recorded: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,8 @@ def write_input(data: Any, folder: Path) -> Written:
         raise SpecError([f"data: a {type(data).__name__} is not a table; pass a DataFrame or path"])
     index = data.index if kind == "pandas" else None
     folder.mkdir(parents=True, exist_ok=True)
-    staging = folder / "input.arrow.partial"
+    # A name of its own: two processes may write the same data into one folder at once.
+    staging = folder / f"input-{secrets.token_hex(4)}.arrow.partial"
     digest = hashlib.sha256()
     rows = 0
     with pa.OSFile(str(staging), "wb") as file:
