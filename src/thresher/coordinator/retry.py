@@ -40,7 +40,15 @@ from thresher.plan import check_features, plan_placement
 from thresher.sinks import Sink, open_sink
 from thresher.sources import Plan, Shard
 from thresher.spec import JobSpec, apply_override, parse_spec
-from thresher.store import JobState, RetryShard, RetryShardState, ShardState, Store, open_store
+from thresher.store import (
+    JobRecord,
+    JobState,
+    RetryShard,
+    RetryShardState,
+    ShardState,
+    Store,
+    open_store,
+)
 from thresher.worker.tasks import RetryTask, ShardResult, Task
 
 # The stages whose rows may pass another time: the model's (it raised, or gave NaN) and
@@ -54,10 +62,25 @@ def retry_errors(
     overrides: Sequence[str] = (),
     reporter: Reporter | None = None,
 ) -> JobResult:
-    """Retry a job's predict-stage errors; `overrides` may change the `[model]` section."""
+    """Retry a job's predict-stage errors; `overrides` may change the `[model]` section.
+
+    A round that does not finish (a shard failed, the job was cancelled) leaves the job as
+    it was before, with the reason as its message: its output is as published, shard by
+    shard, and the next `retry_errors` finishes the round."""
     store = store or open_store()
-    reporter = reporter or QuietReporter()
+    before = store.job(job_id)
     record = store.claim(job_id, finished_ok=True)
+    try:
+        return _round(store, record, overrides, reporter or QuietReporter())
+    except BaseException as exc:
+        store.finish(job_id, before.state, before.manifest, f"{exc}")
+        raise
+
+
+def _round(
+    store: Store, record: JobRecord, overrides: Sequence[str], reporter: Reporter
+) -> JobResult:
+    job_id = record.id
     if any(s.state != ShardState.DONE for s in store.shards(job_id)):
         raise JobFailed(f"job {job_id} has shards that are not done; `thresher resume` it first")
     spec, plan = _spec(record.spec, overrides), Plan.from_json(record.plan)

@@ -98,6 +98,9 @@ class JobInfo(BaseModel):
     publish_checks: list[PublishCheck] | None = Field(
         None, description="Its `[publish] checks`, each judged, once every shard committed."
     )
+    retry_rounds: int = Field(
+        0, description="Rounds over its failed rows that ended (`POST .../retry-errors`)."
+    )
     results_url: str
     errors_url: str
 

@@ -25,11 +25,13 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import threading
 from collections.abc import Iterable, MutableMapping
 from multiprocessing.process import BaseProcess
 
 from thresher.children import child_environment, describe_exit, die_with_parent
 from thresher.coordinator.job import resume_job, run_job, with_workers
+from thresher.coordinator.retry import retry_errors
 from thresher.errors import ThresherError
 from thresher.executors.zygote import fork_zygotes_here, preloads
 from thresher.models.libraries import library_modules
@@ -126,6 +128,47 @@ def _coordinate(store: Store, record: JobRecord, resume: bool, workers: int | No
         fail_unless_finished(store, job_id, "the server hit an internal error running this job")
     finally:
         store.db.close()
+
+
+def retry_in_background(store: Store, record: JobRecord) -> None:
+    """Run a retry round over finished job `record`'s failed rows (`thresher retry-errors`)
+    in a process of its own, in this server's name, watched from a thread: a process that
+    dies mid-round (killed, crashed) leaves the job as it was, saying so, instead of
+    `running` under a server that lives; asking again finishes the round."""
+    process = children_context.Process(
+        target=retry_round,
+        args=(store.url, record.id, this_owner()),
+        name=f"thresher-retry-{record.id}",
+    )
+    process.start()
+
+    def watch() -> None:
+        process.join()
+        if process.exitcode != 0 and store.job(record.id).state == JobState.RUNNING:
+            how = describe_exit(process.exitcode)
+            message = f"its retry round's process {how}; retry its errors again to finish the round"
+            store.finish(record.id, record.state, record.manifest, message)
+
+    threading.Thread(target=watch, name=process.name, daemon=True).start()
+
+
+def retry_round(store_url: str, job_id: str, owner: str | None = None) -> None:
+    """The retry round's process: `retry_errors`, which leaves the job as it was when the
+    round does not finish."""
+    die_with_parent()
+    fork_zygotes_here()
+    configure()
+    store = open_store(store_url, owner)
+    record = store.job(job_id)
+    with logging_context(job_id=job_id, request_id=record.spec.job.request_id):
+        try:
+            result = retry_errors(job_id, store)
+            log.info("job %s: retry round ended %s, %s bad rows left", job_id,
+                     result.state.value, result.manifest.get("rows_error", "?"))  # fmt: skip
+        except ThresherError as exc:
+            log.warning("job %s: retry round did not finish: %s", job_id, exc)
+        finally:
+            store.db.close()
 
 
 def pin_leased_gpus(

@@ -1,6 +1,6 @@
-"""`/v1/jobs`: submit a job, list and read a tenant's jobs, cancel one, approve or reject
-one its publish checks held, download its results and errors. Another tenant's job
-answers 404, exactly as a job that never was."""
+"""`/v1/jobs`: submit a job, list and read a tenant's jobs, cancel, resume or retry the
+errors of one, approve or reject one its publish checks held, download its results and
+errors. Another tenant's job answers 404, exactly as a job that never was."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 from thresher.coordinator import gate
 from thresher.errors import ThresherError
 from thresher.service import submission
+from thresher.service.background.job_process import retry_in_background
 from thresher.service.downloads import (
     MEDIA_TYPES,
     error_parts,
@@ -28,7 +29,7 @@ from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
 from thresher.spec import ModelSection
-from thresher.store import JobRecord, JobState, StoreError
+from thresher.store import JobRecord, JobState, ShardState, StoreError
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -76,6 +77,7 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
         waiting_for=record.wait_reason,
         slots=_slots(state, record),
         publish_checks=manifest.get("publish_checks"),
+        retry_rounds=len(manifest.get("retries") or []),
         results_url=f"/v1/jobs/{record.id}/results",
         errors_url=f"/v1/jobs/{record.id}/errors",
     )
@@ -172,6 +174,26 @@ def resume_job(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
         raise Conflict(f"job {job_id} is {record.state.value}; only a failed or cancelled job"
                        " whose coordinator has stopped is resumed")  # fmt: skip
     return describe(state, state.store.job(job_id))
+
+
+@router.post(
+    "/{job_id}/retry-errors", status_code=202, summary="Run a finished job's failed rows again"
+)
+def retry_job_errors(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
+    """Start a retry round, as `thresher retry-errors` does: the rows the model rejected
+    (stage `predict`) or whose file could not be fetched (`fetch`) run again through the
+    job's model, each once, into its output or back into its errors (decode errors stay:
+    no model fixes them). The job is `running` until the round ends, then `succeeded` —
+    or `failed` while its error rate still does not allow it; `retry_rounds` counts the
+    rounds that ended. 409 unless it succeeded or failed with every shard done."""
+    record = tenant_job(state, tenant, job_id)
+    if record.state not in (JobState.SUCCEEDED, JobState.FAILED):
+        raise Conflict(f"job {job_id} is {record.state.value}; only a finished job's errors"
+                       " are retried")  # fmt: skip
+    if any(s.state != ShardState.DONE for s in state.store.shards(job_id)):
+        raise Conflict(f"job {job_id} has shards that are not done; resume it first")
+    retry_in_background(state.store, record)
+    return describe(state, record)
 
 
 @router.post("/{job_id}/approve", summary="Publish a job its publish checks held")

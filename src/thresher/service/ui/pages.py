@@ -186,6 +186,9 @@ def job_page(job_id: str, request: Request, state: StateDep) -> Response:
         deliveries=job_deliveries(state, job_id),
         resumable=record.state.value in ("failed", "cancelled")
         and state.store.leases.lease(job_id) is None,  # its coordinator has stopped
+        # a finished job with bad rows, every shard done (`retry-errors`' own conditions)
+        retriable=record.state.value in ("succeeded", "failed") and info["errors"] > 0
+        and info["progress"]["shards_done"] == info["progress"]["shards_total"],
         spec=json.dumps(record.spec.model_dump(mode="json"), indent=2),
         manifest=json.dumps(record.manifest or {}, indent=2, default=str),
         bad=_first_bad(state, record) if record.state.finished else [],
@@ -228,6 +231,21 @@ def resume(
         return _page(request, "missing.html", 403, what="that action (sign in again)")
     try:
         jobs_api.resume_job(job_id, state, session.tenant)
+    except ServiceError as exc:
+        return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.post("/jobs/{job_id}/retry-errors")
+def retry_errors(
+    job_id: str, request: Request, state: StateDep, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    """The Retry errors button: the API's own route, for the session's tenant."""
+    session = _checked(request, state, csrf)
+    if session is None:
+        return _page(request, "missing.html", 403, what="that action (sign in again)")
+    try:
+        jobs_api.retry_job_errors(job_id, state, session.tenant)
     except ServiceError as exc:
         return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)

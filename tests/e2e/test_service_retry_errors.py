@@ -1,0 +1,124 @@
+"""`POST /v1/jobs/{id}/retry-errors` and the dashboard's Retry button on a real `thresher
+serve`: after the model is fixed, a finished job's rejected rows run again, each ending in
+the output once; the job is `running` meanwhile (asking again is 409); another tenant's
+job is 404."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .servers import FINISHED, MODELS, Server, ServiceSite, wait_for_job
+from .test_dashboard import Visitor, browser  # noqa: F401  (the fixture)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+# The model fixed: a negative x is doubled too. A worker predicting a negative x writes its
+# pid to `retrying`, and while a file `hang` is there it waits (to be killed mid-round).
+FIXED = MODELS.replace(
+    """        if (x < 0).any():
+            raise ValueError("x must not be negative")
+""",
+    """        if (x < 0).any():
+            import os, pathlib
+            here = pathlib.Path(__file__)
+            here.with_name("retrying").write_text(str(os.getpid()))
+            while here.with_name("hang").exists():
+                time.sleep(0.1)
+""",
+)
+ROWS, NEGATIVE = 60, range(0, 60, 7)  # 9 rows the first model rejects
+
+
+def finished_with_errors(site: ServiceSite, client: httpx.Client) -> dict[str, Any]:
+    path = site.shared / "nightly.jsonl"
+    rows = [{"id": i, "x": -1.0 - i if i in NEGATIVE else 1.0 + i} for i in range(ROWS)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    body = {"source": {"uri": str(path)}, "model": "double", "id_column": "id", "name": "nightly"}
+    job = wait_for_job(client, client.post("/v1/jobs", json=body).json()["id"])
+    assert job["errors"] == len(NEGATIVE), job
+    assert job["retry_rounds"] == 0
+    site.models.write_text(FIXED, encoding="utf-8")
+    return job
+
+
+def retried(client: httpx.Client, job_id: str, rounds: int) -> dict[str, Any]:
+    """The job once `rounds` retry rounds have ended."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["retry_rounds"] >= rounds and job["status"] in FINISHED:
+            return dict(job)
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id}: no retry round ended: {job}")
+
+
+def check_every_row_once(client: httpx.Client, job_id: str) -> None:
+    lines = client.get(f"/v1/jobs/{job_id}/results").text.splitlines()
+    rows = {r["id"]: r["prediction"] for r in map(json.loads, lines)}
+    assert len(lines) == len(rows) == ROWS
+    assert all(rows[i] == 2 * (-1.0 - i if i in NEGATIVE else 1.0 + i) for i in range(ROWS))
+    assert client.get(f"/v1/jobs/{job_id}/errors").text == ""
+
+
+def test_the_api_retries_the_rejected_rows_once(
+    tmp_path: Path,
+) -> None:
+    site = ServiceSite(tmp_path)
+    acme_token, globex_token = site.token("acme"), site.token("globex")
+    server = Server(site)
+    try:
+        with server.client(acme_token) as acme, server.client(globex_token) as globex:
+            job = finished_with_errors(site, acme)
+            job_id = job["id"]
+            assert globex.post(f"/v1/jobs/{job_id}/retry-errors").status_code == 404
+
+            # While the round's worker waits, the job is running, and asking again is 409.
+            (tmp_path / "hang").touch()
+            accepted = acme.post(f"/v1/jobs/{job_id}/retry-errors")
+            assert accepted.status_code == 202, accepted.text
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "retrying").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert acme.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
+            assert acme.post(f"/v1/jobs/{job_id}/retry-errors").status_code == 409
+            (tmp_path / "hang").unlink()
+            done = retried(acme, job_id, 1)
+            assert done["status"] == "succeeded", done
+            assert done["errors"] == 0 and done["request_counts"]["completed"] == ROWS
+            check_every_row_once(acme, job_id)
+            # Again with nothing left to retry: a round over no shards, nothing changed.
+            assert acme.post(f"/v1/jobs/{job_id}/retry-errors").status_code == 202
+            assert retried(acme, job_id, 2)["errors"] == 0
+            check_every_row_once(acme, job_id)
+    finally:
+        server.stop()
+
+
+def test_the_dashboard_s_retry_button(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    site = ServiceSite(tmp_path)
+    acme = site.token("acme")
+    server = Server(site)
+    try:
+        with server.client(acme) as client:
+            job_id = finished_with_errors(site, client)["id"]
+        visitor = Visitor(browser, server, tmp_path, "acme")
+        visitor.sign_in(acme)
+        visitor.page.goto(f"{server.url}/ui/jobs/{job_id}")
+        visitor.page.click("#retry-errors")
+        visitor.page.wait_for_url(f"**/ui/jobs/{job_id}")
+        with server.client(acme) as client:
+            assert retried(client, job_id, 1)["errors"] == 0
+            check_every_row_once(client, job_id)
+        visitor.page.goto(f"{server.url}/ui/jobs/{job_id}")
+        assert visitor.page.locator("#retry-errors").count() == 0  # no bad rows left
+        assert "Retry rounds" in visitor.page.inner_text("dl.facts")
+        visitor.shot("job-retried")
+        assert visitor.errors == []
+    finally:
+        server.stop()
