@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -226,26 +227,30 @@ def cancel(
 def resume(
     job_id: str, request: Request, state: StateDep, csrf: Annotated[str, Form()] = ""
 ) -> Response:
-    session = _checked(request, state, csrf)
-    if session is None:
-        return _page(request, "missing.html", 403, what="that action (sign in again)")
-    try:
-        jobs_api.resume_job(job_id, state, session.tenant)
-    except ServiceError as exc:
-        return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
-    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+    return _job_action(jobs_api.resume_job, job_id, request, state, csrf)
 
 
 @router.post("/jobs/{job_id}/retry-errors")
 def retry_errors(
     job_id: str, request: Request, state: StateDep, csrf: Annotated[str, Form()] = ""
 ) -> Response:
-    """The Retry errors button: the API's own route, for the session's tenant."""
+    return _job_action(jobs_api.retry_job_errors, job_id, request, state, csrf)
+
+
+def _job_action(
+    act: Callable[[str, ServiceState, str], object],
+    job_id: str,
+    request: Request,
+    state: ServiceState,
+    csrf: str,
+) -> Response:
+    """A job page's button: the API's own route `act`, for the session's tenant; its
+    refusal (409, 404) shown as a page."""
     session = _checked(request, state, csrf)
     if session is None:
         return _page(request, "missing.html", 403, what="that action (sign in again)")
     try:
-        jobs_api.retry_job_errors(job_id, state, session.tenant)
+        act(job_id, state, session.tenant)
     except ServiceError as exc:
         return _page(request, "missing.html", exc.status, tenant=session.tenant, what=str(exc))
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
