@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -102,8 +104,17 @@ def ends(address: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def write_job(root: Path, address: str, topic: str, workers: int = 2, sleep: float = 0) -> Path:
-    """A job spec (and its model) reading `topic` with group `g-<topic>` into `out/`."""
+def write_job(
+    root: Path,
+    address: str,
+    topic: str,
+    workers: int = 2,
+    *,
+    sleep: float = 0,
+    sink: str | None = None,
+) -> Path:
+    """A job spec (and its model) reading `topic` with group `g-<topic>` into `out/`, or
+    into the `[sink]` section `sink` gives."""
     (root / "model.py").write_text(MODEL.replace("SLEEP", repr(sleep)))
     spec = root / "job.toml"
     spec.write_text(
@@ -111,8 +122,11 @@ def write_job(root: Path, address: str, topic: str, workers: int = 2, sleep: flo
         f'options = {{ group = "g-{topic}" }}\n'
         '[model]\nkind = "python"\nuri = "model.py:Scorer"\nbatch_format = "numpy"\n'
         f"[batch]\nsize = 2000\n[run]\nworkers = {workers}\nshard_timeout = 120\n"
-        '[sink]\nuri = "out/"\nformat = "parquet"\nmode = "append"\n'
-        'keep_columns = ["n", "kafka_timestamp"]\n'
+        + (
+            sink
+            or '[sink]\nuri = "out/"\nformat = "parquet"\nmode = "append"\n'
+            'keep_columns = ["n", "kafka_timestamp"]\n'
+        )
     )
     return spec
 
@@ -131,3 +145,38 @@ def check_once(out: Path, placed: dict[int, list[int]], numbers: range) -> None:
     for part in sorted((out / "_errors").glob("*.jsonl")):
         seen.update(by_id[json.loads(line)["id"]] for line in part.read_text().splitlines())
     assert seen == Counter(numbers), "a message is missing or repeated"
+
+
+def read_topic(
+    address: str, topic: str
+) -> list[tuple[bytes | None, dict[str, Any], dict[str, bytes]]]:
+    """Every message a read_committed consumer finds on `topic`, now: (key, the JSON
+    value, the headers)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": address,
+            "group.id": "thresher-tests-read",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    found = []
+    try:
+        parts = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        high = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in parts}
+        reading = {p for p, end in high.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in reading])
+        deadline = time.monotonic() + 60
+        while reading:
+            assert time.monotonic() < deadline, f"no end reading {topic}"
+            for message in consumer.consume(1_000, 0.5):
+                if message.error() is not None:
+                    reading.discard(message.partition())
+                    continue
+                headers = dict(message.headers() or [])
+                found.append((message.key(), json.loads(message.value()), headers))
+    finally:
+        consumer.close()
+    return found

@@ -100,6 +100,12 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
         "options": "thresher.sinks.iceberg:IcebergSinkOptions",
         "table_uri": True,
     },
+    {
+        **_builtin(K, "kafka", "sinks.kafka:kafka_sink", extra="kafka"),
+        "options": "thresher.sinks.kafka_settings:KafkaSinkOptions",
+        "modes": ("append",),
+        "completes": "thresher.sinks.kafka_settings:complete_kafka_sink_spec",
+    },
     _builtin(M, "sklearn", "models.sklearn:load_sklearn", NONE, "sklearn", model_uri=FILE),
     _builtin(
         M, "onnx", "models.onnx:load_onnx", "models.options:OnnxOptions", "onnx", model_uri=FILE

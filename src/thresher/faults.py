@@ -12,7 +12,9 @@ Points: `worker_after_stage` (a worker staged its part, the coordinator has not 
 (committed, not yet recorded in the store), `mid_answers` (an `openai-batch` sink wrote
 its output file, not yet its error file, and replaced neither), `mid_publish` (a
 finishing job removed the previous output, and has not moved all of its own in),
-`after_publish_commit` (a Delta sink's job made its one table commit, and has not
+`kafka_mid_part` (a Kafka sink delivered half a part's messages, in its transaction
+when it has one), `kafka_part_sent` (a Kafka sink's part delivered and committed, its
+ledger not told), `after_publish_commit` (a Delta sink's job made its one table commit, and has not
 finished publishing), `after_table_commit` (an Iceberg sink's snapshot landed, its parts
 not yet removed), `after_publish` (a job published its output, its source's
 `published` hook not run: a Kafka group's offsets not committed), `resume_start` (a
@@ -45,6 +47,8 @@ POINTS = frozenset(
         "after_commit",
         "mid_answers",
         "mid_publish",
+        "kafka_mid_part",
+        "kafka_part_sent",
         "after_publish_commit",
         "after_table_commit",
         "after_publish",
@@ -70,9 +74,15 @@ POINTS = frozenset(
 
 def crash_point(point: str, shard: int | None = None) -> None:
     """Die here if THRESHER_FAULT names this point (and this shard, when it names one)."""
+    if armed(point, shard):
+        os.kill(os.getpid(), signal.Signals[os.environ.get("THRESHER_FAULT_SIGNAL", "SIGKILL")])
+
+
+def armed(point: str, shard: int | None = None) -> bool:
+    """Whether THRESHER_FAULT names this point (and shard): for a point that must first
+    make its moment real (deliver what is in flight) before it dies."""
     wanted = os.environ.get("THRESHER_FAULT")
     if not wanted:
-        return
+        return False
     name, _, at_shard = wanted.partition(":")
-    if name == point and (not at_shard or shard is None or int(at_shard) == shard):
-        os.kill(os.getpid(), signal.Signals[os.environ.get("THRESHER_FAULT_SIGNAL", "SIGKILL")])
+    return name == point and (not at_shard or shard is None or int(at_shard) == shard)

@@ -44,12 +44,31 @@ QUERY_FORMATS = {
     "sqlite": "sqlite:///path/file.db",
     "duckdb": "duckdb:///path/file.duckdb",
 }
+# The sinks whose output is not a folder, so they keep staged parts, `_errors/` and
+# `_SUCCESS` in a side folder (`sink.staging`) of their own.
+SIDE_FOLDER_SINKS = (*QUERY_FORMATS, "kafka")
 
 
 def table_format(uri: str) -> str | None:
     """The SQL source or sink format a uri's scheme names (`sqlite:///x.db` -> `sqlite`)."""
     scheme = uri.partition("://")[0] if "://" in uri else ""
     return "postgresql" if scheme == "postgres" else scheme if scheme in QUERY_FORMATS else None
+
+
+def infer_sink_format(uri: str, format: str | None) -> str:
+    """The sink format a `[sink]`'s uri and its `format` (None: not given) name: a table
+    database's or Kafka's by the uri's scheme, else `format`, else parquet. ValueError
+    names the field in the way."""
+    by_uri = table_format(uri)
+    if by_uri is not None:
+        if format not in (None, by_uri):
+            raise ValueError(f"format: a {by_uri}:// uri writes a table, not {format}")
+        return by_uri
+    if uri.startswith("kafka://") and format in (None, "kafka"):
+        return "kafka"
+    if format in QUERY_FORMATS:
+        raise ValueError(f"uri: a {format} sink needs {QUERY_FORMATS[format]}?table=name")
+    return format or "parquet"
 
 
 def infer_format(uri: str) -> str | None:

@@ -298,6 +298,11 @@ def option_problems(
     return []
 
 
+def sink_modes(name: str) -> tuple[str, ...]:
+    """The modes sink `name` writes, its default first."""
+    return find(Kind.SINK, name).modes
+
+
 def check_sink_mode(name: str, mode: str) -> None:
     """Raise ValueError (a spec error at `mode`) for a mode sink `name` does not write;
     a sink named by dotted path writes the plain two."""

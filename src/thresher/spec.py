@@ -37,8 +37,10 @@ from thresher.media.settings import ImageColumnSection
 from thresher.places import (
     FILE_FORMATS,
     QUERY_FORMATS,
+    SIDE_FOLDER_SINKS,
     check_output_place,
     infer_format,
+    infer_sink_format,
     resolve_option_uris,
     resolve_uri,
     table_format,
@@ -51,6 +53,7 @@ from thresher.plugins import (
     default_sink_format,
     lookup,
     option_problems,
+    sink_modes,
 )
 from thresher.profiles.gate_settings import PublishSection, gate_needs_profile
 from thresher.profiles.settings import MonitorSection
@@ -211,7 +214,7 @@ class SinkSection(Section):
     mode: Literal["overwrite", "append", "merge"] = "overwrite"
     keep_columns: list[str] = Field(default_factory=list)
     force: StrictBool = False
-    # SQL sinks: the local folder for staged parts, `_errors/` and `_SUCCESS`.
+    # SQL and Kafka sinks: the local folder for staged parts, `_errors/` and `_SUCCESS`.
     staging: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # a third-party sink's own
 
@@ -225,22 +228,15 @@ class SinkSection(Section):
         self._infer_format()
         assert self.format is not None
         check_plugin(Kind.SINK, self.format, self.options)
+        if "mode" not in self.model_fields_set:  # its first: a topic's sink only appends
+            self.mode = sink_modes(self.format)[0]  # type: ignore[assignment]
         check_sink_mode(self.format, self.mode)
         return self
 
     def _infer_format(self) -> SinkSection:
-        by_uri = table_format(self.uri)
-        if by_uri is not None:
-            if self.format not in (None, by_uri):
-                raise ValueError(f"format: a {by_uri}:// uri writes a table, not {self.format}")
-            self.format = by_uri
-        elif self.format in QUERY_FORMATS:
-            example = QUERY_FORMATS[self.format]
-            raise ValueError(f"uri: a {self.format} sink needs {example}?table=name")
-        elif self.format is None:
-            self.format = "parquet"
-        if self.staging is not None and self.format not in QUERY_FORMATS:
-            raise ValueError(f"staging: only a SQL sink ({', '.join(QUERY_FORMATS)}) takes one")
+        self.format = infer_sink_format(self.uri, self.format)
+        if self.staging is not None and self.format not in SIDE_FOLDER_SINKS:
+            raise ValueError("staging: only a SQL sink (or a kafka sink) takes one")
         return self
 
 

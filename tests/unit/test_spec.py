@@ -335,6 +335,33 @@ def test_sink_format_inference(sink: dict[str, Any], expected: str) -> None:
     assert parse_spec(raw_spec(sink=sink)).sink.format == expected
 
 
+def test_a_kafka_sink_appends_keyed_by_the_id_and_stages_beside() -> None:
+    sink = {"uri": "kafka://127.0.0.1:9092/scores", "staging": "/var/thresher/scores"}
+    raw = raw_spec(sink=sink)
+    del raw["sink"]["mode"]
+    spec = parse_spec(raw)
+    assert (spec.sink.format, spec.sink.mode) == ("kafka", "append")  # a topic only appends
+    assert spec.sink.options["key"] == "customer_id"  # the source's id column
+    assert problems(raw_spec(sink={**sink, "mode": "overwrite"})) == [
+        "sink.mode: the kafka sink does not write mode 'overwrite'; use one of 'append'"
+    ]
+    assert problems(raw_spec(sink={**sink, "options": {"transactional": "maybe"}})) == [
+        "sink.options.transactional: Input should be a valid boolean, unable to interpret input"
+    ]
+
+
+def test_a_kafka_sink_after_a_kafka_source_keys_by_the_message_key() -> None:
+    source = {"uri": "kafka://h:9092/orders", "format": "kafka", "options": {"group": "g"}}
+    spec = parse_spec(raw_spec(source=source, sink={"uri": "kafka://h:9092/scores"}))
+    assert spec.sink.options["key"] == "kafka_key"
+    assert spec.sink.keep_columns == ["kafka_key"]
+    assert spec.source.options["metadata"] == ["key"]  # read, so the output can carry it
+    raw = raw_spec(sink={"uri": "kafka://h:9092/a,b"})
+    assert problems(raw) == [
+        "sink.uri: 'kafka://h:9092/a,b' is not kafka://host:port[,host:port]/topic"
+    ]
+
+
 def test_sqlite_uri_with_a_file_format_is_an_error() -> None:
     raw = raw_spec(sink={"uri": "sqlite:///out.db?table=t", "format": "csv"})
     assert problems(raw) == ["sink.format: a sqlite:// uri writes a table, not csv"]

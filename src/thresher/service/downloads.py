@@ -33,7 +33,10 @@ MEDIA_TYPES = {
 
 
 def output_of(section: SinkSection) -> FileSink:
-    """The sink a service job wrote (always a local file sink): it lists what it published."""
+    """The sink a service job wrote (a local file sink): it lists what it published. A
+    job that sent its output to a Kafka topic kept it as Parquet in its staging folder."""
+    if section.format == "kafka" and section.staging is not None:
+        return FileSink(section.staging.rstrip("/"), "parquet")
     sink = open_sink(section)
     if not isinstance(sink, FileSink):
         raise SinkError(f"sink.uri: a download needs a file output, not {section.uri}")

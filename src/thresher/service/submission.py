@@ -10,9 +10,7 @@ at code or paths of the tenant's choosing.
 from __future__ import annotations
 
 import hashlib
-import os
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -23,14 +21,14 @@ from thresher.notify.urls import check_webhook_url
 from thresher.plan.inputs import missing_columns
 from thresher.profiles.gate_settings import PublishChecks
 from thresher.service.background.isolated import input_columns
-from thresher.service.errors import NotFound, ServiceError, Unprocessable
+from thresher.service.errors import ServiceError, Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
 from thresher.service.logs import current_request_id
 from thresher.service.policies.catalogs import check_catalog
+from thresher.service.policies.inputs import readable_input
 from thresher.service.policies.quotas import check_submission
 from thresher.service.policies.roots import (
     check_source_files,
-    check_source_uri,
     check_under_roots,
 )
 from thresher.service.uploads import find_file
@@ -129,6 +127,12 @@ class JobRequest(_Strict):
         description="Input columns copied beside the predictions.",
     )
     output_format: Literal["jsonl", "csv", "parquet"] = "jsonl"
+    output_topic: Text | None = Field(
+        None,
+        description="Also send each prediction to this Kafka topic (kafka://host:port/topic,"
+        " under allowed_roots) as a JSON message keyed by id_column, once, when the job"
+        " publishes; the results download stays (stored as Parquet).",
+    )
     priority: int = Field(
         0,
         ge=-PRIORITY_LIMIT,
@@ -258,11 +262,7 @@ def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: s
         "source": _source(state, tenant, request),
         "model": model.model_dump(mode="json"),
         "run": _run_section(state, request),
-        "sink": {
-            "uri": f"{state.output_dir(job_id)}/",
-            "format": request.output_format,
-            "keep_columns": request.keep_columns,
-        },
+        "sink": _sink(state, request, job_id),
     }
     if request.batch is not None:
         raw["batch"] = request.batch.model_dump(mode="json")
@@ -276,6 +276,20 @@ def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: s
         raise Unprocessable(exc.problems) from None
     _check_columns(spec, request)
     return spec
+
+
+def _sink(state: ServiceState, request: JobRequest, job_id: str) -> dict[str, Any]:
+    """The job's output folder; with an `output_topic`, the Kafka sink's staging folder
+    (it keeps the job's output there as Parquet, for the download)."""
+    folder = f"{state.output_dir(job_id)}/"
+    sink = {"uri": folder, "format": request.output_format, "keep_columns": request.keep_columns}
+    if request.output_topic is not None:
+        try:
+            check_under_roots(request.output_topic, state.config.allowed_roots)
+        except ServiceError as exc:
+            raise type(exc)(str(exc).replace("source.uri", "output_topic", 1)) from None
+        sink |= {"uri": request.output_topic, "format": "kafka", "staging": folder}
+    return sink
 
 
 def _run_section(state: ServiceState, request: JobRequest) -> dict[str, Any]:
@@ -325,7 +339,7 @@ def _source(state: ServiceState, tenant: str, request: JobRequest) -> dict[str, 
         source = {"uri": request.source.uri, "format": "iceberg", "allowed_roots": roots}
     else:
         assert request.source is not None and request.source.uri is not None
-        uri, roots = _readable(state, tenant, request.source.uri)
+        uri, roots = readable_input(state, tenant, request.source.uri)
         source = {"uri": uri, "format": request.source.format, "allowed_roots": roots}
     if request.source is not None and request.source.options:
         source["options"] = _source_options(state, request.source)
@@ -357,36 +371,3 @@ def _source_options(state: ServiceState, source: SourceRequest) -> dict[str, Any
 def _folder(files: list[str]) -> str:
     """The folder (or URL prefix) of the first listed file, for the job's messages."""
     return files[0].rsplit("/", 1)[0] + "/"
-
-
-def _readable(state: ServiceState, tenant: str, uri: str) -> tuple[str, list[str]]:
-    """A server-side input the tenant may read — under `allowed_roots`, or one of the
-    tenant's own request-buffer batch files (which the buffer submits as jobs) — and the
-    roots the job's planner confines its files to: the configured ones, or the batch
-    file alone."""
-    owner = buffered_batch_owner(state, uri) or prepared_batch_owner(state, uri)
-    if owner is None:
-        return check_source_uri(uri, state.config.allowed_roots), list(state.config.allowed_roots)
-    if owner != tenant:
-        raise NotFound(f"source.uri: no such input {uri!r}")
-    return uri, [uri]
-
-
-def buffered_batch_owner(state: ServiceState, uri: str) -> str | None:
-    """The tenant whose request-buffer batch file `uri` is, or None when `uri` is not a
-    batch file. Only that tenant's submission may read it."""
-    path = Path(uri.removeprefix("file://"))
-    if os.path.realpath(path.parent) != os.path.realpath(state.buffer_dir):
-        return None
-    return state.store.requests.batch_tenant(path.stem)
-
-
-def prepared_batch_owner(state: ServiceState, uri: str) -> str | None:
-    """The tenant whose OpenAI-style batch's prepared input `uri` is, or None when it is
-    not one (`data_dir/batches/<batch id>.jsonl`, written by the batch worker)."""
-
-    path = Path(uri.removeprefix("file://"))
-    if os.path.realpath(path.parent) != os.path.realpath(state.data_dir / "batches"):
-        return None
-    batch = state.store.batches.find(path.stem)
-    return batch.tenant if batch is not None else None

@@ -249,8 +249,8 @@ def get_results(
     record = tenant_job(state, tenant, job_id)
     if record.state != JobState.SUCCEEDED:
         raise Conflict(f"job {job_id} is {record.state.value}; results come when it succeeds")
-    stored = str(record.spec.sink.format)
-    parts = result_parts(output_of(record.spec.sink))
+    output = output_of(record.spec.sink)
+    stored, parts = output.file_format, result_parts(output)
     wanted = fmt or stored
     return _download(stream_parts(parts, stored, wanted), wanted, f"{job_id}-results")
 
