@@ -170,3 +170,53 @@ def test_a_held_job_sends_nothing_until_approved(tmp_path: Path) -> None:
     rejected = thresher("reject", again.stderr.split("job ", 1)[1].split(":", 1)[0])
     assert rejected.returncode == 0, rejected.stderr[-2000:]
     assert len(ours(read_topic(address, scores))) == 1_980, "a rejected job's rows were sent"
+
+
+FIXABLE = """
+import os
+
+import numpy as np
+
+
+class Fixable:
+    def predict(self, batch):
+        x = np.asarray(batch["x"], dtype=float)
+        if (x < 0).any() and not os.path.exists(FLAG):
+            raise ValueError("x must not be negative, until fixed")
+        return {"score": 2.0 * np.abs(x)}
+"""
+
+
+def test_retry_errors_sends_the_fixed_rows_once(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    address, scores = broker(), new_topic()
+    produce(address, scores, 1, partitions=1)
+    ids = [f"r{i}" for i in range(3_000)]
+    xs = [-1.0 if i % 97 == 5 else float(i) for i in range(3_000)]
+    pq.write_table(pa.table({"id": ids, "x": xs}), tmp_path / "in.parquet")
+    (tmp_path / "model.py").write_text(FIXABLE.replace("FLAG", repr(str(tmp_path / "fixed"))))
+    spec = tmp_path / "job.toml"
+    spec.write_text(
+        '[source]\nuri = "in.parquet"\nid_column = "id"\ncolumns = ["x"]\nshard_rows = 1000\n'
+        '[model]\nkind = "python"\nuri = "model.py:Fixable"\nbatch_format = "numpy"\n'
+        f'[sink]\nuri = "kafka://{address}/{scores}"\nstaging = "side"\n'
+    )
+    env = {**os.environ, "THRESHER_STORE": f"sqlite:///{tmp_path / 'store.db'}"}
+    first = subprocess.run(
+        [THRESHER, "run", str(spec)], check=False, env=env, capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    bad = sum(x < 0 for x in xs)
+    assert len(ours(read_topic(address, scores))) == 3_000 - bad
+    (tmp_path / "fixed").touch()
+    job_id = first.stderr.split("job ", 1)[1].split(":", 1)[0]
+    retry = subprocess.run(
+        [THRESHER, "retry-errors", job_id], check=False, env=env, capture_output=True, text=True
+    )
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    messages = ours(read_topic(address, scores))
+    assert Counter(key for key, _, _ in messages) == Counter(i.encode() for i in ids)
+    left = (tmp_path / "side" / "_errors").glob("part-*.jsonl")
+    assert all(not part.read_text().strip() for part in left), "a fixed row is still an error"
