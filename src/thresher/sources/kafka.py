@@ -292,7 +292,8 @@ class KafkaReader:
             return [], False
         last = got[-1]
         within = last.error() is None and (last.offset() or 0) < shard.stop
-        if within and not any(m.error() is not None for m in got):
+        # map over the C method: a generator's frame per message cost a tenth of the read
+        if within and not any(map(Message.error, got)):
             return got, False  # the usual case: a run of the shard's messages
         batch, done = [], False
         for message in got:
@@ -320,7 +321,7 @@ class KafkaReader:
         return True
 
     def _chunk(self, shard: Shard, topic: str, partition: int, batch: list[Message]) -> Chunk:
-        decoded = self.decoder.decode([m.value() for m in batch])
+        decoded = self.decoder.decode(list(map(Message.value, batch)))
         kept = batch if len(decoded.good) == len(batch) else [batch[i] for i in decoded.good]
         offsets = _offsets(kept)
         table = decoded.table

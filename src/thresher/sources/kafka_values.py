@@ -183,7 +183,7 @@ class ValueDecoder:
         bad messages stand alone (a few parses per bad message, not one per message)."""
         if not part:
             return []
-        block = b"\n".join(texts[i] for i in part)
+        block = b"\n".join(texts if len(part) == len(texts) else [texts[i] for i in part])
         if block.count(b"\n") != len(part) - 1:
             # Newlines between JSON tokens are spaces; inside a string they are invalid
             # either way, so the message keeps its verdict on one line.
