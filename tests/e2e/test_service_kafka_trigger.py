@@ -85,3 +85,56 @@ def test_every_message_in_exactly_one_job_through_a_restart(tmp_path: Path) -> N
     assert len(jobs) >= 3  # a set by count, one by the timer, one after the restart
     wanted = {p: e for p, e in ends(address, topic).items() if e > 0}
     assert committed(address, group, topic) == wanted  # the group at the ends
+
+
+def test_two_servers_on_one_postgresql_store_one_killed(
+    tmp_path: Path, postgres_server: str, pg_schema: str
+) -> None:
+    """Two servers watch the same topic through one PostgreSQL store; one is SIGKILLed
+    mid-way. Each set is taken by one server (the trigger ledger), so every message is
+    scored by exactly one job, and the group ends at the partitions' ends."""
+    from contextlib import closing
+    from urllib.parse import quote
+
+    import adbc_driver_postgresql.dbapi as pg_adbc
+
+    address, topic = broker(), new_topic()
+    group = f"g-{topic}"
+    site = site_for(tmp_path, address, topic, group)
+    site.store = f"{postgres_server}?options={quote(f'-csearch_path={pg_schema}')}"
+
+    def jobs() -> list[tuple[str, str]]:
+        with closing(pg_adbc.connect(site.store)) as conn, closing(conn.cursor()) as cur:
+            try:
+                cur.execute("SELECT id, state FROM thresher_jobs")
+            except Exception:  # the tables are not made yet
+                return []
+            return [(str(i), str(s)) for i, s in cur.fetchall()]
+
+    def scored_by_jobs() -> Counter[int]:
+        found: Counter[int] = Counter()
+        for job_id, state in jobs():
+            if state == "succeeded":
+                for part in (site.data / "outputs" / job_id).glob("part-*.jsonl"):
+                    found.update(json.loads(line)["n"] for line in part.read_text().splitlines())
+        return found
+
+    def ended() -> bool:
+        states = [s for _, s in jobs()]
+        return bool(states) and all(s in ("succeeded", "failed", "cancelled") for s in states)
+
+    servers = [Server(site, {}), Server(site, {})]
+    try:
+        produce(address, topic, 120)
+        wait_until(lambda: sum(scored_by_jobs().values()) >= 120, 90, "the first 120")
+        produce(address, topic, 60, first=120)
+        servers[0].kill()  # while the next set may be gathering or running on it
+        produce(address, topic, 70, first=180)
+        wait_until(lambda: sum(scored_by_jobs().values()) >= 250 and ended(), 120, "all 250")
+    finally:
+        for server in servers:
+            server.stop()
+    assert scored_by_jobs() == Counter(range(250))  # each message once
+    assert {s for _, s in jobs()} == {"succeeded"}
+    wanted = {p: e for p, e in ends(address, topic).items() if e > 0}
+    assert committed(address, group, topic) == wanted
