@@ -317,3 +317,40 @@ def test_a_delta_feature_table_at_a_pinned_version_with_its_partitions(
                 "sink": {"uri": "out/"},
             }
         )
+
+
+@pytest.mark.parametrize(
+    ("shift", "expected"),
+    [
+        (dt.timedelta(0), (1_000_000, "BIGINT")),  # whole days: seconds steps
+        (dt.timedelta(milliseconds=7), (1_000, "BIGINT")),
+        (dt.timedelta(microseconds=3), (1, "BIGINT")),
+        (dt.timedelta(days=-365 * 120, microseconds=3), (1, "HUGEINT")),  # too long a span
+    ],
+)
+def test_the_join_key_keeps_ties_in_file_order_in_every_form(
+    tmp_path: Path, shift: dt.timedelta, expected: tuple[int, str]
+) -> None:
+    """Ties (many: few distinct days) go to the last row in file order whether the join's
+    key is a BIGINT of seconds, milliseconds or microseconds, or the HUGEINT one."""
+    from thresher.sources.asof_order import order_key
+
+    ents = entities(1_500)
+    spend = features(3_000, 5, "spend")
+    odd = [
+        t + shift if i % 3 == 0 else t for i, t in enumerate(spend.column("event_time").to_pylist())
+    ]
+    spend = spend.set_column(1, "event_time", pa.array(odd, pa.timestamp("us")))
+    pq.write_table(ents, tmp_path / "entities.parquet")
+    (tmp_path / "spend").mkdir()
+    pq.write_table(spend.slice(0, 1_700), tmp_path / "spend" / "a.parquet", row_group_size=400)
+    pq.write_table(spend.slice(1_700), tmp_path / "spend" / "b.parquet", row_group_size=400)
+    files = f"read_parquet('{tmp_path}/spend/*.parquet', file_row_number = true)"
+    with closing(duckdb.connect()) as conn:
+        conn.register("probe", pa.table({"__ts": ents.column("as_of")}))
+        key = order_key(conn, files, "event_time", 2, "probe")
+    assert (key.unit_us, key.cast) == expected
+    got = read_all(
+        section(tmp_path / "entities.parquet", [table_spec(f"{tmp_path}/spend/*.parquet")])
+    )
+    assert got.column("spend").to_pylist() == brute_force(ents, spend.to_pylist(), "spend", None)
