@@ -24,6 +24,14 @@ step "installing pip and .[test] into .venv (torch's CPU build, scripts/constrai
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c scripts/constraints-cpu.txt -e ".[test]"
 
+# Airflow pins too much to share .venv: its own venv, made while the checks below run.
+if [ -z "${THRESHER_TEST_AIRFLOW:-}" ]; then
+  step "Airflow for the DAG tests, in .venv-airflow, in the background (scripts/airflow.sh)"
+  airflow_out="$(mktemp)"
+  bash scripts/airflow.sh >"$airflow_out" 2>"$airflow_out.log" &
+  airflow_pid=$!
+fi
+
 step "lint, format and type checks"
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/ruff format --check src tests benchmarks
@@ -92,6 +100,17 @@ done
 PATH="$nocc" .venv/bin/python -m pytest -p no:xdist -q tests/unit/test_compiled_trees.py \
   tests/unit/test_profile.py tests/unit/test_profile_accuracy.py tests/unit/test_profile_fold.py
 rm -rf "$nocc"
+
+if [ -n "${airflow_pid:-}" ]; then
+  if ! wait "$airflow_pid"; then
+    cat "$airflow_out.log" >&2
+    step "scripts/airflow.sh failed: Airflow's venv could not be made"
+    exit 1
+  fi
+  THRESHER_TEST_AIRFLOW="$(cat "$airflow_out")"
+  rm -f "$airflow_out" "$airflow_out.log"
+fi
+export THRESHER_TEST_AIRFLOW
 
 # pytest exits 5 when it collects nothing: that is a failure here, never a pass.
 # Two test processes (THRESHER_TEST_WORKERS; 0 runs them in this one): the end-to-end
