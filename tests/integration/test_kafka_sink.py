@@ -32,6 +32,14 @@ def ours(messages: list[Message]) -> list[Message]:
     return [m for m in messages if "thresher-job" in m[2]]
 
 
+def thresher(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI, with the job store `root/store.db`."""
+    env = {**os.environ, "THRESHER_STORE": f"sqlite:///{root / 'store.db'}"}
+    return subprocess.run(
+        [THRESHER, *args], check=False, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
 def kafka_sink_section(address: str, topic: str, staging: Path, **options: object) -> str:
     listed = ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in options.items())
     return (
@@ -71,15 +79,7 @@ def test_a_kafka_to_kafka_job_keys_each_prediction_by_its_input(tmp_path: Path) 
     produce(address, scores, 1, partitions=1)  # not thresher's: it has no headers
     staging = tmp_path / "side"
     spec = write_job(tmp_path, address, source, sink=kafka_sink_section(address, scores, staging))
-    env = {**os.environ, "THRESHER_STORE": f"sqlite:///{tmp_path / 'store.db'}"}
-    run = subprocess.run(
-        [THRESHER, "run", str(spec)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = thresher(tmp_path, "run", str(spec))
     assert run.returncode == 0, run.stderr[-3000:]
     messages = ours(read_topic(address, scores))
     numbers = Counter(value["n"] for _, value, _ in messages)
@@ -94,14 +94,7 @@ def test_a_kafka_to_kafka_job_keys_each_prediction_by_its_input(tmp_path: Path) 
 
     # The next run sends only what arrived since: the topic appends.
     produce(address, source, 300, first=5_000)
-    again = subprocess.run(
-        [THRESHER, "run", str(spec)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = thresher(tmp_path, "run", str(spec))
     assert again.returncode == 0, again.stderr[-3000:]
     first_job = {headers["thresher-job"] for _, _, headers in messages}
     later = [m for m in ours(read_topic(address, scores)) if m[2]["thresher-job"] not in first_job]
@@ -147,27 +140,21 @@ def test_a_held_job_sends_nothing_until_approved(tmp_path: Path) -> None:
     spec = write_job(
         tmp_path, address, source, sink=sink + "[publish.checks]\nmax_error_rate = 0.001\n"
     )
-    env = {**os.environ, "THRESHER_STORE": f"sqlite:///{tmp_path / 'store.db'}"}
 
-    def thresher(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [THRESHER, *args], check=False, env=env, capture_output=True, text=True, timeout=300
-        )
-
-    held = thresher("run", str(spec))
+    held = thresher(tmp_path, "run", str(spec))
     assert "publish check max_error_rate failed" in held.stderr, held.stderr[-2000:]
     assert ours(read_topic(address, scores)) == []
     assert committed(address, f"g-{source}", source) == {}
     job_id = held.stderr.split("job ", 1)[1].split(":", 1)[0]
-    approved = thresher("approve", job_id)
+    approved = thresher(tmp_path, "approve", job_id)
     assert approved.returncode == 0, approved.stderr[-2000:]
     assert len(ours(read_topic(address, scores))) == 1_980
     assert committed(address, f"g-{source}", source) == ends(address, source)
 
     produce(address, source, 500, first=2_000, bad=lambda n: n % 50 == 0)
-    again = thresher("run", str(spec))
+    again = thresher(tmp_path, "run", str(spec))
     assert "publish check max_error_rate failed" in again.stderr, again.stderr[-2000:]
-    rejected = thresher("reject", again.stderr.split("job ", 1)[1].split(":", 1)[0])
+    rejected = thresher(tmp_path, "reject", again.stderr.split("job ", 1)[1].split(":", 1)[0])
     assert rejected.returncode == 0, rejected.stderr[-2000:]
     assert len(ours(read_topic(address, scores))) == 1_980, "a rejected job's rows were sent"
 
@@ -203,18 +190,13 @@ def test_retry_errors_sends_the_fixed_rows_once(tmp_path: Path) -> None:
         '[model]\nkind = "python"\nuri = "model.py:Fixable"\nbatch_format = "numpy"\n'
         f'[sink]\nuri = "kafka://{address}/{scores}"\nstaging = "side"\n'
     )
-    env = {**os.environ, "THRESHER_STORE": f"sqlite:///{tmp_path / 'store.db'}"}
-    first = subprocess.run(
-        [THRESHER, "run", str(spec)], check=False, env=env, capture_output=True, text=True
-    )
+    first = thresher(tmp_path, "run", str(spec))
     assert first.returncode == 0, first.stderr[-2000:]
     bad = sum(x < 0 for x in xs)
     assert len(ours(read_topic(address, scores))) == 3_000 - bad
     (tmp_path / "fixed").touch()
     job_id = first.stderr.split("job ", 1)[1].split(":", 1)[0]
-    retry = subprocess.run(
-        [THRESHER, "retry-errors", job_id], check=False, env=env, capture_output=True, text=True
-    )
+    retry = thresher(tmp_path, "retry-errors", job_id)
     assert retry.returncode == 0, retry.stderr[-2000:]
     messages = ours(read_topic(address, scores))
     assert Counter(key for key, _, _ in messages) == Counter(i.encode() for i in ids)

@@ -29,6 +29,7 @@ from thresher.sinks.publish import (
     SUCCESS,
     PendingOutput,
     discard_pending,
+    error_layout,
     published_by,
     published_error_parts,
     read_published_errors,
@@ -99,7 +100,7 @@ class FileSink:
         if retry_round is not None:
             suffix = f".r{retry_round}{suffix}"
         self.layout = PartLayout(self.root, prefix, suffix, width)
-        self.errors = PartLayout(f"{self.root}/{ERRORS}", prefix, ".jsonl", width)
+        self.errors = error_layout(self.root, self.layout)
         self.pending = PendingOutput(self.root, job_id)
         self.retry_round = retry_round
         if not resume and retry_round is None:

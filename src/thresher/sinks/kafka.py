@@ -37,12 +37,12 @@ from thresher.sinks.kafka_produce import TopicWriter
 from thresher.sinks.kafka_settings import KafkaSinkOptions, parse_topic_uri
 from thresher.sinks.parts import PartLayout, StagedPart, commit_file
 from thresher.sinks.publish import (
-    ERRORS,
     MARKER,
     PENDING,
     SUCCESS,
     PendingOutput,
     discard_pending,
+    error_layout,
     read_published_errors,
     recover,
     remove_staging,
@@ -197,8 +197,7 @@ class KafkaSink:
             self._round_writer = None
 
     def _errors(self) -> PartLayout:
-        layout = self._layout()
-        return PartLayout(f"{self.side_dir}/{ERRORS}", layout.prefix, ".jsonl", layout.width)
+        return error_layout(self.side_dir, self._layout())
 
     def _layout(self) -> PartLayout:
         if self.layout is None:

@@ -125,7 +125,9 @@ class TopicWriter:
 
     def _deliver(self, producer: Producer, path: str, shard: int, present: set[int]) -> int:
         self._failed.clear()
-        sent, half = 0, _rows(path) // 2
+        # the row count (a second read of the footer) only for a test that kills here
+        half = _rows(path) // 2 if armed("kafka_mid_part", shard) else -1
+        sent = 0
         for row, key, value in _messages(path, self.options.key):
             if row in present:
                 continue
@@ -143,7 +145,7 @@ class TopicWriter:
                 except BufferError:  # the client's queue is full: let it deliver some
                     producer.poll(0.1)
             sent += 1
-            if row == half and armed("kafka_mid_part", shard):
+            if row == half:
                 producer.flush(self.options.timeout_s)  # half on the broker, then die
                 crash_point("kafka_mid_part", shard)
         left = producer.flush(self.options.timeout_s)

@@ -28,7 +28,14 @@ import orjson
 
 from thresher.errors import SinkError
 from thresher.faults import crash_point
-from thresher.sinks.parts import STAGING, StagedPart, commit_to, move, read_error_records
+from thresher.sinks.parts import (
+    STAGING,
+    PartLayout,
+    StagedPart,
+    commit_to,
+    move,
+    read_error_records,
+)
 from thresher.sources.files import as_url, filesystem
 
 SUCCESS = "_SUCCESS"
@@ -232,6 +239,12 @@ def published_error_parts(root_url: str) -> list[str]:
     order."""
     fs, root = filesystem(root_url)
     return [as_url(fs, path) for path in sorted(fs.glob(f"{root}/{ERRORS}/part-*.jsonl"))]
+
+
+def error_layout(root: str, parts: PartLayout) -> PartLayout:
+    """Where the error parts of a job whose output parts are named by `parts` go: JSONL
+    files of the same names under `root/_errors/`."""
+    return PartLayout(f"{root}/{ERRORS}", parts.prefix, ".jsonl", parts.width)
 
 
 def remove_staging(fs: Any, root: str) -> None:

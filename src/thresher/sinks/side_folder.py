@@ -20,9 +20,9 @@ from thresher.faults import crash_point
 from thresher.sinks.files import FilePartTarget, check_directory
 from thresher.sinks.parts import PartLayout, StagedPart, commit_file
 from thresher.sinks.publish import (
-    ERRORS,
     MARKER,
     PendingOutput,
+    error_layout,
     published_by,
     recover,
     remove_staging,
@@ -126,5 +126,4 @@ class SideFolder:
 
     def errors(self) -> PartLayout:
         """Where the job's error parts are published."""
-        layout = self.layout
-        return PartLayout(f"{self.path}/{ERRORS}", layout.prefix, ".jsonl", layout.width)
+        return error_layout(self.path, self.layout)

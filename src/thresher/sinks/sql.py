@@ -27,11 +27,11 @@ from thresher.faults import crash_point
 from thresher.sinks.files import FilePartTarget, check_directory
 from thresher.sinks.parts import PartLayout, StagedPart, commit_file
 from thresher.sinks.publish import (
-    ERRORS,
     MARKER,
     SUCCESS,
     PendingOutput,
     discard_pending,
+    error_layout,
     read_published_errors,
     recover,
     remove_staging,
@@ -286,8 +286,7 @@ class SqlSink:
         return read_published_errors(self.side_dir, part)
 
     def _errors(self) -> PartLayout:
-        layout = self._layout()
-        return PartLayout(f"{self.side_dir}/{ERRORS}", layout.prefix, ".jsonl", layout.width)
+        return error_layout(self.side_dir, self._layout())
 
     def _layout(self) -> PartLayout:
         if self.layout is None:
