@@ -1,7 +1,8 @@
 """`POST /v1/jobs/{id}/retry-errors` and the dashboard's Retry button on a real `thresher
 serve`: after the model is fixed, a finished job's rejected rows run again, each ending in
 the output once; the job is `running` meanwhile (asking again is 409); another tenant's
-job is 404."""
+job is 404. A round whose process is SIGKILLed mid-way leaves the job as it was, saying
+so, and asking again (on a restarted server) finishes it, each row still once."""
 
 from __future__ import annotations
 
@@ -96,6 +97,39 @@ def test_the_api_retries_the_rejected_rows_once(
             assert acme.post(f"/v1/jobs/{job_id}/retry-errors").status_code == 202
             assert retried(acme, job_id, 2)["errors"] == 0
             check_every_row_once(acme, job_id)
+    finally:
+        server.stop()
+
+
+def test_a_round_killed_mid_way_is_finished_by_asking_again(tmp_path: Path) -> None:
+    """The round's process dies (SIGKILL) after committing its shard's fixed rows and
+    before recording them: the server's watcher puts the job back as it was and says why;
+    a round asked of a restarted server takes the rows the ledger holds as committed."""
+    site = ServiceSite(tmp_path)
+    token = site.token("acme")
+    server = Server(site, env={"THRESHER_FAULT": "retry_after_output"})
+    try:
+        with server.client(token) as client:
+            before = finished_with_errors(site, client)
+            assert client.post(f"/v1/jobs/{before['id']}/retry-errors").status_code == 202
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                killed = client.get(f"/v1/jobs/{before['id']}").json()
+                if killed["status"] != "running" and killed["message"]:
+                    break
+                time.sleep(0.1)
+            assert killed["status"] == before["status"], killed
+            assert "retry round's process was killed by signal 9" in killed["message"], killed
+            assert killed["retry_rounds"] == 0 and killed["errors"] == len(NEGATIVE)
+    finally:
+        server.stop()
+    server = Server(site)
+    try:
+        with server.client(token) as client:
+            assert client.post(f"/v1/jobs/{before['id']}/retry-errors").status_code == 202
+            done = retried(client, before["id"], 1)
+            assert done["status"] == "succeeded" and done["errors"] == 0, done
+            check_every_row_once(client, before["id"])
     finally:
         server.stop()
 

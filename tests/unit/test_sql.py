@@ -1,4 +1,4 @@
-"""PostgreSQL pieces that need no server: spec keys, key ranges, URL redaction.
+"""SQL pieces that need no server: spec keys, key ranges, URL redaction, DuckDB's ingest.
 
 The same parts against a live server are in tests/integration/test_postgres.py.
 """
@@ -6,13 +6,18 @@ The same parts against a live server are in tests/integration/test_postgres.py.
 from __future__ import annotations
 
 import itertools
+from contextlib import closing
+from pathlib import Path
 
+import duckdb
+import pyarrow as pa
 import pytest
 
 from thresher.errors import SpecError
 from thresher.postgres import PgUrl, without_password
+from thresher.sinks.duckdb import duckdb_sink
 from thresher.sources.sql import split_key_range
-from thresher.spec import parse_spec
+from thresher.spec import SinkSection, parse_spec
 
 PASSWORD = "pg-s3cret-never-shown"
 
@@ -98,3 +103,40 @@ def test_urls_lose_their_password_and_thresher_keys() -> None:
     assert PASSWORD not in url.hide(f"error near {PASSWORD}")
     assert without_password(f"postgres://me:{PASSWORD}@db/x") == "postgres://me:***@db/x"
     assert without_password("out/") == "out/"
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_duckdb_reads_staged_parts_with_their_types(tmp_path: Path, append: bool) -> None:
+    """DuckDB reads each staged Parquet part itself (not through ADBC's stream): lists,
+    time zones, nulls and strings land as ADBC would put them, into a new table or,
+    matched by name, into an existing one."""
+    parts = [
+        pa.table(
+            {
+                "id": pa.array([shard * 10 + i for i in range(3)], pa.int64()),
+                "label": ["a", None, "c'"],
+                "embedding": pa.array([[0.5, 1.0]] * 3, pa.list_(pa.float32())),
+                "at": pa.array([0, 1, None], pa.timestamp("us", tz="UTC")),
+            }
+        )
+        for shard in range(2)
+    ]
+    db = tmp_path / "o'dd.duckdb"
+    section = SinkSection(uri=f"duckdb:///{db}?table=t", mode="append" if append else "overwrite")
+    for job, tag in (("20260101-000000-000001", "a"), ("20260102-000000-000002", "b")):
+        sink = duckdb_sink(section)
+        sink.start(job, len(parts), resume=False)
+        target = sink.part_target()
+        for shard, part in enumerate(parts):
+            writer = target.open(shard, tag)
+            writer.write(part)
+            sink.commit(writer.close(), None)
+        sink.finish({"job_id": job})
+    with closing(duckdb.connect(str(db), read_only=True)) as conn:
+        got = conn.sql("SELECT * FROM t ORDER BY id").to_arrow_table()
+        types = dict(conn.execute("SELECT column_name, data_type FROM duckdb_columns()"
+                                  " WHERE table_name = 't'").fetchall())  # fmt: skip
+    want = pa.concat_tables(parts * (2 if append else 1)).sort_by("id")
+    assert got.to_pylist() == want.to_pylist()
+    assert types == {"id": "BIGINT", "label": "VARCHAR", "embedding": "FLOAT[]",
+                     "at": "TIMESTAMP WITH TIME ZONE"}  # fmt: skip

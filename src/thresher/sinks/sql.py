@@ -1,4 +1,5 @@
-"""SQL tables through ADBC (Arrow-native ingest, no row-by-row INSERTs), for every database.
+"""SQL tables through ADBC (Arrow-native ingest, no row-by-row INSERTs), for every database
+(DuckDB's own client, shaped as an ADBC connection: `duckdb.py`).
 
 Workers stage each shard as a Parquet file in a local side folder; the coordinator commits
 it in one transaction that checks the ledger `_thresher_parts(job_id, table_name, shard)`,
