@@ -1,8 +1,9 @@
 """`POST /v1/jobs/{id}/retry-errors` and the dashboard's Retry button on a real `thresher
 serve`: after the model is fixed, a finished job's rejected rows run again, each ending in
 the output once; the job is `running` meanwhile (asking again is 409); another tenant's
-job is 404. A round whose process is SIGKILLed mid-way leaves the job as it was, saying
-so, and asking again (on a restarted server) finishes it, each row still once."""
+job is 404; the round holds its job's worker slots while it runs. A round whose process
+is SIGKILLed mid-way leaves the job as it was, saying so, and asking again (on a
+restarted server) finishes it, each row still once."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def check_every_row_once(client: httpx.Client, job_id: str) -> None:
 def test_the_api_retries_the_rejected_rows_once(
     tmp_path: Path,
 ) -> None:
-    site = ServiceSite(tmp_path)
+    site = ServiceSite(tmp_path, settings="[capacity]\ncpu = 1")  # one worker slot
     acme_token, globex_token = site.token("acme"), site.token("globex")
     server = Server(site)
     try:
@@ -88,8 +89,17 @@ def test_the_api_retries_the_rejected_rows_once(
                 time.sleep(0.1)
             assert acme.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
             assert acme.post(f"/v1/jobs/{job_id}/retry-errors").status_code == 409
+            # The round holds the one worker slot: a job submitted now waits for it.
+            body = {"source": {"uri": str(site.shared / "nightly.jsonl")}, "model": "double",
+                    "id_column": "id"}  # fmt: skip
+            later = acme.post("/v1/jobs", json=body).json()["id"]
+            time.sleep(2)  # the scheduler looks every second
+            waiting = acme.get(f"/v1/jobs/{later}").json()
+            assert waiting["status"] == "queued", waiting
+            assert "worker slots: 1 of 1 in use" in waiting["waiting_for"], waiting
             (tmp_path / "hang").unlink()
             done = retried(acme, job_id, 1)
+            assert wait_for_job(acme, later)["status"] == "succeeded"
             assert done["status"] == "succeeded", done
             assert done["errors"] == 0 and done["request_counts"]["completed"] == ROWS
             check_every_row_once(acme, job_id)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from thresher.service.background.scheduler import Scheduler
+from thresher.service.background.slots import capacity, retry_request
 from thresher.service.config import CapacitySettings, ServerConfig, TenantLimits, prepare
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec
@@ -81,6 +82,28 @@ def test_a_higher_priority_preempts_the_lowest_once(
     assert scheduler._start_next()
     assert scheduler.launched[-1] == ("high", False, 1)  # type: ignore[attr-defined]
     assert [job.id for job in store.queue.waiting()] == ["later", "low"]  # low resumes after
+
+
+def test_a_retry_round_holds_its_slots_and_is_never_preempted(
+    scheduler: Scheduler, job_spec: Callable[..., JobSpec]
+) -> None:
+    """A round leases its job's slots under a lease of its own: other jobs wait for them,
+    a higher priority preempts a real job rather than the round (which has no place in
+    the queue to wait in), and a second round of the same job is refused."""
+    store, config = scheduler.state.store, scheduler.state.config
+    queue(scheduler, job_spec, "nightly", "globex", priority=0)
+    assert store.queue.take("nightly")  # its round running, as `retry_errors` claims it
+    grant = store.leases.acquire(retry_request(config, store.job("nightly")), capacity(config))
+    assert grant.cpu == 1
+    queue(scheduler, job_spec, "mid", "globex", priority=1)
+    assert scheduler._start_next()  # the other slot
+    queue(scheduler, job_spec, "high", "globex", priority=5)
+    assert not scheduler._start_next()
+    assert store.queue.wait_reason("high") == "waiting for worker slots: 2 of 2 in use"
+    assert store.job("mid").state == JobState.PREEMPTED  # not the round, of priority 0
+    assert store.job("nightly").state == JobState.RUNNING
+    again = store.leases.acquire(retry_request(config, store.job("nightly")), capacity(config))
+    assert again.reason == "job nightly.retry already holds a lease"
 
 
 def test_preempted_is_waiting_not_finished_and_fires_no_webhook() -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from thresher.coordinator.commit import commit_retry_shard
-from thresher.coordinator.job import Job, JobResult, worker_setup
+from thresher.coordinator.job import Job, JobResult, with_workers, worker_setup
 from thresher.coordinator.loop import ShardLoop
 from thresher.coordinator.progress import QuietReporter, Reporter
 from thresher.errors import JobFailed, SpecError
@@ -61,8 +61,10 @@ def retry_errors(
     store: Store | None = None,
     overrides: Sequence[str] = (),
     reporter: Reporter | None = None,
+    workers: int | None = None,
 ) -> JobResult:
-    """Retry a job's predict-stage errors; `overrides` may change the `[model]` section.
+    """Retry a job's predict-stage errors; `overrides` may change the `[model]` section,
+    `workers` (the slots a server leased the round) its `[run] workers`.
 
     A round that does not finish (a shard failed, the job was cancelled) leaves the job as
     it was before, with the reason as its message: its output is as published, shard by
@@ -71,19 +73,24 @@ def retry_errors(
     before = store.job(job_id)
     record = store.claim(job_id, finished_ok=True)
     try:
-        return _round(store, record, overrides, reporter or QuietReporter())
+        return _round(store, record, overrides, reporter or QuietReporter(), workers)
     except BaseException as exc:
         store.finish(job_id, before.state, before.manifest, f"{exc}")
         raise
 
 
 def _round(
-    store: Store, record: JobRecord, overrides: Sequence[str], reporter: Reporter
+    store: Store,
+    record: JobRecord,
+    overrides: Sequence[str],
+    reporter: Reporter,
+    workers: int | None,
 ) -> JobResult:
     job_id = record.id
     if any(s.state != ShardState.DONE for s in store.shards(job_id)):
         raise JobFailed(f"job {job_id} has shards that are not done; `thresher resume` it first")
     spec, plan = _spec(record.spec, overrides), Plan.from_json(record.plan)
+    spec = spec if workers is None else with_workers(spec, workers)
     job = Job(job_id, spec, plan, check_features(spec, plan), store)
     sink = open_sink(job.spec.sink)
     number = store.retries.begin(job_id, model_fingerprint(job.spec.model).get("sha256"))

@@ -36,6 +36,7 @@ from thresher.errors import ThresherError
 from thresher.executors.zygote import fork_zygotes_here, preloads
 from thresher.models.libraries import library_modules
 from thresher.service.background import warm
+from thresher.service.background.slots import retry_lease
 from thresher.service.logs import configure, logging_context
 from thresher.spec import ModelSection
 from thresher.store import JobRecord, JobState, Store, open_store, this_owner
@@ -130,39 +131,53 @@ def _coordinate(store: Store, record: JobRecord, resume: bool, workers: int | No
         store.db.close()
 
 
-def retry_in_background(store: Store, record: JobRecord) -> None:
+def retry_in_background(store: Store, record: JobRecord, workers: int) -> None:
     """Run a retry round over finished job `record`'s failed rows (`thresher retry-errors`)
-    in a process of its own, in this server's name, watched from a thread: a process that
-    dies mid-round (killed, crashed) leaves the job as it was, saying so, instead of
-    `running` under a server that lives; asking again finishes the round."""
+    on the `workers` slots leased to it (`slots.retry_lease`), in a process of its own,
+    in this server's name, watched from a thread that gives the slots back when it ends:
+    a process that dies mid-round (killed, crashed) leaves the job as it was, saying so,
+    instead of `running` under a server that lives; asking again finishes the round."""
+    lease = retry_lease(record.id)
     process = children_context.Process(
         target=retry_round,
-        args=(store.url, record.id, this_owner()),
+        args=(store.url, record.id, this_owner(), workers),
         name=f"thresher-retry-{record.id}",
     )
-    process.start()
+    try:
+        process.start()
+    except BaseException:
+        store.leases.release(lease)
+        raise
 
     def watch() -> None:
-        process.join()
-        if process.exitcode != 0 and store.job(record.id).state == JobState.RUNNING:
-            how = describe_exit(process.exitcode)
-            message = f"its retry round's process {how}; retry its errors again to finish the round"
-            store.finish(record.id, record.state, record.manifest, message)
+        try:
+            process.join()
+            if process.exitcode != 0 and store.job(record.id).state == JobState.RUNNING:
+                how = describe_exit(process.exitcode)
+                message = (
+                    f"its retry round's process {how}; retry its errors again to finish the round"
+                )
+                store.finish(record.id, record.state, record.manifest, message)
+        finally:
+            store.leases.release(lease)  # a dead server's: reclaimed by the next taker
 
     threading.Thread(target=watch, name=process.name, daemon=True).start()
 
 
-def retry_round(store_url: str, job_id: str, owner: str | None = None) -> None:
-    """The retry round's process: `retry_errors`, which leaves the job as it was when the
-    round does not finish."""
+def retry_round(
+    store_url: str, job_id: str, owner: str | None = None, workers: int | None = None
+) -> None:
+    """The retry round's process: `retry_errors` on `workers` workers (on the GPUs its
+    lease holds), which leaves the job as it was when the round does not finish."""
     die_with_parent()
     fork_zygotes_here()
     configure()
     store = open_store(store_url, owner)
     record = store.job(job_id)
+    pin_leased_gpus(store, retry_lease(job_id))
     with logging_context(job_id=job_id, request_id=record.spec.job.request_id):
         try:
-            result = retry_errors(job_id, store)
+            result = retry_errors(job_id, store, workers=workers)
             log.info("job %s: retry round ended %s, %s bad rows left", job_id,
                      result.state.value, result.manifest.get("rows_error", "?"))  # fmt: skip
         except ThresherError as exc:
@@ -172,11 +187,11 @@ def retry_round(store_url: str, job_id: str, owner: str | None = None) -> None:
 
 
 def pin_leased_gpus(
-    store: Store, job_id: str, environ: MutableMapping[str, str] = os.environ
+    store: Store, lease_id: str, environ: MutableMapping[str, str] = os.environ
 ) -> None:
-    """Make the GPUs leased to the job the only ones this process and its workers see
-    (placement then puts one worker on each); a job with none leased is left as it is."""
-    lease = store.leases.lease(job_id)
+    """Make the GPUs leased (to a job, or a retry round) the only ones this process and
+    its workers see (placement then puts one worker on each); none leased: as it is."""
+    lease = store.leases.lease(lease_id)
     if lease is not None and lease.devices:
         environ["CUDA_VISIBLE_DEVICES"] = ",".join(lease.devices)
 

@@ -6,6 +6,9 @@ with what is free down to `capacity.min_workers`. When the server's `[run]` plac
 workers on GPUs, each worker also takes one GPU slot: a GPU of its own, which the job's
 coordinator makes the only ones its workers see (`CUDA_VISIBLE_DEVICES`).
 
+A retry round (`POST /v1/jobs/{id}/retry-errors`) takes its job's slots the same way,
+under a lease of its own, or is refused (429) while they are not free.
+
 Preemption, when the job that should start next cannot (no slots, or
 `max_concurrent_jobs` running): the running job on this host with the lowest priority
 below the waiting job's, ties broken by the least uncommitted work (fewest shards in
@@ -19,9 +22,24 @@ from datetime import UTC, datetime
 
 from thresher.plan.devices import visible_gpus
 from thresher.service.config import ServerConfig
-from thresher.store import RunningJob, SlotRequest, Slots, WaitingJob, owner_host, this_host
+from thresher.store import (
+    JobRecord,
+    RunningJob,
+    SlotRequest,
+    Slots,
+    WaitingJob,
+    owner_host,
+    this_host,
+)
 
-__all__ = ["capacity", "choose_victim", "gpu_per_worker", "slot_request"]
+__all__ = [
+    "capacity",
+    "choose_victim",
+    "gpu_per_worker",
+    "retry_lease",
+    "retry_request",
+    "slot_request",
+]
 
 
 def capacity(config: ServerConfig) -> Slots:
@@ -53,6 +71,23 @@ def slot_request(config: ServerConfig, job: WaitingJob) -> SlotRequest:
         tenant_cap=limits.worker_slots if limits else None,
         tenant_jobs=limits.concurrent_jobs if limits else None,
     )
+
+
+def retry_lease(job_id: str) -> str:
+    """The lease a retry round of job `job_id` holds its slots under."""
+    return f"{job_id}.retry"
+
+
+def retry_request(config: ServerConfig, record: JobRecord) -> SlotRequest:
+    """What a retry round of finished job `record` asks: its job's workers, as the job
+    itself would, under `retry_lease` — a lease no job row joins, so its slots and its
+    tenant's `concurrent_jobs` count while the round runs, and the scheduler never
+    picks it to preempt (a round has no queue place to wait in; it would be lost)."""
+    waiting = WaitingJob(
+        retry_lease(record.id), record.tenant, record.priority, record.state,
+        record.spec.run.workers,
+    )  # fmt: skip
+    return slot_request(config, waiting)
 
 
 def choose_victim(

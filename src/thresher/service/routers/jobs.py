@@ -14,6 +14,7 @@ from thresher.coordinator import gate
 from thresher.errors import ThresherError
 from thresher.service import submission
 from thresher.service.background.job_process import retry_in_background
+from thresher.service.background.slots import capacity, retry_request
 from thresher.service.downloads import (
     MEDIA_TYPES,
     error_parts,
@@ -22,7 +23,7 @@ from thresher.service.downloads import (
     stream_errors,
     stream_parts,
 )
-from thresher.service.errors import Conflict, NotFound
+from thresher.service.errors import Conflict, NotFound, TooManyRequests
 from thresher.service.policies.auth import Tenant
 from thresher.service.policies.disclosure import private_roots, public_message
 from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
@@ -35,6 +36,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 Format = Literal["jsonl", "csv", "parquet"]
 MAX_KEY_LENGTH = 255  # an Idempotency-Key
+RETRY_AFTER_SECONDS = 5  # a retry round refused for want of worker slots: ask again then
 
 
 def tenant_job(state: ServiceState, tenant: str, job_id: str) -> JobRecord:
@@ -185,14 +187,22 @@ def retry_job_errors(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
     job's model, each once, into its output or back into its errors (decode errors stay:
     no model fixes them). The job is `running` until the round ends, then `succeeded` —
     or `failed` while its error rate still does not allow it; `retry_rounds` counts the
-    rounds that ended. 409 unless it succeeded or failed with every shard done."""
+    rounds that ended. 409 unless it succeeded or failed with every shard done. The round
+    takes its job's worker slots as a job would: 429 (with Retry-After) while they are
+    not free."""
     record = tenant_job(state, tenant, job_id)
     if record.state not in (JobState.SUCCEEDED, JobState.FAILED):
         raise Conflict(f"job {job_id} is {record.state.value}; only a finished job's errors"
                        " are retried")  # fmt: skip
     if any(s.state != ShardState.DONE for s in state.store.shards(job_id)):
         raise Conflict(f"job {job_id} has shards that are not done; resume it first")
-    retry_in_background(state.store, record)
+    grant = state.store.leases.acquire(retry_request(state.config, record), capacity(state.config))
+    if not grant.granted:
+        raise TooManyRequests(
+            f"job {job_id}'s retry round needs worker slots: {grant.reason}; ask again later",
+            retry_after=RETRY_AFTER_SECONDS,
+        )
+    retry_in_background(state.store, record, grant.cpu)
     return describe(state, record)
 
 
