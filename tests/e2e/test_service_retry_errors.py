@@ -38,15 +38,25 @@ ROWS, NEGATIVE = 60, range(0, 60, 7)  # 9 rows the first model rejects
 
 
 def finished_with_errors(site: ServiceSite, client: httpx.Client) -> dict[str, Any]:
+    return jobs_finished_with_errors(site, client, 1)[0]
+
+
+def jobs_finished_with_errors(
+    site: ServiceSite, client: httpx.Client, count: int
+) -> list[dict[str, Any]]:
+    """`count` jobs whose model rejected the negative rows, then the model fixed."""
     path = site.shared / "nightly.jsonl"
     rows = [{"id": i, "x": -1.0 - i if i in NEGATIVE else 1.0 + i} for i in range(ROWS)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     body = {"source": {"uri": str(path)}, "model": "double", "id_column": "id", "name": "nightly"}
-    job = wait_for_job(client, client.post("/v1/jobs", json=body).json()["id"])
-    assert job["errors"] == len(NEGATIVE), job
-    assert job["retry_rounds"] == 0
+    jobs = [
+        wait_for_job(client, client.post("/v1/jobs", json=body).json()["id"]) for _ in range(count)
+    ]
+    for job in jobs:
+        assert job["errors"] == len(NEGATIVE), job
+        assert job["retry_rounds"] == 0
     site.models.write_text(FIXED, encoding="utf-8")
-    return job
+    return jobs
 
 
 def retried(client: httpx.Client, job_id: str, rounds: int) -> dict[str, Any]:
@@ -76,7 +86,7 @@ def test_the_api_retries_the_rejected_rows_once(
     server = Server(site)
     try:
         with server.client(acme_token) as acme, server.client(globex_token) as globex:
-            job = finished_with_errors(site, acme)
+            job, other = jobs_finished_with_errors(site, acme, 2)
             job_id = job["id"]
             assert globex.post(f"/v1/jobs/{job_id}/retry-errors").status_code == 404
 
@@ -89,7 +99,12 @@ def test_the_api_retries_the_rejected_rows_once(
                 time.sleep(0.1)
             assert acme.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
             assert acme.post(f"/v1/jobs/{job_id}/retry-errors").status_code == 409
-            # The round holds the one worker slot: a job submitted now waits for it.
+            # The round holds the one worker slot: another job's round is refused for
+            # now, and a job submitted now waits for it.
+            refused = acme.post(f"/v1/jobs/{other['id']}/retry-errors")
+            assert refused.status_code == 429, refused.text
+            assert "worker slots: 1 of 1 in use" in refused.json()["detail"]
+            assert refused.headers["Retry-After"] == "5"
             body = {"source": {"uri": str(site.shared / "nightly.jsonl")}, "model": "double",
                     "id_column": "id"}  # fmt: skip
             later = acme.post("/v1/jobs", json=body).json()["id"]
@@ -100,6 +115,8 @@ def test_the_api_retries_the_rejected_rows_once(
             (tmp_path / "hang").unlink()
             done = retried(acme, job_id, 1)
             assert wait_for_job(acme, later)["status"] == "succeeded"
+            assert acme.post(f"/v1/jobs/{other['id']}/retry-errors").status_code == 202
+            assert retried(acme, other["id"], 1)["errors"] == 0
             assert done["status"] == "succeeded", done
             assert done["errors"] == 0 and done["request_counts"]["completed"] == ROWS
             check_every_row_once(acme, job_id)
