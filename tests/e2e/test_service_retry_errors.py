@@ -60,11 +60,12 @@ def jobs_finished_with_errors(
 
 
 def retried(client: httpx.Client, job_id: str, rounds: int) -> dict[str, Any]:
-    """The job once `rounds` retry rounds have ended."""
+    """The job once `rounds` retry rounds have ended and the last has given its worker
+    slots back (its process ends a moment after it records the job's end)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         job = client.get(f"/v1/jobs/{job_id}").json()
-        if job["retry_rounds"] >= rounds and job["status"] in FINISHED:
+        if job["retry_rounds"] >= rounds and job["status"] in FINISHED and not job["slots"]:
             return dict(job)
         time.sleep(0.1)
     raise AssertionError(f"job {job_id}: no retry round ended: {job}")
@@ -115,6 +116,7 @@ def test_the_api_retries_the_rejected_rows_once(
             (tmp_path / "hang").unlink()
             done = retried(acme, job_id, 1)
             assert wait_for_job(acme, later)["status"] == "succeeded"
+            retried(acme, later, 0)  # and its slot given back
             assert acme.post(f"/v1/jobs/{other['id']}/retry-errors").status_code == 202
             assert retried(acme, other["id"], 1)["errors"] == 0
             assert done["status"] == "succeeded", done

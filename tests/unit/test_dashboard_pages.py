@@ -18,7 +18,8 @@ from thresher.service.config import ServerConfig, prepare
 from thresher.service.policies.auth import create_token
 from thresher.service.state import ServiceState
 from thresher.spec import parse_spec
-from thresher.store import open_store
+from thresher.service.background.slots import capacity, retry_request
+from thresher.store import open_store, retry_lease
 from thresher.store._batches import BatchRow, BatchStatus
 
 pytestmark = [pytest.mark.unit, pytest.mark.slow]
@@ -105,6 +106,22 @@ def test_the_queue_shows_the_tenant_s_waiting_jobs_in_start_order(site: Any) -> 
     assert "job-00000" not in page and f"and {JOBS - 200} more" in page
     assert "next to start" in page
     assert "other-1" in Browser(app, globex).get("/ui/queue")
+
+
+def test_the_queue_shows_a_retry_round_as_its_job_s(site: Any) -> None:
+    """A round holds slots under a lease of its own: the queue lists it by its job, whose
+    page the link opens, not by the lease's name (no job has it)."""
+    app, acme, _ = site
+    state = app.state.service
+    record = state.store.job("job-00001")
+    grant = state.store.leases.acquire(retry_request(state.config, record), capacity(state.config))
+    assert grant.granted
+    try:
+        page = Browser(app, acme).get("/ui/queue")
+        assert '<a href="/ui/jobs/job-00001">job-00001</a> (retry round)' in page
+        assert ".retry" not in page
+    finally:
+        state.store.leases.release(retry_lease("job-00001"))
 
 
 def test_batches_are_the_tenant_s_own(site: Any) -> None:

@@ -354,6 +354,7 @@ PUBLIC: dict[str, list[str]] = {
         "open_store",
         "owner_host",
         "read_store",
+        "retry_lease",
         "schedule_key",
         "set_job_key",
         "this_host",

@@ -15,7 +15,7 @@ from thresher.service.background.slots import capacity, retry_request
 from thresher.service.config import CapacitySettings, ServerConfig, TenantLimits, prepare
 from thresher.service.state import ServiceState
 from thresher.spec import JobSpec
-from thresher.store import JobState, open_store
+from thresher.store import JobState, open_store, retry_lease
 
 
 @pytest.fixture
@@ -104,6 +104,23 @@ def test_a_retry_round_holds_its_slots_and_is_never_preempted(
     assert store.job("nightly").state == JobState.RUNNING
     again = store.leases.acquire(retry_request(config, store.job("nightly")), capacity(config))
     assert again.reason == "job nightly.retry already holds a lease"
+
+
+def test_a_failed_job_whose_round_is_starting_is_not_reopened(
+    scheduler: Scheduler, job_spec: Callable[..., JobSpec]
+) -> None:
+    """Between a round's lease and its process claiming the job, the job is still
+    `failed`: resuming it then would run it twice at once, so it waits for the round."""
+    store, config = scheduler.state.store, scheduler.state.config
+    queue(scheduler, job_spec, "nightly", "globex")
+    store.finish("nightly", JobState.FAILED, {}, "too many bad rows")
+    assert store.leases.acquire(retry_request(config, store.job("nightly")), capacity(config))
+    (lease,) = store.leases.held()
+    assert (lease.job_id, lease.round_of) == (retry_lease("nightly"), "nightly")
+    assert not store.queue.reopen("nightly", "resumed by request")
+    store.leases.release(retry_lease("nightly"))
+    assert store.queue.reopen("nightly", "resumed by request")
+    assert store.job("nightly").state == JobState.QUEUED
 
 
 def test_preempted_is_waiting_not_finished_and_fires_no_webhook() -> None:

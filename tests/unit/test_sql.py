@@ -9,7 +9,6 @@ import itertools
 from contextlib import closing
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pytest
 
@@ -107,9 +106,10 @@ def test_urls_lose_their_password_and_thresher_keys() -> None:
 
 @pytest.mark.parametrize("append", [False, True])
 def test_duckdb_reads_staged_parts_with_their_types(tmp_path: Path, append: bool) -> None:
-    """DuckDB reads each staged Parquet part itself (not through ADBC's stream): lists,
-    time zones, nulls and strings land as ADBC would put them, into a new table or,
-    matched by name, into an existing one."""
+    """DuckDB's own client takes each staged part's Arrow rows: lists, time zones,
+    nulls and strings land as ADBC would put them, into a new table or, matched by
+    name, into an existing one."""
+    duckdb = pytest.importorskip("duckdb")
     parts = [
         pa.table(
             {
@@ -140,3 +140,32 @@ def test_duckdb_reads_staged_parts_with_their_types(tmp_path: Path, append: bool
     assert got.to_pylist() == want.to_pylist()
     assert types == {"id": "BIGINT", "label": "VARCHAR", "embedding": "FLOAT[]",
                      "at": "TIMESTAMP WITH TIME ZONE"}  # fmt: skip
+
+
+def test_a_duckdb_part_that_does_not_fit_the_table_names_its_column(tmp_path: Path) -> None:
+    """A shard's part with a column its job's earlier parts lack fails with DuckDB's own
+    word on that column (not the aborted transaction's complaint about cleaning up),
+    and the table keeps what the earlier job published."""
+    duckdb = pytest.importorskip("duckdb")
+    db = tmp_path / "o.duckdb"
+    section = SinkSection(uri=f"duckdb:///{db}?table=t", mode="append")
+    jobs = {
+        "20260101-000000-000001": [pa.table({"id": [1, 2]})],
+        "20260102-000000-000002": [pa.table({"id": [3]}), pa.table({"id": [4], "extra": [0.5]})],
+    }
+    for job, parts in jobs.items():
+        sink = duckdb_sink(section)
+        sink.start(job, len(parts), resume=False)
+        for shard, part in enumerate(parts):
+            writer = sink.part_target().open(shard, "a")
+            writer.write(part)
+            if "extra" in part.column_names:
+                with pytest.raises(Exception, match='"extra"'):
+                    sink.commit(writer.close(), None)
+                sink.abort()  # as the job's coordinator does when it fails
+            else:
+                sink.commit(writer.close(), None)
+        if len(parts) == 1:
+            sink.finish({"job_id": job})
+    with closing(duckdb.connect(str(db), read_only=True)) as conn:
+        assert conn.execute("SELECT id FROM t ORDER BY id").fetchall() == [(1,), (2,)]

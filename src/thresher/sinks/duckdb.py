@@ -13,6 +13,7 @@ its input from the database it writes.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,12 +48,17 @@ class DuckdbDialect:
         return statement  # the driver takes `?` itself
 
     def table_exists(self, cur: Any, table: str) -> bool:
-        cur.execute(
-            "SELECT 1 FROM information_schema.tables"
-            " WHERE table_schema = current_schema() AND table_name = ?",
-            (table,),
-        )
-        return bool(cur.fetchall())
+        return table_exists(cur, table)
+
+
+def table_exists(cur: Any, table: str) -> bool:
+    """Whether the database (the cursor's, or a DuckDB connection) has `table`."""
+    cur.execute(
+        "SELECT 1 FROM information_schema.tables"
+        " WHERE table_schema = current_schema() AND table_name = ?",
+        (table,),
+    )
+    return bool(cur.fetchall())
 
 
 class DuckdbConnection:
@@ -62,14 +68,25 @@ class DuckdbConnection:
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
-        conn.begin()
+        self._begin()
+
+    def _begin(self) -> None:
+        try:
+            self._conn.begin()
+        except Exception:
+            self._conn.close()  # a connection the sink never gets back would hold the file
+            raise
 
     def cursor(self) -> DuckdbCursor:
         return DuckdbCursor(self._conn)
 
     def commit(self) -> None:
-        self._conn.commit()
-        self._conn.begin()
+        try:
+            self._conn.commit()
+        except Exception:
+            self._conn.close()  # rolled back: the sink's retry opens a fresh connection
+            raise
+        self._begin()
 
     def close(self) -> None:
         self._conn.close()  # an open transaction is rolled back
@@ -106,19 +123,20 @@ class DuckdbCursor:
 
     def adbc_ingest(self, table: str, data: Any, mode: Literal["create_append"]) -> None:
         """Append an Arrow reader's rows to `table` (creating it), by column name."""
+        import duckdb
+
+        exists = table_exists(self._conn, table)
         self._conn.register("_thresher_ingest", data)
         try:
-            self._conn.execute(
-                "SELECT count(*) FROM information_schema.tables"
-                " WHERE table_schema = current_schema() AND table_name = ?",
-                (table,),
-            )
-            if self._conn.fetchall()[0][0]:
+            if exists:
                 self._conn.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM _thresher_ingest')
             else:
                 self._conn.execute(f'CREATE TABLE "{table}" AS SELECT * FROM _thresher_ingest')
         finally:
-            self._conn.unregister("_thresher_ingest")
+            # after a failed statement the transaction is aborted and `unregister` fails
+            # too: its error would hide the one that says which column did not fit
+            with contextlib.suppress(duckdb.Error):
+                self._conn.unregister("_thresher_ingest")
 
     def close(self) -> None:
         pass  # the connection's: it outlives its cursors

@@ -164,28 +164,33 @@ class SqlSink:
         a shard already in the ledger is not ingested again."""
         if staged.path is None:
             return
-        sql = self.dialect.sql
-        key = (self.ledger_key, self.target, staged.shard)
         fs, path = filesystem(staged.path)
         conn = self._connection()
+        try:
+            self._ingest_once(conn, staged, fs, path)
+        except Exception:
+            self._close()  # its transaction rolled back: a retried commit starts afresh
+            raise
+        if fs.exists(path):
+            fs.rm(path)
+
+    def _ingest_once(self, conn: Any, staged: StagedPart, fs: Any, path: str) -> None:
+        sql, key = self.dialect.sql, (self.ledger_key, self.target, staged.shard)
         with closing(conn.cursor()) as cur:
             where = "job_id = ? AND table_name = ? AND shard = ?"
             cur.execute(sql(f"SELECT 1 FROM {PARTS_TABLE} WHERE {where}"), key)
-            if cur.fetchone() is None:
-                with fs.open(path, "rb") as f:
-                    parquet = pq.ParquetFile(f)
-                    batches = parquet.iter_batches(batch_size=INGEST_BATCH_ROWS)
-                    reader = pa.RecordBatchReader.from_batches(parquet.schema_arrow, batches)
-                    # A cursor of its own: DuckDB's driver keeps an ingesting statement's
-                    # target, failing the cursor's next statement.
-                    with closing(conn.cursor()) as ingest:
-                        ingest.adbc_ingest(self.target, reader, mode="create_append")
-                cur.execute(
-                    sql(f"INSERT INTO {PARTS_TABLE} VALUES (?, ?, ?, ?)"), (*key, staged.rows)
-                )
-                conn.commit()
-        if fs.exists(path):
-            fs.rm(path)
+            if cur.fetchone() is not None:
+                return
+            with fs.open(path, "rb") as f:
+                parquet = pq.ParquetFile(f)
+                batches = parquet.iter_batches(batch_size=INGEST_BATCH_ROWS)
+                reader = pa.RecordBatchReader.from_batches(parquet.schema_arrow, batches)
+                # A cursor of its own, apart from the ledger's statements (ADBC's
+                # DuckDB driver kept an ingest's target on its cursor).
+                with closing(conn.cursor()) as ingest:
+                    ingest.adbc_ingest(self.target, reader, mode="create_append")
+            cur.execute(sql(f"INSERT INTO {PARTS_TABLE} VALUES (?, ?, ?, ?)"), (*key, staged.rows))
+            conn.commit()
 
     def _commit_errors(self, errors: StagedPart) -> None:
         """The error part waits in the side folder's pending folder, published at finish

@@ -17,7 +17,7 @@ from thresher.store._counted import AtLimit
 from thresher.store._db import Database, IdempotencyConflict, StoreError, now
 from thresher.store._deliveries import DeliveryState
 from thresher.store._jobs import Store
-from thresher.store._leases import Lease, SlotRequest, Slots
+from thresher.store._leases import Lease, SlotRequest, Slots, retry_lease
 from thresher.store._owners import (
     beat_seconds,
     beating,
@@ -88,6 +88,7 @@ __all__ = [
     "open_store",
     "owner_host",
     "read_store",
+    "retry_lease",
     "schedule_key",
     "set_job_key",
     "this_host",

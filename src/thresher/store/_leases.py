@@ -33,9 +33,19 @@ class Slots:
     devices: tuple[str, ...] = ()
 
 
+# A retry round of a finished job holds its slots under the job's id and this suffix: a
+# lease no job row joins, so the scheduler counts its slots but never preempts it.
+_ROUND = ".retry"
+
+
+def retry_lease(job_id: str) -> str:
+    """The lease a retry round of job `job_id` holds its slots under."""
+    return job_id + _ROUND
+
+
 @dataclass(frozen=True)
 class Lease:
-    job_id: str
+    job_id: str  # or a retry round's `retry_lease`
     owner: str
     tenant: str | None
     priority: int
@@ -43,6 +53,11 @@ class Lease:
     gpu: int
     acquired_at: str
     devices: tuple[str, ...] = ()  # the GPUs it holds, each its own
+
+    @property
+    def round_of(self) -> str | None:
+        """The job whose retry round holds this lease; None for a job's own."""
+        return self.job_id.removesuffix(_ROUND) if self.job_id.endswith(_ROUND) else None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from thresher.store._db import Database, now
+from thresher.store._leases import retry_lease
 from thresher.store._owners import this_owner
 from thresher.store._records import JobState, ShardState
 
@@ -131,16 +132,17 @@ class JobQueue:
         return [str(r[0]) for r in rows]
 
     def reopen(self, job_id: str, reason: str) -> bool:
-        """Put a failed or cancelled job whose coordinator is gone (no lease) back in the
-        queue: to finish from its stored plan, committed shards kept (`preempted`), or from
-        the start when it never planned (`queued`). Its end is forgotten, so it ends (and
-        is announced) again. False when the job is in no such state."""
+        """Put a failed or cancelled job whose coordinator is gone and that no retry round
+        is starting on (no lease of either) back in the queue: to finish from its stored
+        plan, committed shards kept (`preempted`), or from the start when it never planned
+        (`queued`). Its end is forgotten, so it ends (and is announced) again. False when
+        the job is in no such state."""
         with self.db.transaction() as cur:
             changed = cur.changed(
                 "UPDATE thresher_jobs SET state = CASE WHEN shard_count > 0 THEN ? ELSE ? END,"
                 " finished_at = NULL, message = NULL, announced_at = NULL, wait_reason = ?"
                 " WHERE id = ? AND state IN (?, ?)"
-                " AND id NOT IN (SELECT job_id FROM thresher_leases)",
+                " AND NOT EXISTS (SELECT 1 FROM thresher_leases WHERE job_id IN (?, ?))",
                 (
                     JobState.PREEMPTED.value,
                     JobState.QUEUED.value,
@@ -148,6 +150,8 @@ class JobQueue:
                     job_id,
                     JobState.FAILED.value,
                     JobState.CANCELLED.value,
+                    job_id,
+                    retry_lease(job_id),
                 ),
             )
         return changed > 0

@@ -36,10 +36,9 @@ from thresher.errors import ThresherError
 from thresher.executors.zygote import fork_zygotes_here, preloads
 from thresher.models.libraries import library_modules
 from thresher.service.background import warm
-from thresher.service.background.slots import retry_lease
 from thresher.service.logs import configure, logging_context
 from thresher.spec import ModelSection
-from thresher.store import JobRecord, JobState, Store, open_store, this_owner
+from thresher.store import JobRecord, JobState, Store, open_store, retry_lease, this_owner
 
 log = logging.getLogger("thresher.service.background.job_process")
 
@@ -133,7 +132,7 @@ def _coordinate(store: Store, record: JobRecord, resume: bool, workers: int | No
 
 def retry_in_background(store: Store, record: JobRecord, workers: int) -> None:
     """Run a retry round over finished job `record`'s failed rows (`thresher retry-errors`)
-    on the `workers` slots leased to it (`slots.retry_lease`), in a process of its own,
+    on the `workers` slots leased to it (`store.retry_lease`), in a process of its own,
     in this server's name, watched from a thread that gives the slots back when it ends:
     a process that dies mid-round (killed, crashed) leaves the job as it was, saying so,
     instead of `running` under a server that lives; asking again finishes the round."""
@@ -143,11 +142,6 @@ def retry_in_background(store: Store, record: JobRecord, workers: int) -> None:
         args=(store.url, record.id, this_owner(), workers),
         name=f"thresher-retry-{record.id}",
     )
-    try:
-        process.start()
-    except BaseException:
-        store.leases.release(lease)
-        raise
 
     def watch() -> None:
         try:
@@ -161,7 +155,14 @@ def retry_in_background(store: Store, record: JobRecord, workers: int) -> None:
         finally:
             store.leases.release(lease)  # a dead server's: reclaimed by the next taker
 
-    threading.Thread(target=watch, name=process.name, daemon=True).start()
+    try:
+        process.start()
+        threading.Thread(target=watch, name=process.name, daemon=True).start()
+    except BaseException:  # no watcher: a round that runs would never give its slots back
+        if process.is_alive():
+            process.kill()
+        store.leases.release(lease)
+        raise
 
 
 def retry_round(

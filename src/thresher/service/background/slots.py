@@ -29,6 +29,7 @@ from thresher.store import (
     Slots,
     WaitingJob,
     owner_host,
+    retry_lease,
     this_host,
 )
 
@@ -36,7 +37,6 @@ __all__ = [
     "capacity",
     "choose_victim",
     "gpu_per_worker",
-    "retry_lease",
     "retry_request",
     "slot_request",
 ]
@@ -71,11 +71,6 @@ def slot_request(config: ServerConfig, job: WaitingJob) -> SlotRequest:
         tenant_cap=limits.worker_slots if limits else None,
         tenant_jobs=limits.concurrent_jobs if limits else None,
     )
-
-
-def retry_lease(job_id: str) -> str:
-    """The lease a retry round of job `job_id` holds its slots under."""
-    return f"{job_id}.retry"
 
 
 def retry_request(config: ServerConfig, record: JobRecord) -> SlotRequest:

@@ -30,7 +30,7 @@ from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
 from thresher.spec import ModelSection
-from thresher.store import JobRecord, JobState, ShardState, StoreError
+from thresher.store import JobRecord, JobState, ShardState, StoreError, retry_lease
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -86,9 +86,14 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
 
 
 def _slots(state: ServiceState, record: JobRecord) -> dict[str, int] | None:
-    if record.state.finished or record.state == JobState.QUEUED:
-        return None  # holds none (a preempted job may still be giving its back)
+    """The slots the job holds: its own lease's while its coordinator runs, or its retry
+    round's from the round's start until its process has ended (each gives them back a
+    moment after the job's end is recorded: a finished job may still hold them)."""
+    if record.state == JobState.QUEUED:
+        return None  # holds none
     lease = state.store.leases.lease(record.id)
+    if lease is None and record.state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
+        lease = state.store.leases.lease(retry_lease(record.id))
     return None if lease is None else {"cpu": lease.cpu, "gpu": lease.gpu}
 
 
@@ -187,7 +192,8 @@ def retry_job_errors(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
     job's model, each once, into its output or back into its errors (decode errors stay:
     no model fixes them). The job is `running` until the round ends, then `succeeded` —
     or `failed` while its error rate still does not allow it; `retry_rounds` counts the
-    rounds that ended. 409 unless it succeeded or failed with every shard done. The round
+    rounds that ended. 409 unless it succeeded or failed with every shard done and no
+    round of it is starting. The round
     takes its job's worker slots as a job would: 429 (with Retry-After) while they are
     not free."""
     record = tenant_job(state, tenant, job_id)
@@ -197,6 +203,8 @@ def retry_job_errors(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
     if any(s.state != ShardState.DONE for s in state.store.shards(job_id)):
         raise Conflict(f"job {job_id} has shards that are not done; resume it first")
     grant = state.store.leases.acquire(retry_request(state.config, record), capacity(state.config))
+    if not grant.granted and state.store.leases.lease(retry_lease(job_id)) is not None:
+        raise Conflict(f"job {job_id}'s retry round is already starting")  # asked twice at once
     if not grant.granted:
         raise TooManyRequests(
             f"job {job_id}'s retry round needs worker slots: {grant.reason}; ask again later",

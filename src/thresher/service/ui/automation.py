@@ -106,7 +106,8 @@ def queue_page(request: Request, state: StateDep) -> Response:
     if capacity.gpu:  # a machine with no GPU shows no GPU slots
         slots["gpu"] = (used.gpu, capacity.gpu)
     running = [
-        {"id": lease.job_id, "priority": lease.priority, "cpu": lease.cpu, "gpu": lease.gpu,
+        {"id": lease.round_of or lease.job_id, "round": lease.round_of is not None,
+         "priority": lease.priority, "cpu": lease.cpu, "gpu": lease.gpu,
          "since": lease.acquired_at, "where": lease.owner}
         for lease in leases
     ]  # fmt: skip
