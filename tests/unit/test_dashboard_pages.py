@@ -14,11 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from thresher.service.app import create_app
+from thresher.service.background.slots import capacity, retry_request
 from thresher.service.config import ServerConfig, prepare
 from thresher.service.policies.auth import create_token
 from thresher.service.state import ServiceState
 from thresher.spec import parse_spec
-from thresher.service.background.slots import capacity, retry_request
 from thresher.store import open_store, retry_lease
 from thresher.store._batches import BatchRow, BatchStatus
 

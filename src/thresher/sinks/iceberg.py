@@ -57,6 +57,7 @@ from thresher.sources.files import as_url, filesystem
 from thresher.sources.iceberg_catalog import (
     CatalogSetting,
     describe,
+    new_table_location,
     open_catalog,
     table_exists,
     table_identifier,
@@ -94,10 +95,7 @@ class IcebergSink:
             if table_exists(catalog, self.uri, "sink.uri", self.catalog):
                 self._location = str(catalog.load_table(self.uri).location())
             else:
-                from pyiceberg.schema import Schema
-
-                staged = catalog.create_table_transaction(self.uri, schema=Schema())
-                self._location = str(staged.table_metadata.location)  # nothing committed
+                self._location = new_table_location(catalog, self.uri)
         return self._location.rstrip("/")
 
     @property
@@ -149,6 +147,11 @@ class IcebergSink:
     def commit(self, output: StagedPart | None, errors: StagedPart | None) -> None:
         """The output part and the error part, into the job's side folder (a retry
         round's output appended to the table)."""
+        # The publish at the job's end reads the parts' footers with pyiceberg's Arrow
+        # layer, whose import (pyarrow.dataset, pandas: 0.13 s) is paid here, while the
+        # workers still run, not after the last shard.
+        import pyiceberg.io.pyarrow  # noqa: F401
+
         self._side().commit(output, errors, self._append)
 
     def _append(self, staged: StagedPart) -> None:
