@@ -136,6 +136,11 @@ class SlotLeases:
     def lease(self, job_id: str) -> Lease | None:
         return next((lease for lease in self.held() if lease.job_id == job_id), None)
 
+    def of_job(self, job_id: str) -> Lease | None:
+        """What job `job_id` holds: its coordinator's lease, else its retry round's."""
+        held = {lease.job_id: lease for lease in self.held()}
+        return held.get(job_id) or held.get(retry_lease(job_id))
+
     def used(self, host: str | None = None, tenant: str | None = None) -> Slots:
         """Slots leased on `host` (this one by default), by `tenant`'s jobs alone when
         one is given."""

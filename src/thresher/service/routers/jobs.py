@@ -91,9 +91,7 @@ def _slots(state: ServiceState, record: JobRecord) -> dict[str, int] | None:
     moment after the job's end is recorded: a finished job may still hold them)."""
     if record.state == JobState.QUEUED:
         return None  # holds none
-    lease = state.store.leases.lease(record.id)
-    if lease is None and record.state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
-        lease = state.store.leases.lease(retry_lease(record.id))
+    lease = state.store.leases.of_job(record.id)
     return None if lease is None else {"cpu": lease.cpu, "gpu": lease.gpu}
 
 

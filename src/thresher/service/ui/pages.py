@@ -37,7 +37,6 @@ from thresher.service.ui.frame import signed_in as _session
 from thresher.service.ui.frame import to_login as _to_login
 from thresher.service.ui.session import COOKIE, MAX_AGE
 from thresher.service.ui.webhooks import job_deliveries
-from thresher.store import retry_lease
 
 __all__ = ["SECURITY_HEADERS", "router"]
 
@@ -187,8 +186,7 @@ def job_page(job_id: str, request: Request, state: StateDep) -> Response:
         shards=shards, charts=charts_of(state, record), placement=_placement(record),
         deliveries=job_deliveries(state, job_id),
         resumable=record.state.value in ("failed", "cancelled")
-        and state.store.leases.lease(job_id) is None  # its coordinator has stopped
-        and state.store.leases.lease(retry_lease(job_id)) is None,  # no round starts
+        and state.store.leases.of_job(job_id) is None,  # no coordinator, no round starting
         # a finished job with bad rows, every shard done (`retry-errors`' own conditions)
         retriable=record.state.value in ("succeeded", "failed") and info["errors"] > 0
         and info["progress"]["shards_done"] == info["progress"]["shards_total"],
