@@ -17,6 +17,7 @@ from thresher.errors import SinkError, SpecError
 from thresher.sinks import open_sink
 from thresher.sinks.iceberg import IcebergSink
 from thresher.sinks.parts import StagedPart
+from thresher.sources.iceberg_catalog import open_catalog
 from thresher.spec import SinkSection
 
 JOB = "20260101-000000-000001"
@@ -143,6 +144,24 @@ def test_wrong_namespace_partitions_and_options_are_spec_errors(tmp_path: Path) 
         sink(props, options={"partition_by": ["region"]}).start("2", 1, resume=False)
     with pytest.raises(ValueError, match=re.escape("partition_bi")):
         SinkSection(uri="db.t", format="iceberg", options={"partition_bi": ["x"]})
+
+
+def test_a_new_table_goes_where_the_catalog_would_stage_it(tmp_path: Path) -> None:
+    """The sink places a new table by the catalog's own rule without staging it: under
+    the warehouse, or under its namespace's `location`, as pyiceberg would; a nested
+    namespace, where pyiceberg makes no new table, is a spec error before any work."""
+    from pyiceberg.schema import Schema
+
+    props, _ = lake(tmp_path)
+    catalog = open_catalog(props, "catalog")
+    catalog.create_namespace("placed", {"location": str(tmp_path / "elsewhere")})
+    for uri in ("db.scores", "placed.scores"):
+        staged = catalog.create_table_transaction(uri, schema=Schema()).table_metadata
+        assert sink(props, uri=uri).location == staged.location.rstrip("/")
+    assert sink(props, uri="placed.scores").location == str(tmp_path / "elsewhere" / "scores")
+    catalog.create_namespace(("db", "inner"))
+    with pytest.raises(SpecError, match=re.escape("sink.uri: a new Iceberg table goes in a")):
+        sink(props, uri="db.inner.scores").start(JOB, 1, resume=False)
 
 
 def test_a_partition_column_the_output_lacks_fails_the_publish(tmp_path: Path) -> None:

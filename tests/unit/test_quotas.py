@@ -10,7 +10,7 @@ import pytest
 from test_service_http import make_api, metric
 
 from thresher.service.config import CapacitySettings, ConfigError, TenantLimits, load_config
-from thresher.store import JobState, SlotRequest, Slots
+from thresher.store import JobState, SlotRequest, Slots, retry_lease
 
 
 def test_capacity_and_tenant_limits_come_from_the_config(tmp_path: Path) -> None:
@@ -131,3 +131,27 @@ def test_listings_and_metrics_show_why_jobs_wait_and_the_slots(tmp_path: Path) -
     api.state.on_job_finished.append(lambda record: ended.append(record.state.value))
     cancelled = api.client.post(f"/v1/jobs/{preempted}/cancel", headers=api.auth()).json()
     assert cancelled["status"] == "cancelled" and ended == ["cancelled"]
+
+
+def test_a_retry_round_s_lease_answers_for_its_job(tmp_path: Path) -> None:
+    """While a round of a failed job holds its lease (starting, or its process ending):
+    another round is 429 with a short Retry-After, a resume is 409 (it would run the
+    job twice at once), and the job shows the round's slots; once it is given back, the
+    resume is taken."""
+    api = make_api(tmp_path, capacity=CapacitySettings(cpu=2, gpu=0))
+    store, job = api.state.store, api.job_on_upload()["id"]
+    assert store.queue.take(job)
+    store.finish(job, JobState.FAILED, {}, "too many bad rows")
+    lease = retry_lease(job)
+    assert store.leases.acquire(SlotRequest(lease, "acme", 0, want=1), Slots(2, 0)).granted
+    again = api.client.post(f"/v1/jobs/{job}/retry-errors", headers=api.auth())
+    assert again.status_code == 429, again.text
+    assert "is starting or ending" in again.json()["detail"]
+    assert again.headers["Retry-After"] == "1"
+    resumed = api.client.post(f"/v1/jobs/{job}/resume", headers=api.auth())
+    assert resumed.status_code == 409 and "(or retry round)" in resumed.json()["detail"]
+    shown = api.client.get(f"/v1/jobs/{job}", headers=api.auth()).json()
+    assert (shown["status"], shown["slots"]) == ("failed", {"cpu": 1, "gpu": 0})
+    store.leases.release(lease)
+    assert api.client.get(f"/v1/jobs/{job}", headers=api.auth()).json()["slots"] is None
+    assert api.client.post(f"/v1/jobs/{job}/resume", headers=api.auth()).status_code == 200

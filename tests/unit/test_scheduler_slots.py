@@ -114,7 +114,8 @@ def test_a_failed_job_whose_round_is_starting_is_not_reopened(
     store, config = scheduler.state.store, scheduler.state.config
     queue(scheduler, job_spec, "nightly", "globex")
     store.finish("nightly", JobState.FAILED, {}, "too many bad rows")
-    assert store.leases.acquire(retry_request(config, store.job("nightly")), capacity(config))
+    grant = store.leases.acquire(retry_request(config, store.job("nightly")), capacity(config))
+    assert grant.granted
     (lease,) = store.leases.held()
     assert (lease.job_id, lease.round_of) == (retry_lease("nightly"), "nightly")
     assert not store.queue.reopen("nightly", "resumed by request")

@@ -68,13 +68,14 @@ class DuckdbConnection:
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
+        self._closed = False
         self._begin()
 
     def _begin(self) -> None:
         try:
             self._conn.begin()
         except Exception:
-            self._conn.close()  # a connection the sink never gets back would hold the file
+            self.close()  # a connection the sink never gets back would hold the file
             raise
 
     def cursor(self) -> DuckdbCursor:
@@ -84,12 +85,14 @@ class DuckdbConnection:
         try:
             self._conn.commit()
         except Exception:
-            self._conn.close()  # rolled back: the sink's retry opens a fresh connection
+            self.close()  # rolled back: the sink's retry opens a fresh connection
             raise
-        self._begin()
+        self._begin()  # (failing, the commit stands: the sink's next use reconnects)
 
     def close(self) -> None:
-        self._conn.close()  # an open transaction is rolled back
+        if not self._closed:
+            self._closed = True
+            self._conn.close()  # an open transaction is rolled back
 
 
 class DuckdbCursor:

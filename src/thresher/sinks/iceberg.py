@@ -29,6 +29,7 @@ metadata lists, and Spark's orphan-file removal skips `_`-prefixed folders.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,7 +96,7 @@ class IcebergSink:
             if table_exists(catalog, self.uri, "sink.uri", self.catalog):
                 self._location = str(catalog.load_table(self.uri).location())
             else:
-                self._location = new_table_location(catalog, self.uri)
+                self._location = new_table_location(catalog, self.uri, "sink.uri")
         return self._location.rstrip("/")
 
     @property
@@ -149,8 +150,9 @@ class IcebergSink:
         round's output appended to the table)."""
         # The publish at the job's end reads the parts' footers with pyiceberg's Arrow
         # layer, whose import (pyarrow.dataset, pandas: 0.13 s) is paid here, while the
-        # workers still run, not after the last shard.
-        import pyiceberg.io.pyarrow  # noqa: F401
+        # workers still run, not after the last shard (where its failure, if any, is told).
+        with contextlib.suppress(ImportError):
+            import pyiceberg.io.pyarrow  # noqa: F401
 
         self._side().commit(output, errors, self._append)
 

@@ -16,7 +16,7 @@ the job finishes, as a file sink's parts) and the `_SUCCESS` manifest.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -169,7 +169,8 @@ class SqlSink:
         try:
             self._ingest_once(conn, staged, fs, path)
         except Exception:
-            self._close()  # its transaction rolled back: a retried commit starts afresh
+            with suppress(Exception):  # the ingest's error is the one to tell
+                self._close()  # its transaction rolled back: a retried commit starts afresh
             raise
         if fs.exists(path):
             fs.rm(path)
@@ -209,9 +210,9 @@ class SqlSink:
         return self._open
 
     def _close(self) -> None:
-        if self._open is not None:
-            self._open.close()
-            self._open = None
+        conn, self._open = self._open, None
+        if conn is not None:
+            conn.close()
 
     def finish(self, manifest: dict[str, Any]) -> None:
         self._close()

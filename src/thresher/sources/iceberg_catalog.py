@@ -115,18 +115,24 @@ def table_exists(catalog: Catalog, uri: str, field: str, setting: CatalogSetting
         raise SpecError([f"{field}: cannot reach the {describe(setting)}: {exc}"]) from None
 
 
-def new_table_location(catalog: Catalog, uri: str) -> str:
+def new_table_location(catalog: Catalog, uri: str, field: str) -> str:
     """Where `catalog` would put a new table `uri`, creating nothing. The catalogs with a
     metastore (SQL, Hive, Glue, DynamoDB, ...) say it by their own rule (the namespace's
     location, else under the warehouse), which staging a table would call after loading
     the table's file access — pyarrow's dataset layer and pandas, 0.13 s of a job's
-    start; a REST catalog's server decides, so there a table is staged (not committed)."""
-    resolve = getattr(catalog, "_resolve_table_location", None)
-    if resolve is not None:
-        namespace, table = catalog.identifier_to_database_and_table(uri)
-        return str(resolve(None, namespace, table))
+    start; a REST catalog's server decides, so there a table is staged (not committed).
+    SpecError naming `field` for a nested namespace: pyiceberg stages no new table there."""
+    from pyiceberg.catalog import MetastoreCatalog
     from pyiceberg.schema import Schema
 
+    if len(table_identifier(uri, field)) > 2:
+        raise SpecError(
+            [f"{field}: a new Iceberg table goes in a namespace of one level (pyiceberg"
+             f" creates none deeper), got {uri!r}"]
+        )  # fmt: skip
+    if isinstance(catalog, MetastoreCatalog):
+        namespace, table = catalog.identifier_to_database_and_table(uri)
+        return catalog._resolve_table_location(None, namespace, table)
     staged = catalog.create_table_transaction(uri, schema=Schema())
     return str(staged.table_metadata.location)
 

@@ -136,10 +136,11 @@ class SlotLeases:
     def lease(self, job_id: str) -> Lease | None:
         return next((lease for lease in self.held() if lease.job_id == job_id), None)
 
-    def of_job(self, job_id: str) -> Lease | None:
-        """What job `job_id` holds: its coordinator's lease, else its retry round's."""
-        held = {lease.job_id: lease for lease in self.held()}
-        return held.get(job_id) or held.get(retry_lease(job_id))
+    def of_job(self, job_id: str, held: list[Lease] | None = None) -> Lease | None:
+        """What job `job_id` holds: its coordinator's lease, else its retry round's (among
+        `held`, when a caller asking for many jobs read the leases once)."""
+        by_id = {lease.job_id: lease for lease in (self.held() if held is None else held)}
+        return by_id.get(job_id) or by_id.get(retry_lease(job_id))
 
     def used(self, host: str | None = None, tenant: str | None = None) -> Slots:
         """Slots leased on `host` (this one by default), by `tenant`'s jobs alone when

@@ -143,15 +143,17 @@ def retry_in_background(store: Store, record: JobRecord, workers: int) -> None:
         name=f"thresher-retry-{record.id}",
     )
 
+    def settle() -> None:
+        """After the process: a round that did not finish leaves the job as it was."""
+        if process.exitcode != 0 and store.job(record.id).state == JobState.RUNNING:
+            how = describe_exit(process.exitcode)
+            message = f"its retry round's process {how}; retry its errors again to finish the round"
+            store.finish(record.id, record.state, record.manifest, message)
+
     def watch() -> None:
         try:
             process.join()
-            if process.exitcode != 0 and store.job(record.id).state == JobState.RUNNING:
-                how = describe_exit(process.exitcode)
-                message = (
-                    f"its retry round's process {how}; retry its errors again to finish the round"
-                )
-                store.finish(record.id, record.state, record.manifest, message)
+            settle()
         finally:
             store.leases.release(lease)  # a dead server's: reclaimed by the next taker
 
@@ -161,6 +163,8 @@ def retry_in_background(store: Store, record: JobRecord, workers: int) -> None:
     except BaseException:  # no watcher: a round that runs would never give its slots back
         if process.is_alive():
             process.kill()
+            process.join()
+            settle()
         store.leases.release(lease)
         raise
 

@@ -30,7 +30,7 @@ from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
 from thresher.spec import ModelSection
-from thresher.store import JobRecord, JobState, ShardState, StoreError, retry_lease
+from thresher.store import JobRecord, JobState, Lease, ShardState, StoreError, retry_lease
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -50,8 +50,9 @@ def tenant_job(state: ServiceState, tenant: str, job_id: str) -> JobRecord:
     return record
 
 
-def describe(state: ServiceState, record: JobRecord) -> JobInfo:
-    """What the API shows of a job: status, counts, progress, timings."""
+def describe(state: ServiceState, record: JobRecord, held: list[Lease] | None = None) -> JobInfo:
+    """What the API shows of a job: status, counts, progress, timings (its slots among
+    the leases `held`, read once for a page of jobs; else read here)."""
     totals = state.store.totals(record.id)
     manifest = record.manifest or {}
     return JobInfo(
@@ -77,7 +78,7 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
         rows_per_second=manifest.get("rows_per_second"),
         message=public_message(state, record.message),
         waiting_for=record.wait_reason,
-        slots=_slots(state, record),
+        slots=_slots(state, record, held),
         publish_checks=manifest.get("publish_checks"),
         retry_rounds=len(manifest.get("retries") or []),
         results_url=f"/v1/jobs/{record.id}/results",
@@ -85,13 +86,15 @@ def describe(state: ServiceState, record: JobRecord) -> JobInfo:
     )
 
 
-def _slots(state: ServiceState, record: JobRecord) -> dict[str, int] | None:
+def _slots(
+    state: ServiceState, record: JobRecord, held: list[Lease] | None
+) -> dict[str, int] | None:
     """The slots the job holds: its own lease's while its coordinator runs, or its retry
     round's from the round's start until its process has ended (each gives them back a
     moment after the job's end is recorded: a finished job may still hold them)."""
     if record.state == JobState.QUEUED:
         return None  # holds none
-    lease = state.store.leases.of_job(record.id)
+    lease = state.store.leases.of_job(record.id, held)
     return None if lease is None else {"cpu": lease.cpu, "gpu": lease.gpu}
 
 
@@ -135,7 +138,8 @@ def list_jobs(
     """A page of the tenant's jobs; pass the page's `last_id` as `after` for the next."""
     cursor = tenant_job(state, tenant, after) if after is not None else None
     ids = state.store.views.tenant_job_ids(tenant, limit + 1, cursor)
-    page = [describe(state, state.store.job(job_id)) for job_id in ids[:limit]]
+    held = state.store.leases.held()
+    page = [describe(state, state.store.job(job_id), held) for job_id in ids[:limit]]
     return JobList(data=page, has_more=len(ids) > limit, last_id=page[-1].id if page else None)
 
 
@@ -173,11 +177,12 @@ def cancel_job(
 def resume_job(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
     """Run the job's unfinished shards again from its stored plan, its committed shards
     kept (every row still once); it waits in the queue like a preempted job. 409 unless
-    it failed or was cancelled and its coordinator has stopped."""
+    it failed or was cancelled, its coordinator has stopped and no retry round of it is
+    starting or ending."""
     record = tenant_job(state, tenant, job_id)
     if not state.store.queue.reopen(job_id, "resumed by request"):
         raise Conflict(f"job {job_id} is {record.state.value}; only a failed or cancelled job"
-                       " whose coordinator has stopped is resumed")  # fmt: skip
+                       " whose coordinator (or retry round) has stopped is resumed")  # fmt: skip
     return describe(state, state.store.job(job_id))
 
 
@@ -190,10 +195,9 @@ def retry_job_errors(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
     job's model, each once, into its output or back into its errors (decode errors stay:
     no model fixes them). The job is `running` until the round ends, then `succeeded` —
     or `failed` while its error rate still does not allow it; `retry_rounds` counts the
-    rounds that ended. 409 unless it succeeded or failed with every shard done and no
-    round of it is starting. The round
+    rounds that ended. 409 unless it succeeded or failed with every shard done. The round
     takes its job's worker slots as a job would: 429 (with Retry-After) while they are
-    not free."""
+    not free, or while another round of it is starting or ending."""
     record = tenant_job(state, tenant, job_id)
     if record.state not in (JobState.SUCCEEDED, JobState.FAILED):
         raise Conflict(f"job {job_id} is {record.state.value}; only a finished job's errors"
@@ -202,12 +206,18 @@ def retry_job_errors(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
         raise Conflict(f"job {job_id} has shards that are not done; resume it first")
     grant = state.store.leases.acquire(retry_request(state.config, record), capacity(state.config))
     if not grant.granted and state.store.leases.lease(retry_lease(job_id)) is not None:
-        raise Conflict(f"job {job_id}'s retry round is already starting")  # asked twice at once
+        raise TooManyRequests(  # asked twice at once, or a round's process still ending
+            f"a retry round of job {job_id} is starting or ending; ask again in a moment",
+            retry_after=1,
+        )
     if not grant.granted:
         raise TooManyRequests(
             f"job {job_id}'s retry round needs worker slots: {grant.reason}; ask again later",
             retry_after=RETRY_AFTER_SECONDS,
         )
+    if state.store.job(job_id).state not in (JobState.SUCCEEDED, JobState.FAILED):
+        state.store.leases.release(retry_lease(job_id))  # resumed meanwhile: the queue's now
+        raise Conflict(f"job {job_id} was resumed meanwhile; its errors wait for it to end")
     retry_in_background(state.store, record, grant.cpu)
     return describe(state, record)
 

@@ -92,7 +92,8 @@ def _job_rows(
         except NotFound:
             cursor = None  # another tenant's id, or none: the first page
     ids = state.store.views.tenant_job_ids(tenant, PAGE, cursor, wanted, name)
-    return [_shown(jobs_api.describe(state, state.store.job(i))) for i in ids]
+    held = state.store.leases.held()
+    return [_shown(jobs_api.describe(state, state.store.job(i), held)) for i in ids]
 
 
 def _shown(info: Any) -> dict[str, Any]:
