@@ -22,6 +22,7 @@ SLOW_UNIT_MODULES = {
     "test_plain_encoder.py",
     "test_shard_lifecycle.py",
     "test_predict_models.py",
+    "test_vision.py",  # resnet18, ViT and CLIP built with random weights
 }
 
 
