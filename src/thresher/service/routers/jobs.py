@@ -37,6 +37,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 Format = Literal["jsonl", "csv", "parquet"]
 MAX_KEY_LENGTH = 255  # an Idempotency-Key
 RETRY_AFTER_SECONDS = 5  # a retry round refused for want of worker slots: ask again then
+RETRIABLE = (JobState.SUCCEEDED, JobState.FAILED)  # a job whose errors a round retries
 
 
 def tenant_job(state: ServiceState, tenant: str, job_id: str) -> JobRecord:
@@ -199,7 +200,7 @@ def retry_job_errors(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
     takes its job's worker slots as a job would: 429 (with Retry-After) while they are
     not free, or while another round of it is starting or ending."""
     record = tenant_job(state, tenant, job_id)
-    if record.state not in (JobState.SUCCEEDED, JobState.FAILED):
+    if record.state not in RETRIABLE:
         raise Conflict(f"job {job_id} is {record.state.value}; only a finished job's errors"
                        " are retried")  # fmt: skip
     if any(s.state != ShardState.DONE for s in state.store.shards(job_id)):
@@ -215,7 +216,7 @@ def retry_job_errors(job_id: str, state: StateDep, tenant: Tenant) -> JobInfo:
             f"job {job_id}'s retry round needs worker slots: {grant.reason}; ask again later",
             retry_after=RETRY_AFTER_SECONDS,
         )
-    if state.store.job(job_id).state not in (JobState.SUCCEEDED, JobState.FAILED):
+    if state.store.job(job_id).state not in RETRIABLE:
         state.store.leases.release(retry_lease(job_id))  # resumed meanwhile: the queue's now
         raise Conflict(f"job {job_id} was resumed meanwhile; its errors wait for it to end")
     retry_in_background(state.store, record, grant.cpu)

@@ -187,7 +187,7 @@ def job_page(job_id: str, request: Request, state: StateDep) -> Response:
         shards=shards, charts=charts_of(state, record), placement=_placement(record),
         deliveries=job_deliveries(state, job_id),
         resumable=record.state.value in ("failed", "cancelled")
-        and state.store.leases.of_job(job_id) is None,  # no coordinator, no round starting
+        and info["slots"] is None,  # no coordinator, no retry round starting or ending
         # a finished job with bad rows, every shard done (`retry-errors`' own conditions)
         retriable=record.state.value in ("succeeded", "failed") and info["errors"] > 0
         and info["progress"]["shards_done"] == info["progress"]["shards_total"],
