@@ -70,12 +70,16 @@ def scored(site: ServiceSite, job_id: str) -> Counter[int]:
 
 
 def ended(site: ServiceSite, versions: int) -> bool:
-    """Whether `versions` versions are taken, every set has its job and every job ended."""
-    found = jobs(site)
-    done = all(state in ("succeeded", "failed", "cancelled") for _, state, _ in found)
+    """Whether `versions` versions are taken, every set has its job and every job ended.
+
+    Read in the order the server writes them (a version with its set, then the set's
+    job, then the set settled), so the jobs read last include every settled set's."""
+    taken = len(taken_versions(site))
     sets = query(site, "SELECT outcome FROM thresher_trigger_sets")
     started = all(outcome != "claimed" for (outcome,) in sets)
-    return len(taken_versions(site)) >= versions and bool(found) and done and started
+    found = jobs(site)
+    done = all(state in ("succeeded", "failed", "cancelled") for _, state, _ in found)
+    return taken >= versions and bool(found) and done and started
 
 
 def test_a_delta_table_watch_takes_each_version_once_through_a_restart(tmp_path: Path) -> None:
