@@ -171,8 +171,14 @@ class FaultJob:
         return (self.side / "_SUCCESS").exists()
 
 
-def make_job(root: Path, sink: str, source: str = "parquet") -> FaultJob:
-    """24k rows in ~12 shards; the model raises on a few rows so errors take part too."""
+def make_job(root: Path, sink: str, source: str = "parquet", pace: float = 0.0) -> FaultJob:
+    """24k rows in ~12 shards; the model raises on a few rows so errors take part too.
+
+    `pace`: seconds each call of the model sleeps, for the tests that stop a job at a
+    moment in time (a kill after a delay, a cancel) and need it still running then: 0.02
+    makes a run about 4 s (the search for the bad rows calls the model often) where one
+    at full speed takes about 1. A crash point needs no pace: it is reached whatever
+    the speed."""
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(3)
     data = {"id": np.arange(ROWS, dtype=np.int64)}
@@ -184,7 +190,7 @@ def make_job(root: Path, sink: str, source: str = "parquet") -> FaultJob:
     else:
         pacsv.write_csv(table, root / "input.csv")
         uri, shard_bytes = "input.csv", 200_000
-    (root / "model.py").write_text(MODEL)
+    (root / "model.py").write_text(MODEL.replace("PACE", repr(pace)))
     sink_uri = {
         "parquet": 'uri = "out/"',
         "sqlite": 'uri = "sqlite:///out.db?table=scores"',
@@ -223,7 +229,7 @@ import time
 
 class Scorer:
     def predict(self, batch):
-        time.sleep(0.02)
+        time.sleep(PACE)
         if (batch["x0"] > 3.2).any():
             raise ValueError("x0 out of range")
         return {"score": batch["x0"] * 2.0 + batch["x1"]}

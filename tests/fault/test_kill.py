@@ -116,20 +116,21 @@ def test_killed_during_resume(tmp_path: Path, golden: tuple[Counter[int], Counte
     check_exact(job, golden, "coordinator@resume x2")
 
 
-def test_random_kills(tmp_path: Path, golden: tuple[Counter[int], Counter[int]]) -> None:
-    """SIGKILL the coordinator, a worker or the zygote the workers are forked from at
-    seeded random moments, then resume."""
-    rng = random.Random(SEED)
-    for n in range(RANDOM_KILLS):
-        target = rng.choice(["coordinator", "worker", "zygote"])
-        delay = rng.uniform(0.2, 4.0)
-        sink = "sqlite" if n % 4 == 3 else "parquet"
-        job = make_job(tmp_path / f"kill-{n}", sink)
-        label = f"random #{n:02d} {target}@{delay:.2f}s ({sink})"
-        _kill_after(job, target, delay)
-        if not job.has_success():
-            finish(job)
-        check_exact(job, golden, label)
+@pytest.mark.parametrize("n", range(RANDOM_KILLS))
+def test_random_kills(tmp_path: Path, n: int, golden: tuple[Counter[int], Counter[int]]) -> None:
+    """SIGKILL the coordinator, a worker or the zygote the workers are forked from at a
+    seeded random moment, then resume (one test per kill, so they spread over the test
+    processes)."""
+    rng = random.Random(SEED + n)
+    target = rng.choice(["coordinator", "worker", "zygote"])
+    delay = rng.uniform(0.2, 4.0)
+    sink = "sqlite" if n % 4 == 3 else "parquet"
+    job = make_job(tmp_path, sink, pace=0.02)
+    label = f"random #{n:02d} {target}@{delay:.2f}s ({sink})"
+    _kill_after(job, target, delay)
+    if not job.has_success():
+        finish(job)
+    check_exact(job, golden, label)
 
 
 def _kill_after(job: FaultJob, target: str, delay: float) -> None:
@@ -167,7 +168,7 @@ def test_resume_of_finished_job_is_refused(tmp_path: Path) -> None:
 
 
 def test_status_and_cancel(tmp_path: Path) -> None:
-    job = make_job(tmp_path, "parquet")
+    job = make_job(tmp_path, "parquet", pace=0.02)
     proc = job.start()
     try:
         wait_for_children(proc.pid)

@@ -35,8 +35,8 @@ def published(job: FaultJob) -> dict[str, bytes]:
     return seen
 
 
-def first_run(tmp_path: Path, sink: str) -> tuple[FaultJob, dict[str, bytes]]:
-    job = make_job(tmp_path, sink)
+def first_run(tmp_path: Path, sink: str, pace: float = 0.0) -> tuple[FaultJob, dict[str, bytes]]:
+    job = make_job(tmp_path, sink, pace=pace)
     assert job.run().returncode == 0
     before = published(job)
     model = tmp_path / "model.py"
@@ -115,7 +115,7 @@ def test_misspelt_model_kind_exits_2_and_keeps_output(tmp_path: Path, sink: str)
 def test_cancelled_job_leaves_previous_output(
     tmp_path: Path, sink: str, new_golden: tuple[Counter[int], Counter[int]]
 ) -> None:
-    job, before = first_run(tmp_path, sink)
+    job, before = first_run(tmp_path, sink, pace=0.02)  # still running when cancelled
     proc = job.start()
     try:
         wait_for_children(proc.pid)

@@ -34,9 +34,15 @@ def test_test_sh_stops_the_servers_it_started_even_on_failure() -> None:
     text = (SCRIPTS / "test.sh").read_text()
     trap = text.index("trap stop_started EXIT")
     assert 'bash "scripts/$service.sh" stop' in text[text.index("stop_started() {") : trap]
-    for name, variable in (("postgres", "POSTGRES"), ("kafka", "KAFKA")):
+    starts = {
+        "postgres": 'bash scripts/postgres.sh >"$work/postgres"',  # in the background
+        "kafka": 'THRESHER_TEST_KAFKA="$(bash scripts/kafka.sh)"',
+    }
+    for name, start in starts.items():
         listed = text.index(f'[ "$(bash scripts/{name}.sh status)" = up ] || STARTED+=({name})')
-        assert trap < listed < text.index(f'THRESHER_TEST_{variable}="$(bash scripts/{name}.sh)"')
+        assert trap < listed < text.index(start)
+    # the trap waits for the background job that may be starting PostgreSQL
+    assert 'wait "$system_pid"' in text[text.index("stop_started() {") : trap]
 
 
 def test_test_sh_says_each_step_that_touches_the_machine() -> None:
