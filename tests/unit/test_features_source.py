@@ -354,3 +354,42 @@ def test_the_join_key_keeps_ties_in_file_order_in_every_form(
         section(tmp_path / "entities.parquet", [table_spec(f"{tmp_path}/spend/*.parquet")])
     )
     assert got.column("spend").to_pylist() == brute_force(ents, spend.to_pylist(), "spend", None)
+
+
+def test_a_guessed_join_key_orders_rows_and_stops_at_one_that_does_not_fit(
+    tmp_path: Path,
+) -> None:
+    """The key guessed from the entities alone (whole seconds since a base, few enough rows
+    a file) orders feature rows by time, then place; a row in other steps (milliseconds),
+    before the base or past the rows a file it allows stops the query with MISFIT, after
+    which the features source scans for the key (the brute-force tests above cover both)."""
+    from thresher.sources.asof_order import MISFIT, guessed_key
+
+    day = dt.datetime(2024, 3, 1)
+    with closing(duckdb.connect()) as conn:
+        conn.register("probe", pa.table({"__ts": [day, day + dt.timedelta(days=9, seconds=1)]}))
+        guess = guessed_key(conn, "probe", 1, ttl_us=30 * 86_400 * 1_000_000)
+        assert guess is not None and (guess.cast, guess.unit_us, guess.guessed) == (
+            "BIGINT",
+            1_000_000,
+            True,
+        )
+        assert guess.base_us == int((day - dt.timedelta(days=30)).timestamp()) * 1_000_000
+
+        def keys(times: list[dt.datetime | None]) -> list[int | None]:
+            path = tmp_path / "f.parquet"
+            pq.write_table(pa.table({"t": pa.array(times, pa.timestamp("us"))}), path)
+            rows = f"read_parquet('{path}', file_row_number = true)"
+            sql = f"SELECT {guess.feature('t', None)} FROM {rows}"
+            return [k for (k,) in conn.execute(sql).fetchall()]
+
+        tied = [day, day - dt.timedelta(days=2), day, None]
+        got = keys(tied)
+        assert got[3] is None  # a row with no time has no key, and stops nothing
+        assert got[1] < got[0] < got[2]  # by time, then by place in the file
+        probe_key = conn.execute(f"SELECT {guess.probe('__ts')} FROM probe").fetchall()[0][0]
+        assert got[2] < probe_key  # an as-of time takes every place of its second
+        for misfit in (day + dt.timedelta(milliseconds=7), day - dt.timedelta(days=31)):
+            with pytest.raises(duckdb.Error, match=MISFIT):
+                keys([day, misfit])
+        assert guessed_key(conn, "probe", 1, ttl_us=None) is not None  # 2^32 rows, 16 years back

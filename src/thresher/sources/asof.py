@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from thresher.errors import SourceError, SpecError
 from thresher.postgres import quote_ident
-from thresher.sources.asof_order import HUGE, OrderKey, order_key
+from thresher.sources.asof_order import HUGE, MISFIT, OrderKey, guessed_key, order_key
 from thresher.sources.base import Chunk, Shard
 from thresher.sources.parquet import ParquetReader
 from thresher.sources.sql import conform
@@ -59,7 +59,9 @@ class TableRead:
         return cls(**fields)
 
 
-def _relation(read: TableRead) -> str:
+def _relation(read: TableRead, filename: bool = True) -> str:
+    """`read`'s rows, with each row's file name (`filename`) and, from Parquet, its
+    place in the file (`file_row_number`)."""
     files = "[" + ", ".join(_literal(f) for f in read.files) + "]"
     if read.kind == "duckdb":
         assert read.table is not None
@@ -68,7 +70,8 @@ def _relation(read: TableRead) -> str:
         return f"read_csv({files}, filename = true)"
     # a Delta table's partition values live in its files' paths (col=value/), not in them
     hive = ", hive_partitioning = true" if read.kind == "delta" else ""
-    return f"read_parquet({files}, filename = true, file_row_number = true{hive})"
+    named = ", filename = true" if filename else ""
+    return f"read_parquet({files}{named}, file_row_number = true{hive})"
 
 
 def _connect(read: TableRead) -> Any:
@@ -149,10 +152,11 @@ def join_sql(read: TableRead, probe: pa.Table, order: OrderKey = HUGE) -> str:
         # the time and then the row's place among the files (`asof_order.py`; a window
         # function over the feature rows to break ties cost 5x the join).
         files = "[" + ", ".join(_literal(f) for f in read.files) + "]"
-        place = order.feature(ts, f"list_position({files}, filename)")
+        several = len(read.files) > 1
+        place = order.feature(ts, f"list_position({files}, filename)" if several else None)
         return (
             f"WITH f AS (SELECT {picked}, {ts} AS __fts, {values}, {place} AS __ord"
-            f" FROM {_relation(read)} AS src WHERE {' AND '.join(bounds)})"
+            f" FROM {_relation(read, several)} AS src WHERE {' AND '.join(bounds)})"
             f" SELECT p.__row, {out} FROM (SELECT *, {order.probe('__ts')} AS __ord"
             f" FROM {PROBE}) p ASOF LEFT JOIN f ON {on} AND p.__ord >= f.__ord ORDER BY p.__row"
         )
@@ -164,6 +168,21 @@ def join_sql(read: TableRead, probe: pa.Table, order: OrderKey = HUGE) -> str:
         f" SELECT p.__row, {out} FROM {PROBE} p ASOF LEFT JOIN f"
         f" ON {on} AND p.__ts >= f.__fts ORDER BY p.__row"
     )
+
+
+def _by_file_order(conn: Any, read: TableRead, probe: pa.Table) -> pa.Table:
+    """The join whose ties go to the last row in file order: on the key guessed from the
+    entities if every feature row fits it, else on the one a scan of the rows finds."""
+    guess = guessed_key(conn, PROBE, len(read.files), read.ttl_us)
+    if guess is not None:
+        try:
+            return conn.sql(join_sql(read, probe, guess)).to_arrow_table()
+        except duckdb.Error as exc:
+            if MISFIT not in str(exc):
+                raise
+    matching = f"{_relation(read)} AS src WHERE {' AND '.join(bounds_sql(read, probe))}"
+    order = order_key(conn, matching, quote_ident(read.timestamp), len(read.files), PROBE)
+    return conn.sql(join_sql(read, probe, order)).to_arrow_table()
 
 
 def _sparse(probe: pa.Table, keys: int) -> bool:
@@ -266,14 +285,10 @@ class FeaturesReader:
         try:
             with closing(_connect(read)) as conn:
                 conn.register(PROBE, probe_table)
-                order = HUGE
                 if by_file_order(read):
-                    where = " AND ".join(bounds_sql(read, probe_table))
-                    matching = f"{_relation(read)} AS src WHERE {where}"
-                    order = order_key(
-                        conn, matching, quote_ident(read.timestamp), len(read.files), PROBE
-                    )
-                result = conn.sql(join_sql(read, probe_table, order)).to_arrow_table()
+                    result = _by_file_order(conn, read, probe_table)
+                else:
+                    result = conn.sql(join_sql(read, probe_table)).to_arrow_table()
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0]
             raise SourceError(
