@@ -31,7 +31,7 @@ from thresher.sources import Source, lines, open_source, text
 from thresher.sources.base import Chunk, Plan, Shard, ShardReader
 from thresher.sources.csv import CsvFormat
 from thresher.sources.jsonl import JsonlFormat
-from thresher.sources.parquet import ParquetSource
+from thresher.sources.parquet import ParquetReader, ParquetSource
 from thresher.sources.text import SAMPLE_BYTES, TextSource
 from thresher.spec import SourceSection
 
@@ -274,6 +274,10 @@ def test_parquet_too_few_shards_are_cut_into_row_ranges(
             result = read_all(src, rows_per_chunk=6)
         rows = [s.rows or 0 for s in result.plan.shards]
         assert result.ids == list(range(sum(groups)))
+        reader = ParquetReader(columns=("id",))
+        for shard in result.plan.shards:  # a shard taken whole: the same rows
+            whole = reader.read_whole(shard).column("id").to_pylist()
+            assert whole == list(range(shard.first_row, shard.first_row + (shard.rows or 0)))
         assert sum(rows) == sum(groups)
         assert [c.positions.tolist() for _, c in result.chunks] == [
             c.table.column("id").to_pylist() for _, c in result.chunks

@@ -272,8 +272,7 @@ class FeaturesReader:
 
     def _entities(self, shard: Shard) -> tuple[pa.Table, int]:
         reader = ParquetReader(columns=self.entity_columns)
-        tables = [chunk.table for chunk in reader.read(shard, 1 << 20)]
-        return pa.concat_tables(tables), shard.first_row
+        return reader.read_whole(shard), shard.first_row
 
     def _joined(self, read: TableRead, entities: pa.Table, shard: Shard) -> dict[str, Any]:
         rows = entities.num_rows

