@@ -23,7 +23,8 @@ from typing import Any
 BIGINT_BITS = 62  # a sign bit and a spare: the probe's "last place" adds one step below
 HUGE_PLACE_BITS = 64  # the HUGEINT form: file position << 40, + row number
 MISFIT = "thresher: a feature row outside the guessed join key"
-SECOND = 1_000_000
+SECOND = 1_000_000  # µs
+MILLISECOND = 1_000
 
 
 @dataclass(frozen=True)
@@ -102,15 +103,15 @@ def order_key(conn: Any, features: str, timestamp: str, files: int, probe: str) 
     the HUGEINT one."""
     micros = f"epoch_us(CAST({timestamp} AS TIMESTAMP))"
     low, high, whole_s, whole_ms, rows = conn.execute(
-        f"SELECT min({micros}), max({micros}), bool_and({micros} % 1000000 = 0),"
-        f" bool_and({micros} % 1000 = 0), max(file_row_number) FROM {features}"
+        f"SELECT min({micros}), max({micros}), bool_and({micros} % {SECOND} = 0),"
+        f" bool_and({micros} % {MILLISECOND} = 0), max(file_row_number) FROM {features}"
     ).fetchall()[0]
     first, last = probe_span(conn, probe)
     if low is None or first is None:
         return HUGE
     row_bits = int(rows).bit_length()
     place_bits = row_bits + files.bit_length()
-    unit = 1_000_000 if whole_s else 1_000 if whole_ms else 1
+    unit = SECOND if whole_s else MILLISECOND if whole_ms else 1
     base = min(low, first) // unit * unit  # a whole step: the features' steps stay exact
     steps = (max(high, last) - base) // unit + 1
     if steps.bit_length() + place_bits > BIGINT_BITS:
