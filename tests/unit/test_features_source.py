@@ -328,11 +328,13 @@ def test_a_delta_feature_table_at_a_pinned_version_with_its_partitions(
         (dt.timedelta(days=-365 * 120, microseconds=3), (1, "HUGEINT")),  # too long a span
     ],
 )
+@pytest.mark.parametrize("ttl", [None, 10 * DAY, 365 * 200 * DAY])
 def test_the_join_key_keeps_ties_in_file_order_in_every_form(
-    tmp_path: Path, shift: dt.timedelta, expected: tuple[int, str]
+    tmp_path: Path, shift: dt.timedelta, expected: tuple[int, str], ttl: dt.timedelta | None
 ) -> None:
     """Ties (many: few distinct days) go to the last row in file order whether the join's
-    key is a BIGINT of seconds, milliseconds or microseconds, or the HUGEINT one."""
+    key is a BIGINT of seconds, milliseconds or microseconds, or the HUGEINT one; the ttl,
+    checked on that key, holds in each (a ttl longer than the table is old too)."""
     from thresher.sources.asof_order import order_key
 
     ents = entities(1_500)
@@ -350,10 +352,10 @@ def test_the_join_key_keeps_ties_in_file_order_in_every_form(
         conn.register("probe", pa.table({"__ts": ents.column("as_of")}))
         key = order_key(conn, files, "event_time", 2, "probe")
     assert (key.unit_us, key.cast) == expected
-    got = read_all(
-        section(tmp_path / "entities.parquet", [table_spec(f"{tmp_path}/spend/*.parquet")])
-    )
-    assert got.column("spend").to_pylist() == brute_force(ents, spend.to_pylist(), "spend", None)
+    more = {} if ttl is None else {"ttl": f"{ttl.days}d"}
+    tables = [table_spec(f"{tmp_path}/spend/*.parquet", **more)]
+    got = read_all(section(tmp_path / "entities.parquet", tables))
+    assert got.column("spend").to_pylist() == brute_force(ents, spend.to_pylist(), "spend", ttl)
 
 
 def test_a_guessed_join_key_orders_rows_and_stops_at_one_that_does_not_fit(
@@ -393,3 +395,26 @@ def test_a_guessed_join_key_orders_rows_and_stops_at_one_that_does_not_fit(
             with pytest.raises(duckdb.Error, match=MISFIT):
                 keys([day, misfit])
         assert guessed_key(conn, "probe", 1, ttl_us=None) is not None  # 2^32 rows, 16 years back
+
+
+@pytest.mark.parametrize("guess", [True, False])
+def test_a_ttl_ending_inside_a_step_of_the_key_leaves_that_steps_row_out(
+    tmp_path: Path, guess: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Feature rows in whole seconds, as-of times half a second past: a row exactly
+    `ttl` before an as-of's second is older than the ttl by half a second (the ttl
+    checked on the key rounds up to whole steps), on the guessed key or the scanned one."""
+    from thresher.sources import asof
+
+    if not guess:
+        monkeypatch.setattr(asof, "guessed_key", lambda *args: None)
+    ents = entities(1_500)
+    late = [t + dt.timedelta(milliseconds=500) for t in ents.column("as_of").to_pylist()]
+    ents = ents.set_column(1, "as_of", pa.array(late, pa.timestamp("us")))
+    spend = features(3_000, 6, "spend")
+    pq.write_table(ents, tmp_path / "entities.parquet")
+    pq.write_table(spend, tmp_path / "spend.parquet", row_group_size=400)
+    tables = [table_spec(f"{tmp_path}/spend.parquet", ttl="10d")]
+    got = read_all(section(tmp_path / "entities.parquet", tables))
+    want = brute_force(ents, spend.to_pylist(), "spend", 10 * DAY)
+    assert got.column("spend").to_pylist() == want

@@ -59,6 +59,19 @@ class OrderKey:
         """An entity's key: its as-of time, after every place of that time."""
         return f"{self._steps(timestamp)} * {1 << self.place_bits} + {(1 << self.place_bits) - 1}"
 
+    def oldest(self, timestamp: str, ttl_us: int) -> str:
+        """The least key of a feature row at most `ttl_us` older than `timestamp` (an
+        entity's as-of time): a matched row is fresh when its key is at least this, so
+        the join carries no feature time beside the key. Below the feature rows' least
+        steps (0 past the base; BIGINT's least for the plain µs form) it is clamped: a
+        ttl longer than the table is old never overflows the key."""
+        micros = f"epoch_us(CAST({timestamp} AS TIMESTAMP))::{self.cast}"
+        least = 0 if self.cast == "BIGINT" else -(1 << 63)
+        since = f"greatest({micros} - {ttl_us + self.base_us}, {least})"
+        if self.unit_us > 1:  # in whole steps, rounded up (the steps here are ≥ 0)
+            since = f"({since} + {self.unit_us - 1}) // {self.unit_us}"
+        return f"{since} * {1 << self.place_bits}"
+
     def _steps(self, timestamp: str) -> str:
         micros = f"epoch_us(CAST({timestamp} AS TIMESTAMP))::{self.cast}"
         if self.base_us == 0 and self.unit_us == 1:
