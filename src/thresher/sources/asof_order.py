@@ -12,7 +12,8 @@ That scan is a tenth of the join. So the join first runs on a guess made from th
 entities' as-of times alone (`guessed_key`): whole seconds since a base the feature rows
 that can match are not before, and few enough rows a file. The join checks each feature
 row against the guess and stops at the first that does not fit; only then is the scan
-made.
+made. A table's ttl is checked on the key as well (`OrderKey.oldest`), so the rows the
+join sorts carry no time column beside it.
 """
 
 from __future__ import annotations
