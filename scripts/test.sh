@@ -22,9 +22,16 @@ step() { echo "test.sh: [${SECONDS}s] $*" >&2; }
 work="$(mktemp -d)"
 
 # Services this run started (postgres, kafka): each stopped at the end, even on failure,
-# once the background job that may still be starting one has ended.
+# once the background job that may still be starting one has ended. A run that stops
+# early (pip or ruff failing) stops its other background jobs too (the audit, mypy and
+# Airflow's pip, children first), which would otherwise run on into a removed folder;
+# apt's job is waited for instead, as killing apt mid-install would leave its lock.
 STARTED=()
 stop_started() {
+  for pid in ${audit_pid:-} ${mypy_pid:-} ${airflow_pid:-}; do
+    pkill -P "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+  done
   [ -z "${system_pid:-}" ] || wait "$system_pid" 2>/dev/null || true
   for service in ${STARTED[@]+"${STARTED[@]}"}; do
     step "stopping the $service server this run started"
@@ -115,6 +122,7 @@ PATH="$nocc" .venv/bin/python -m pytest -p no:xdist -q tests/unit/test_compiled_
 set +e
 wait "$audit_pid"
 audit=$?
+audit_pid=
 set -e
 cat "$work/audit"
 [ "$audit" -eq 0 ] || [ "$audit" -eq 3 ] || exit 1
@@ -128,7 +136,8 @@ fi
 export THRESHER_TEST_POSTGRES THRESHER_TEST_CHROMIUM
 
 if [ -n "${airflow_pid:-}" ]; then
-  if ! wait "$airflow_pid"; then
+  pid="$airflow_pid" airflow_pid=
+  if ! wait "$pid"; then
     cat "$work/airflow.log" >&2
     step "scripts/airflow.sh failed: Airflow's venv could not be made"
     exit 1
@@ -147,6 +156,7 @@ set +e
 status=$?
 wait "$mypy_pid"
 types=$?
+mypy_pid=
 set -e
 if [ "$status" -eq 5 ]; then
   step "pytest collected no tests"

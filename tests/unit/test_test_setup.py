@@ -41,8 +41,15 @@ def test_test_sh_stops_the_servers_it_started_even_on_failure() -> None:
     for name, start in starts.items():
         listed = text.index(f'[ "$(bash scripts/{name}.sh status)" = up ] || STARTED+=({name})')
         assert trap < listed < text.index(start)
-    # the trap waits for the background job that may be starting PostgreSQL
-    assert 'wait "$system_pid"' in text[text.index("stop_started() {") : trap]
+    # the trap waits for the background job that may be starting PostgreSQL, and stops
+    # the others a run that ends early leaves running (each one's pid cleared once waited)
+    body = text[text.index("stop_started() {") : trap]
+    assert 'wait "$system_pid"' in body
+    assert "for pid in ${audit_pid:-} ${mypy_pid:-} ${airflow_pid:-}" in body
+    assert 'pkill -P "$pid"' in body and 'kill "$pid"' in body
+    assert 'wait "$audit_pid"\naudit=$?\naudit_pid=\n' in text
+    assert 'wait "$mypy_pid"\ntypes=$?\nmypy_pid=\n' in text
+    assert 'pid="$airflow_pid" airflow_pid=\n  if ! wait "$pid"' in text
 
 
 def test_test_sh_says_each_step_that_touches_the_machine() -> None:
