@@ -335,7 +335,7 @@ def test_the_join_key_keeps_ties_in_file_order_in_every_form(
     """Ties (many: few distinct days) go to the last row in file order whether the join's
     key is a BIGINT of seconds, milliseconds or microseconds, or the HUGEINT one; the ttl,
     checked on that key, holds in each (a ttl longer than the table is old too)."""
-    from thresher.sources.asof_order import order_key
+    from thresher.sources.asof_order import order_key, probe_span
 
     ents = entities(1_500)
     spend = features(3_000, 5, "spend")
@@ -350,7 +350,7 @@ def test_the_join_key_keeps_ties_in_file_order_in_every_form(
     files = f"read_parquet('{tmp_path}/spend/*.parquet', file_row_number = true)"
     with closing(duckdb.connect()) as conn:
         conn.register("probe", pa.table({"__ts": ents.column("as_of")}))
-        key = order_key(conn, files, "event_time", 2, "probe")
+        key = order_key(conn, files, "event_time", 2, probe_span(conn, "probe"))
     assert (key.unit_us, key.cast) == expected
     more = {} if ttl is None else {"ttl": f"{ttl.days}d"}
     tables = [table_spec(f"{tmp_path}/spend/*.parquet", **more)]
@@ -365,12 +365,13 @@ def test_a_guessed_join_key_orders_rows_and_stops_at_one_that_does_not_fit(
     a file) orders feature rows by time, then place; a row in other steps (milliseconds),
     before the base or past the rows a file it allows stops the query with MISFIT, after
     which the features source scans for the key (the brute-force tests above cover both)."""
-    from thresher.sources.asof_order import MISFIT, guessed_key
+    from thresher.sources.asof_order import MISFIT, guessed_key, probe_span
 
     day = dt.datetime(2024, 3, 1)
     with closing(duckdb.connect()) as conn:
         conn.register("probe", pa.table({"__ts": [day, day + dt.timedelta(days=9, seconds=1)]}))
-        guess = guessed_key(conn, "probe", 1, ttl_us=30 * 86_400 * 1_000_000)
+        span = probe_span(conn, "probe")
+        guess = guessed_key(span, 1, ttl_us=30 * 86_400 * 1_000_000)
         assert guess is not None and (guess.cast, guess.unit_us, guess.guessed) == (
             "BIGINT",
             1_000_000,
@@ -394,7 +395,7 @@ def test_a_guessed_join_key_orders_rows_and_stops_at_one_that_does_not_fit(
         for misfit in (day + dt.timedelta(milliseconds=7), day - dt.timedelta(days=31)):
             with pytest.raises(duckdb.Error, match=MISFIT):
                 keys([day, misfit])
-        assert guessed_key(conn, "probe", 1, ttl_us=None) is not None  # 2^32 rows, 16 years back
+        assert guessed_key(span, 1, ttl_us=None) is not None  # 2^32 rows, 16 years back
 
 
 @pytest.mark.parametrize("guess", [True, False])

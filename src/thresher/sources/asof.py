@@ -26,7 +26,14 @@ import pyarrow.compute as pc
 
 from thresher.errors import SourceError, SpecError
 from thresher.postgres import quote_ident
-from thresher.sources.asof_order import HUGE, MISFIT, OrderKey, guessed_key, order_key
+from thresher.sources.asof_order import (
+    HUGE,
+    MISFIT,
+    OrderKey,
+    guessed_key,
+    order_key,
+    probe_span,
+)
 from thresher.sources.base import Chunk, Shard
 from thresher.sources.parquet import ParquetReader
 from thresher.sources.sql import conform
@@ -183,7 +190,8 @@ def _outputs(read: TableRead, fresh: str) -> str:
 def _by_file_order(conn: Any, read: TableRead, probe: pa.Table) -> pa.Table:
     """The join whose ties go to the last row in file order: on the key guessed from the
     entities if every feature row fits it, else on the one a scan of the rows finds."""
-    guess = guessed_key(conn, PROBE, len(read.files), read.ttl_us)
+    span = probe_span(conn, PROBE)
+    guess = guessed_key(span, len(read.files), read.ttl_us)
     if guess is not None:
         try:
             return conn.sql(join_sql(read, probe, guess)).to_arrow_table()
@@ -191,7 +199,7 @@ def _by_file_order(conn: Any, read: TableRead, probe: pa.Table) -> pa.Table:
             if MISFIT not in str(exc):
                 raise
     matching = f"{_relation(read)} AS src WHERE {' AND '.join(bounds_sql(read, probe))}"
-    order = order_key(conn, matching, quote_ident(read.timestamp), len(read.files), PROBE)
+    order = order_key(conn, matching, quote_ident(read.timestamp), len(read.files), span)
     return conn.sql(join_sql(read, probe, order)).to_arrow_table()
 
 

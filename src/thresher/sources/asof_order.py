@@ -83,19 +83,22 @@ class OrderKey:
 HUGE = OrderKey()
 
 
-def probe_span(conn: Any, probe: str) -> tuple[int | None, int | None]:
+Span = tuple[int | None, int | None]  # the entities' earliest and latest as-of time, µs
+
+
+def probe_span(conn: Any, probe: str) -> Span:
     """The earliest and latest as-of time of table `probe`'s entities (`__ts`), in µs."""
     micros = "epoch_us(CAST(__ts AS TIMESTAMP))"
     first, last = conn.execute(f"SELECT min({micros}), max({micros}) FROM {probe}").fetchall()[0]
     return first, last
 
 
-def guessed_key(conn: Any, probe: str, files: int, ttl_us: int | None) -> OrderKey | None:
+def guessed_key(span: Span, files: int, ttl_us: int | None) -> OrderKey | None:
     """A BIGINT key of whole seconds guessed from the entities alone: the feature rows that
     can match are at or before the latest as-of time (the join's bounds say so) and, with
     a ttl, not before the earliest less the ttl; without one, not more than the steps left
     by 2^32 rows a file before the latest. None where no such guess leaves room."""
-    first, last = probe_span(conn, probe)
+    first, last = span
     if first is None or last is None:
         return None
     file_bits = 0 if files == 1 else files.bit_length()
@@ -111,16 +114,15 @@ def guessed_key(conn: Any, probe: str, files: int, ttl_us: int | None) -> OrderK
     return OrderKey(base * SECOND, SECOND, row_bits, row_bits + file_bits, "BIGINT", True)
 
 
-def order_key(conn: Any, features: str, timestamp: str, files: int, probe: str) -> OrderKey:
+def order_key(conn: Any, features: str, timestamp: str, files: int, span: Span) -> OrderKey:
     """The BIGINT key when the rows of `features` (a FROM clause with its filters, whose
-    rows carry `file_row_number`) and the entities of table `probe` (`__ts`) fit one, else
-    the HUGEINT one."""
+    rows carry `file_row_number`) and the entities' `span` fit one, else the HUGEINT one."""
     micros = f"epoch_us(CAST({timestamp} AS TIMESTAMP))"
     low, high, whole_s, whole_ms, rows = conn.execute(
         f"SELECT min({micros}), max({micros}), bool_and({micros} % {SECOND} = 0),"
         f" bool_and({micros} % {MILLISECOND} = 0), max(file_row_number) FROM {features}"
     ).fetchall()[0]
-    first, last = probe_span(conn, probe)
+    first, last = span
     if low is None or first is None:
         return HUGE
     row_bits = int(rows).bit_length()
