@@ -58,6 +58,7 @@ class TableRead:
     outputs: tuple[str, ...]  # the joined names of `columns`
     ttl_us: int | None
     tie_break: str | None
+    nanoseconds: bool = False  # its timestamp is timestamp[ns]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TableRead:
@@ -190,8 +191,9 @@ def _outputs(read: TableRead, fresh: str) -> str:
 def _by_file_order(conn: Any, read: TableRead, probe: pa.Table) -> pa.Table:
     """The join whose ties go to the last row in file order: on the key guessed from the
     entities if every feature row fits it, else on the one a scan of the rows finds."""
-    span = probe_span(conn, PROBE)
-    guess = guessed_key(span, len(read.files), read.ttl_us)
+    nanos = read.nanoseconds or nanoseconds(probe["__ts"].type)
+    span = probe_span(conn, PROBE, nanos)
+    guess = guessed_key(span, len(read.files), read.ttl_us, nanos=nanos)
     if guess is not None:
         try:
             return conn.sql(join_sql(read, probe, guess)).to_arrow_table()
@@ -199,8 +201,14 @@ def _by_file_order(conn: Any, read: TableRead, probe: pa.Table) -> pa.Table:
             if MISFIT not in str(exc):
                 raise
     matching = f"{_relation(read)} AS src WHERE {' AND '.join(bounds_sql(read, probe))}"
-    order = order_key(conn, matching, quote_ident(read.timestamp), len(read.files), span)
+    timestamp, files = quote_ident(read.timestamp), len(read.files)
+    order = order_key(conn, matching, timestamp, files, span, nanos=nanos)
     return conn.sql(join_sql(read, probe, order)).to_arrow_table()
+
+
+def nanoseconds(kind: pa.DataType) -> bool:
+    """Whether `kind` is a timestamp of ns (the join key then counts in ns)."""
+    return bool(pa.types.is_timestamp(kind) and kind.unit == "ns")
 
 
 def _sparse(probe: pa.Table, keys: int) -> bool:

@@ -14,6 +14,10 @@ that can match are not before, and few enough rows a file. The join checks each 
 row against the guess and stops at the first that does not fit; only then is the scan
 made. A table's ttl is checked on the key as well (`OrderKey.oldest`), so the rows the
 join sorts carry no time column beside it.
+
+The key counts in µs, or in ns where the feature times or the as-of times are
+timestamp[ns] (pandas' own, and pyarrow's default from it): a µs key would round them,
+joining a row up to half a µs after its as-of time.
 """
 
 from __future__ import annotations
@@ -27,17 +31,28 @@ MISFIT = "thresher: a feature row outside the guessed join key"
 SECOND = 1_000_000  # µs
 MILLISECOND = 1_000
 
+Span = tuple[int | None, int | None]  # the entities' earliest and latest as-of time, in ticks
+
+
+def ticks(timestamp: str, nanos: bool) -> str:
+    """SQL for `timestamp` (a column or expression) since the epoch, in µs or ns."""
+    if nanos:
+        return f"epoch_ns(CAST({timestamp} AS TIMESTAMP_NS))"
+    return f"epoch_us(CAST({timestamp} AS TIMESTAMP))"
+
 
 @dataclass(frozen=True)
 class OrderKey:
-    """(time - base) // unit, then the file's position, then the row in the file."""
+    """(time - base) // unit, then the file's position, then the row in the file; times,
+    `base` and `unit` in ticks (µs, or ns where `nanos`)."""
 
-    base_us: int = 0
-    unit_us: int = 1
+    base: int = 0
+    unit: int = 1
     row_bits: int = 40
     place_bits: int = HUGE_PLACE_BITS
     cast: str = "HUGEINT"
     guessed: bool = False  # then each feature row is checked to fit, or the query stops
+    nanos: bool = False
 
     def feature(self, timestamp: str, position: str | None) -> str:
         """A feature row's key: `timestamp` its time column, `position` its file's
@@ -49,10 +64,10 @@ class OrderKey:
         key = f"{self._steps(timestamp)} * {1 << self.place_bits} + {place}"
         if not self.guessed:
             return key
-        micros = f"epoch_us(CAST({timestamp} AS TIMESTAMP))"
+        time = ticks(timestamp, self.nanos)
         fits = (
-            f"{timestamp} IS NULL OR ({micros} % {self.unit_us} = 0"
-            f" AND {micros} >= {self.base_us} AND {rows} < {1 << self.row_bits})"
+            f"{timestamp} IS NULL OR ({time} % {self.unit} = 0"
+            f" AND {time} >= {self.base} AND {rows} < {1 << self.row_bits})"
         )
         return f"CASE WHEN {fits} THEN {key} ELSE error('{MISFIT}')::{self.cast} END"
 
@@ -64,36 +79,36 @@ class OrderKey:
         """The least key of a feature row at most `ttl_us` older than `timestamp` (an
         entity's as-of time): a matched row is fresh when its key is at least this, so
         the join carries no feature time beside the key. Below the feature rows' least
-        steps (0 past the base; BIGINT's least for the plain µs form) it is clamped: a
+        steps (0 past the base; BIGINT's least for the plain form) it is clamped: a
         ttl longer than the table is old never overflows the key."""
-        micros = f"epoch_us(CAST({timestamp} AS TIMESTAMP))::{self.cast}"
+        time = f"{ticks(timestamp, self.nanos)}::{self.cast}"
+        ttl = ttl_us * (1_000 if self.nanos else 1)
         least = 0 if self.cast == "BIGINT" else -(1 << 63)
-        since = f"greatest({micros} - {ttl_us + self.base_us}, {least})"
-        if self.unit_us > 1:  # in whole steps, rounded up (the steps here are ≥ 0)
-            since = f"({since} + {self.unit_us - 1}) // {self.unit_us}"
+        since = f"greatest({time} - {ttl + self.base}, {least})"
+        if self.unit > 1:  # in whole steps, rounded up (the steps here are ≥ 0)
+            since = f"({since} + {self.unit - 1}) // {self.unit}"
         return f"{since} * {1 << self.place_bits}"
 
     def _steps(self, timestamp: str) -> str:
-        micros = f"epoch_us(CAST({timestamp} AS TIMESTAMP))::{self.cast}"
-        if self.base_us == 0 and self.unit_us == 1:
-            return micros
-        return f"(({micros} - {self.base_us}) // {self.unit_us})"
+        time = f"{ticks(timestamp, self.nanos)}::{self.cast}"
+        if self.base == 0 and self.unit == 1:
+            return time
+        return f"(({time} - {self.base}) // {self.unit})"
 
 
 HUGE = OrderKey()
 
 
-Span = tuple[int | None, int | None]  # the entities' earliest and latest as-of time, µs
-
-
-def probe_span(conn: Any, probe: str) -> Span:
-    """The earliest and latest as-of time of table `probe`'s entities (`__ts`), in µs."""
-    micros = "epoch_us(CAST(__ts AS TIMESTAMP))"
-    first, last = conn.execute(f"SELECT min({micros}), max({micros}) FROM {probe}").fetchall()[0]
+def probe_span(conn: Any, probe: str, nanos: bool = False) -> Span:
+    """The earliest and latest as-of time of table `probe`'s entities (`__ts`), in ticks."""
+    time = ticks("__ts", nanos)
+    first, last = conn.execute(f"SELECT min({time}), max({time}) FROM {probe}").fetchall()[0]
     return first, last
 
 
-def guessed_key(span: Span, files: int, ttl_us: int | None) -> OrderKey | None:
+def guessed_key(
+    span: Span, files: int, ttl_us: int | None, *, nanos: bool = False
+) -> OrderKey | None:
     """A BIGINT key of whole seconds guessed from the entities alone: the feature rows that
     can match are at or before the latest as-of time (the join's bounds say so) and, with
     a ttl, not before the earliest less the ttl; without one, not more than the steps left
@@ -101,35 +116,41 @@ def guessed_key(span: Span, files: int, ttl_us: int | None) -> OrderKey | None:
     first, last = span
     if first is None or last is None:
         return None
+    per = 1_000 if nanos else 1
+    second = SECOND * per
     file_bits = 0 if files == 1 else files.bit_length()
-    latest = last // SECOND
+    latest = last // second
     if ttl_us is not None:
-        base = (first - ttl_us) // SECOND
+        base = (first - ttl_us * per) // second
         row_bits = min(40, BIGINT_BITS - file_bits - (latest - base + 1).bit_length())
     else:
         row_bits = 32
         base = latest - (1 << (BIGINT_BITS - file_bits - row_bits)) + 1
-    if row_bits < 20 or first // SECOND < base:
+    if row_bits < 20 or first // second < base:
         return None
-    return OrderKey(base * SECOND, SECOND, row_bits, row_bits + file_bits, "BIGINT", True)
+    return OrderKey(base * second, second, row_bits, row_bits + file_bits, "BIGINT", True, nanos)
 
 
-def order_key(conn: Any, features: str, timestamp: str, files: int, span: Span) -> OrderKey:
+def order_key(
+    conn: Any, features: str, timestamp: str, files: int, span: Span, *, nanos: bool = False
+) -> OrderKey:
     """The BIGINT key when the rows of `features` (a FROM clause with its filters, whose
     rows carry `file_row_number`) and the entities' `span` fit one, else the HUGEINT one."""
-    micros = f"epoch_us(CAST({timestamp} AS TIMESTAMP))"
-    low, high, whole_s, whole_ms, rows = conn.execute(
-        f"SELECT min({micros}), max({micros}), bool_and({micros} % {SECOND} = 0),"
-        f" bool_and({micros} % {MILLISECOND} = 0), max(file_row_number) FROM {features}"
+    per = 1_000 if nanos else 1
+    units = [SECOND * per, MILLISECOND * per, per][: 3 if nanos else 2]  # s, ms, µs
+    time = ticks(timestamp, nanos)
+    whole = ", ".join(f"bool_and({time} % {unit} = 0)" for unit in units)
+    low, high, rows, *fits = conn.execute(
+        f"SELECT min({time}), max({time}), max(file_row_number), {whole} FROM {features}"
     ).fetchall()[0]
     first, last = span
-    if low is None or first is None:
-        return HUGE
+    if low is None or first is None or last is None:
+        return OrderKey(nanos=nanos)
     row_bits = int(rows).bit_length()
     place_bits = row_bits + files.bit_length()
-    unit = SECOND if whole_s else MILLISECOND if whole_ms else 1
+    unit = next((u for u, fit in zip(units, fits, strict=True) if fit), 1)
     base = min(low, first) // unit * unit  # a whole step: the features' steps stay exact
     steps = (max(high, last) - base) // unit + 1
     if steps.bit_length() + place_bits > BIGINT_BITS:
-        return HUGE
-    return OrderKey(base, unit, row_bits, place_bits, "BIGINT")
+        return OrderKey(nanos=nanos)
+    return OrderKey(base, unit, row_bits, place_bits, "BIGINT", nanos=nanos)

@@ -50,7 +50,13 @@ from pydantic import Field, field_validator, model_validator
 
 from thresher.errors import SourceError, SpecError
 from thresher.plugins import Options
-from thresher.sources.asof import METADATA_KEY, FeaturesReader, TableRead, describe
+from thresher.sources.asof import (
+    METADATA_KEY,
+    FeaturesReader,
+    TableRead,
+    describe,
+    nanoseconds,
+)
 from thresher.sources.base import MAX_COLUMNS, Plan
 from thresher.sources.files import confine, list_files
 from thresher.sources.parquet import ParquetSource
@@ -200,7 +206,11 @@ class FeaturesSource:
                 )
             taken.add(name)
         done = replace(
-            read, entity_key=tuple(entity_key), columns=tuple(columns), outputs=tuple(outputs)
+            read,
+            entity_key=tuple(entity_key),
+            columns=tuple(columns),
+            outputs=tuple(outputs),
+            nanoseconds=nanoseconds(schema.field(table.timestamp).type),
         )
         return done, [schema.field(c).type for c in columns]
 
