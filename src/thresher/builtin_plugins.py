@@ -99,6 +99,8 @@ BUILTIN_PLUGINS: tuple[dict[str, Any], ...] = (
         **_builtin(K, "iceberg", "sinks.iceberg:iceberg_sink", extra="iceberg"),
         "options": "thresher.sinks.iceberg:IcebergSinkOptions",
         "table_uri": True,
+        "modes": ("overwrite", "append", "merge"),
+        "completes": "thresher.sinks.modes:complete_merge_spec",
     },
     {
         **_builtin(K, "kafka", "sinks.kafka:kafka_sink", extra="kafka"),

@@ -44,8 +44,9 @@ from pydantic import Field
 from thresher.errors import SinkError
 from thresher.faults import crash_point
 from thresher.plugins import Options
-from thresher.sinks.delta_writes import TableWrite, check_unique_keys, parquet_reader
+from thresher.sinks.delta_writes import TableWrite, parquet_reader
 from thresher.sinks.files import FilePartTarget
+from thresher.sinks.modes import check_unique_keys
 from thresher.sinks.parts import StagedPart
 from thresher.sinks.publish import (
     MARKER,

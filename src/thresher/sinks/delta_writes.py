@@ -6,24 +6,22 @@ ids and when).
 `when_not_matched_insert_all`): a row whose key the table holds replaces that row,
 any other is added, in one commit, so readers see the table before or after it, never
 between. The rows merged must not repeat a key: Delta refuses two rows updating one
-target row, but would insert both of two new ones; `check_unique_keys` says which key
-repeats before anything is committed.
+target row, but would insert both of two new ones; `modes.check_unique_keys` says which
+key repeats before anything is committed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from thresher.errors import SinkError
 
-__all__ = ["TableWrite", "check_unique_keys", "parquet_reader"]
+__all__ = ["TableWrite", "parquet_reader"]
 
 READ_BATCH_ROWS = 65_536
 
@@ -76,27 +74,6 @@ class TableWrite:
             .when_matched_update_all()
             .when_not_matched_insert_all()
             .execute()
-        )
-
-
-def check_unique_keys(parts: Sequence[str], fs: Any, key: str, shown: str) -> None:
-    """Raise SinkError naming a `key` value that more than one row of the Parquet files
-    `parts` holds (only the key column is read)."""
-    columns = []
-    for path in parts:
-        with fs.open(path, "rb") as f:
-            columns.append(pq.read_table(f, columns=[key]).column(key))
-    if not columns:
-        return
-    keys = pa.chunked_array([c for column in columns for c in column.chunks], columns[0].type)
-    counts = pc.value_counts(keys)
-    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
-    if len(repeated):
-        first = repeated[0].as_py()
-        raise SinkError(
-            f"sink.mode: cannot merge into {shown}: {first['counts']} rows have {key} ="
-            f" {first['values']!r} ({len(repeated)} values repeat), and a merge takes each"
-            f" {key} once; make {key} unique in the input"
         )
 
 

@@ -3,17 +3,19 @@
     [sink]
     format = "iceberg"
     uri = "sales.scores"          # namespace.table in the catalog (the namespace must exist)
-    mode = "append"               # or "overwrite" (the default)
+    mode = "append"               # or "overwrite" (the default), or "merge"
     options.catalog = { type = "sql", uri = "sqlite:///catalog.db", warehouse = "lake" }
     options.partition_by = ["region"]   # identity partitions, when thresher creates the table
 
 Workers stage each shard as a Parquet part under `<table location>/_thresher/_staging/`;
 the coordinator commits it to `_thresher/_pending/<job>/`, and `finish` makes the job's
 parts the table's in one snapshot (`iceberg_commit.py`): `append` adds them to its rows,
-`overwrite` replaces its content. Readers of the previous snapshot are never disturbed,
+`overwrite` replaces its content, `merge` upserts them by the source's id column (or
+`options.merge_on`): a row whose id the table holds replaces that row, any other is
+added, in one commit (a delete and an append). Readers of the previous snapshot are never disturbed,
 and a job that fails, is killed or is cancelled leaves that snapshot current (as every
 sink: nothing is published before the job's end). A retry round appends its fixed rows
-shard by shard, to a job that did publish.
+shard by shard (merges them, in merge mode), to a job that did publish.
 
 Iceberg has no idempotent transactions of its own, so each snapshot's summary names its
 commit (`thresher.commit`: `thresher/<job>/publish`, a retry round's
@@ -42,6 +44,7 @@ from thresher.faults import crash_point
 from thresher.plugins import Options
 from thresher.sinks.files import FilePartTarget
 from thresher.sinks.iceberg_commit import commit_parts, find_snapshot
+from thresher.sinks.modes import check_unique_keys
 from thresher.sinks.parts import StagedPart
 from thresher.sinks.publish import (
     MARKER,
@@ -73,17 +76,21 @@ class IcebergSinkOptions(Options):
 
     catalog: CatalogSetting = None
     partition_by: list[str] = Field(default_factory=list)
+    # merge: the column rows are matched on; filled in from source.id_column (sinks/modes.py)
+    merge_on: str | None = None
 
 
 @dataclass
 class IcebergSink:
-    """An Iceberg table, appended to or replaced in one snapshot at job end."""
+    """An Iceberg table, appended to, replaced or merged into (upsert by `merge_on`) in
+    one commit at job end."""
 
     uri: str  # the table's identifier, `namespace.table`
     catalog: CatalogSetting = None
     mode: str = "overwrite"
     force: bool = False
     partition_by: tuple[str, ...] = ()
+    merge_on: str | None = None
     side: SideFolder | None = field(default=None, init=False)  # the started job's
     _opened: Any = field(default=None, init=False, repr=False)
     _location: str | None = field(default=None, init=False, repr=False)
@@ -172,7 +179,7 @@ class IcebergSink:
                 "thresher.job_id": job.job_id,
                 "thresher.shard": str(staged.shard),
             }
-            self._commit([staged.path], False, properties)
+            self._commit([staged.path], False, properties, merge_on=self._merge_key())
             crash_point("after_table_commit", staged.shard)
         fs.rm(path)
 
@@ -194,7 +201,12 @@ class IcebergSink:
             self._check_published(job.job_id)
             manifest.update(iceberg_snapshot_id=self._job_snapshot(job.job_id))
             return  # published before a crash cut the job's own bookkeeping short
-        pending.publish(manifest, self.mode == "overwrite", first=self._publish_table)
+        merge_on = self._merge_key()
+        if merge_on is not None:  # refused before the publish is decided
+            parts = sorted(fs.glob(f"{filesystem(pending.folder)[1]}/part-*.parquet"))
+            check_unique_keys(parts, fs, merge_on, self.uri)
+        extra = {"merge_on": merge_on} if merge_on else {}
+        pending.publish(manifest, self.mode == "overwrite", self._publish_table, extra)
         manifest.update(iceberg_snapshot_id=self._job_snapshot(job.job_id))
 
     def _check_published(self, job_id: str) -> None:
@@ -208,10 +220,11 @@ class IcebergSink:
             )
 
     def _publish_table(self, job_id: str, record: dict[str, Any]) -> None:
-        """Job `job_id`'s publish: its pending parts appended to the table, or made its
-        whole content, in one snapshot (commit `thresher/<job>/publish`), then the parts
-        go. Run again after it committed (a crash before the publish finished), it writes
-        nothing."""
+        """Job `job_id`'s publish: its pending parts appended to the table, made its whole
+        content or merged into it (as the job's `_PUBLISH` record says: this sink may be
+        another job's, rolling it forward), in one commit (`thresher/<job>/publish`), then
+        the parts go. Run again after it committed (a crash before the publish finished),
+        it writes nothing."""
         fs, folder = filesystem(PendingOutput(self.side_dir, job_id).folder)
         commit_id = f"thresher/{job_id}/publish"
         if self._snapshot_of(commit_id) is None:
@@ -225,7 +238,7 @@ class IcebergSink:
             }
             parts = self._homed(job_id, fs, sorted(fs.glob(f"{folder}/part-*.parquet")))
             urls = [as_url(fs, part) for part in parts]
-            kept = self._commit(urls, record["overwrite"], properties, register=True)
+            kept = self._commit(urls, record["overwrite"], properties, True, record.get("merge_on"))
             crash_point("after_table_commit")
             for part in [] if kept else parts:
                 fs.rm(part)  # rewritten as the table's own files
@@ -241,8 +254,16 @@ class IcebergSink:
             fs.mv(part, f"{home}/{part.rsplit('/', 1)[-1]}")
         return sorted(fs.glob(f"{home}/part-*.parquet"))
 
+    def _merge_key(self) -> str | None:
+        return self.merge_on if self.mode == "merge" else None
+
     def _commit(
-        self, parts: list[str], overwrite: bool, properties: dict[str, str], register: bool = False
+        self,
+        parts: list[str],
+        overwrite: bool,
+        properties: dict[str, str],
+        register: bool = False,
+        merge_on: str | None = None,
     ) -> bool:
         return commit_parts(
             self._catalog(),
@@ -253,6 +274,7 @@ class IcebergSink:
             properties=properties,
             partition_by=self.partition_by,
             register=register,
+            merge_on=merge_on,
         )
 
     def _snapshot_of(self, commit_id: str) -> int | None:
@@ -310,6 +332,7 @@ def iceberg_sink(section: SinkSection) -> IcebergSink:
     """The `iceberg` sink plug-in."""
     options = IcebergSinkOptions.model_validate(section.options)
     table_identifier(section.uri, "sink.uri")
+    partition_by = tuple(options.partition_by)
     return IcebergSink(
-        section.uri, options.catalog, section.mode, section.force, tuple(options.partition_by)
+        section.uri, options.catalog, section.mode, section.force, partition_by, options.merge_on
     )

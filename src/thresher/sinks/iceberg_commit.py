@@ -8,7 +8,10 @@ job's rows at its end; a partitioned table, or parts whose types Iceberg cannot 
 written (nanosecond timestamps), gets them rewritten by pyiceberg's writer (the table's
 field ids, its partition spec, its file sizes). Either way the snapshot appends the
 rows to the table's, or replaces them (`overwrite`: every live data file removed in the
-same snapshot, and the table's schema made the rows' own). A table that does not exist
+same snapshot, and the table's schema made the rows' own), or merges them in (`merge_on`:
+the table's rows whose key the parts hold deleted first, in the same commit, by pyiceberg's
+copy-on-write delete: a data file holding none of those keys is kept as it is, the others
+are rewritten without those rows). A table that does not exist
 yet is created in the same commit, at the location the sink chose, partitioned by
 identity on `partition_by`: readers never see a table without its rows.
 
@@ -22,6 +25,7 @@ with its writer (`_dataframe_to_data_files`), as those methods do inside.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -55,11 +59,14 @@ def commit_parts(
     properties: dict[str, str],
     partition_by: Sequence[str] = (),
     register: bool = False,
+    merge_on: str | None = None,
 ) -> bool:
     """One snapshot of `parts` (Parquet URLs), its summary `properties`; nothing when the
     table does not exist and there are no rows to make it of. With `register`, the parts
     become data files as they are where the table allows it; returns whether they did
-    (else their rows were written anew, and the parts may go)."""
+    (else their rows were written anew, and the parts may go). With `merge_on`, the rows
+    replace the table's of the same key (one commit: a delete, then the append, each
+    snapshot's summary `properties`)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     schema = _parts_schema(parts)
@@ -80,6 +87,8 @@ def commit_parts(
                 _take_schema(txn, schema)
             elif schema is not None:
                 _check_fits(txn, schema)
+                if merge_on is not None:
+                    _delete_keys(txn, parts, merge_on, properties)
         registered = _registered(txn, parts) if register and not partition_by else None
         _snapshot(txn, parts, overwrite and table is not None, properties, registered)
         txn.commit_transaction()
@@ -136,6 +145,25 @@ def _check_fits(txn: Any, schema: pa.Schema) -> None:
             f"sink.uri: the job's rows do not fit the table's columns (append adds rows, it"
             f" does not change a table's schema; overwrite does): {exc}"
         ) from None
+
+
+def _delete_keys(txn: Any, parts: Sequence[str], key: str, properties: dict[str, str]) -> None:
+    """The table's rows whose `key` the parts hold, deleted in the transaction (only the
+    parts' key column is read; pyiceberg's delete rewrites just the files that hold one)."""
+    from pyiceberg.expressions import In
+
+    chunks: list[pa.Array] = []
+    for part in parts:
+        fs, path = filesystem(part)
+        with fs.open(path, "rb") as f:
+            chunks += pq.read_table(f, columns=[key]).column(key).chunks
+    values = pa.chunked_array(chunks).drop_null().unique().to_pylist() if chunks else []
+    if values:
+        with warnings.catch_warnings():  # "did not match any records": every key is new
+            warnings.simplefilter("ignore")
+            # In(term, literals) is its __new__'s signature; mypy reads its pydantic fields
+            matching = In(key, values)  # type: ignore[call-arg, arg-type]
+            txn.delete(matching, snapshot_properties=properties)
 
 
 def _registered(txn: Any, parts: Sequence[str]) -> list[Any] | None:

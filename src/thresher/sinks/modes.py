@@ -14,12 +14,15 @@ cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from thresher.errors import SinkError
 
 if TYPE_CHECKING:
     from thresher.spec import JobSpec
 
-__all__ = ["complete_merge_spec"]
+__all__ = ["check_unique_keys", "complete_merge_spec"]
 
 
 def complete_merge_spec(spec: JobSpec) -> None:
@@ -43,3 +46,28 @@ def complete_merge_spec(spec: JobSpec) -> None:
             " source.id_column or one of sink.keep_columns"
         )
     sink.options["merge_on"] = key
+
+
+def check_unique_keys(parts: Sequence[str], fs: Any, key: str, shown: str) -> None:
+    """Raise SinkError naming a `key` value that more than one row of the Parquet files
+    `parts` holds (only the key column is read): a merge takes each key once."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    columns = []
+    for path in parts:
+        with fs.open(path, "rb") as f:
+            columns.append(pq.read_table(f, columns=[key]).column(key))
+    if not columns:
+        return
+    keys = pa.chunked_array([c for column in columns for c in column.chunks], columns[0].type)
+    counts = pc.value_counts(keys)
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    if len(repeated):
+        first = repeated[0].as_py()
+        raise SinkError(
+            f"sink.mode: cannot merge into {shown}: {first['counts']} rows have {key} ="
+            f" {first['values']!r} ({len(repeated)} values repeat), and a merge takes each"
+            f" {key} once; make {key} unique in the input"
+        )

@@ -1,4 +1,4 @@
-"""kill -9 of a job that merges into a Delta table (`sink.mode = "merge"`).
+"""kill -9 of a job that merges into a Delta or an Iceberg table (`sink.mode = "merge"`).
 
 A first job merges ids 0..23,999; a second job, scoring ids 12,000..35,999 with another
 model, is killed at every crash point. Before its publish is decided (its one table
@@ -24,8 +24,8 @@ from test_kill import KILLED, finish
 SHIFT = 12_000  # the second job's ids: the first's, moved up by this
 
 
-def merge_job(root: Path) -> FaultJob:
-    job = make_job(root, "delta")
+def merge_job(root: Path, sink: str) -> FaultJob:
+    job = make_job(root, sink)
     job.spec.write_text(job.spec.read_text() + 'mode = "merge"\n')
     assert job.run().returncode == 0
     return job
@@ -58,34 +58,66 @@ def table_scores(job: FaultJob) -> dict[int, float]:
     return {int(i): float(s) for i, s in rows}  # type: ignore[arg-type]
 
 
+def table_version(job: FaultJob) -> int | None:
+    """The Delta table's version, the Iceberg table's current snapshot id."""
+    if job.sink == "delta":
+        return int(DeltaTable(job.out).version())
+    return int(job.iceberg_table().current_snapshot().snapshot_id)
+
+
+def commits_by_job(job: FaultJob) -> list[str]:
+    """The job of each commit of the table, oldest first (an Iceberg merge's delete and
+    append snapshots are one commit, both named by it)."""
+    if job.sink == "delta":
+        history = DeltaTable(job.out).history()
+        assert [c["operation"] for c in history] == ["MERGE", "WRITE"], history
+        return [c["thresher.job_id"] for c in reversed(history)]
+    summaries = [s.summary for s in job.iceberg_table().snapshots()]
+    commits = dict.fromkeys(s["thresher.commit"] for s in summaries)
+    return [c.split("/")[1] for c in commits]
+
+
 @pytest.mark.parametrize(
-    "fault",
+    ("sink", "fault"),
     [
-        "before_commit:3",
-        "mid_commit:3",
-        "after_commit:3",
-        "worker_after_stage:5",
-        "after_publish_commit",
-        "mid_publish",
+        *(
+            ("delta", fault)
+            for fault in (
+                "before_commit:3",
+                "mid_commit:3",
+                "after_commit:3",
+                "worker_after_stage:5",
+                "after_publish_commit",
+                "mid_publish",
+            )
+        ),
+        *(
+            ("iceberg", fault)
+            for fault in (
+                "before_commit:3",
+                "worker_after_stage:5",
+                "after_table_commit",
+                "mid_publish",
+            )
+        ),
     ],
 )
 def test_a_killed_merge_keeps_the_previous_version_and_merges_once(
-    tmp_path: Path, fault: str
+    tmp_path: Path, sink: str, fault: str
 ) -> None:
-    job = merge_job(tmp_path)
-    before, version = table_scores(job), DeltaTable(job.out).version()
+    job = merge_job(tmp_path, sink)
+    before, version = table_scores(job), table_version(job)
     want = second_input(job)
     killed = job.run(fault=fault)
     assert killed.returncode in (KILLED, 1), killed.stderr[-2000:]
-    published = fault in ("after_publish_commit", "mid_publish")  # the merge committed
+    # the merge committed at these, before they stopped the job
+    published = fault in ("after_publish_commit", "after_table_commit", "mid_publish")
     if not published:
-        assert DeltaTable(job.out).version() == version, f"a commit before the end ({fault})"
+        assert table_version(job) == version, f"a commit before the end ({fault})"
         assert table_scores(job) == before
     finish(job)
     got = table_scores(job)
     assert got.keys() == want.keys()
     np.testing.assert_allclose([got[i] for i in sorted(want)], [want[i] for i in sorted(want)])
-    history = DeltaTable(job.out).history()
-    # one commit a job: the first made the table, the second merged into it
-    assert [c["operation"] for c in history] == ["MERGE", "WRITE"], history
-    assert len({c["thresher.job_id"] for c in history}) == 2
+    jobs = commits_by_job(job)  # one commit a job: the first made the table, the second merged
+    assert len(jobs) == 2 and len(set(jobs)) == 2, jobs
