@@ -419,3 +419,23 @@ def test_a_ttl_ending_inside_a_step_of_the_key_leaves_that_steps_row_out(
     got = read_all(section(tmp_path / "entities.parquet", tables))
     want = brute_force(ents, spend.to_pylist(), "spend", 10 * DAY)
     assert got.column("spend").to_pylist() == want
+
+
+def test_a_feature_table_rewritten_since_the_plan_fails_the_shard_naming_it(
+    tmp_path: Path, data: dict[str, Any]
+) -> None:
+    """A resume joins the files the plan froze; one rewritten since with its feature
+    column of another type fails the shard, naming the table and the column."""
+    from thresher.errors import SourceError
+
+    source = open_source(
+        section(tmp_path / "entities.parquet", [table_spec(f"{tmp_path}/f.parquet")])
+    )
+    spend = data["spend"]
+    pq.write_table(spend, tmp_path / "f.parquet")
+    plan = source.plan()
+    reader = source.reader(plan.schema, plan.schema.names)
+    words = pa.array([f"v{i}" for i in range(spend.num_rows)])
+    pq.write_table(spend.set_column(2, "spend", words), tmp_path / "f.parquet")
+    with pytest.raises(SourceError, match=r"source\.options\.tables: column 'spend' of feature"):
+        [chunk for shard in plan.shards for chunk in reader.read(shard, 1_000)]

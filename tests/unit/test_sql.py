@@ -176,3 +176,53 @@ def test_a_duckdb_part_that_does_not_fit_the_table_names_its_column(tmp_path: Pa
         rows = conn.execute("SELECT id FROM t ORDER BY id").fetchall()
         columns = [c[0] for c in conn.execute("SELECT * FROM t LIMIT 0").description]
     assert (rows, columns) == ([(1,), (2,), (3,), (4,)], ["id"])
+
+
+@pytest.mark.parametrize("database", ["sqlite", "duckdb"])
+@pytest.mark.parametrize("change", ["retyped", "dropped"])
+def test_a_table_changed_between_the_plan_and_a_read_fails_naming_its_column(
+    tmp_path: Path, database: str, change: str
+) -> None:
+    """As a resume reads the shards a plan made earlier: a column now of a type its
+    values do not cast from, or gone, is a SourceError naming it, not rows made up
+    (DuckDB itself refuses a query of a column gone, naming it)."""
+    from thresher.errors import SourceError
+    from thresher.sources import open_source
+    from thresher.spec import SourceSection
+
+    path = tmp_path / f"in.{database}"
+    new = {"retyped": "id INTEGER, x TEXT", "dropped": "id INTEGER"}[change]
+    rows = {"retyped": ", 'v' || id", "dropped": ""}[change]
+    if database == "sqlite":
+        import sqlite3
+
+        def run(*statements: str) -> None:
+            with closing(sqlite3.connect(path)) as db:
+                for statement in statements:
+                    db.execute(statement)
+                db.commit()
+    else:
+        duckdb = pytest.importorskip("duckdb")
+
+        def run(*statements: str) -> None:
+            with closing(duckdb.connect(str(path))) as db:
+                for statement in statements:
+                    db.execute(statement)
+
+    run(
+        "CREATE TABLE t (id INTEGER, x REAL)",
+        "CREATE TABLE ids (id INTEGER)",
+        "INSERT INTO ids VALUES (1), (2), (3)",
+        "INSERT INTO t SELECT id, id * 0.5 FROM ids",
+    )
+    section = SourceSection.model_validate(
+        {"uri": f"{database}:///{path}", "query": "SELECT * FROM t", "key_column": "id"}
+    )
+    source = open_source(section)
+    plan = source.plan()
+    reader = source.reader(plan.schema, plan.schema.names)
+    run("DROP TABLE t", f"CREATE TABLE t ({new})", f"INSERT INTO t SELECT id{rows} FROM ids")
+    refused = database == "duckdb" and change == "dropped"
+    said = r'column "x" not found' if refused else r"'x'.*schema changed since the job"
+    with pytest.raises(SourceError, match=r"source\.query: .*" + said):
+        [chunk for shard in plan.shards for chunk in reader.read(shard, 10)]

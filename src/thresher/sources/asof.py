@@ -334,4 +334,6 @@ class FeaturesReader:
             ) from None
         assert result.num_rows == rows  # an ASOF LEFT JOIN keeps each entity row once
         named = result.rename_columns(["__row", *read.outputs])
-        return dict(zip(types.names, conform(named, types).columns, strict=True))
+        where = f"feature table {read.name} ({read.uri})"
+        conformed = conform(named, types, where, "source.options.tables")
+        return dict(zip(types.names, conformed.columns, strict=True))

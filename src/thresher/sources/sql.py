@@ -111,7 +111,9 @@ class QueryReader:
         position = 0
         with self.database.stream(sql) as result:
             for batch in result:
-                table = conform(pa.Table.from_batches([batch]), self.schema)
+                rows = pa.Table.from_batches([batch])
+                where = self.database.describe(self.query)
+                table = conform(rows, self.schema, where, "source.query")
                 for offset in range(0, table.num_rows, rows_per_chunk):
                     piece = table.slice(offset, rows_per_chunk)
                     positions = np.arange(position, position + piece.num_rows, dtype=np.int64)
@@ -150,15 +152,32 @@ def plain_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in schema])
 
 
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table` cast to `schema` (from `plain_schema`), column by column."""
+def conform(
+    table: pa.Table, schema: pa.Schema, where: str = "the input", field: str = "source"
+) -> pa.Table:
+    """`table` cast to `schema` (from `plain_schema`), column by column. A column gone or
+    of a type that does not cast (the input's schema changed since the plan read it, as a
+    resume may find) is a SourceError naming `field`, `where` and the column, never a row
+    made up."""
     columns = []
     for name, target in zip(schema.names, schema.types, strict=True):
+        if name not in table.column_names:
+            raise SourceError(
+                f"{field}: {where} has no column {name!r} now (the job's plan read it as"
+                f" {target}): its schema changed since the job was planned; run the job anew"
+            )
         column = table.column(name)
         if isinstance(column.type, pa.BaseExtensionType):
             storage = [chunk.storage for chunk in column.chunks]
             column = pa.chunked_array(storage, type=column.type.storage_type)
-        columns.append(column if column.type == target else column.cast(target))
+        try:
+            columns.append(column if column.type == target else column.cast(target))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SourceError(
+                f"{field}: column {name!r} of {where} is {column.type} now, not {target} as the"
+                f" job's plan read it ({exc}): its schema changed since the job was planned;"
+                " run the job anew"
+            ) from None
     return pa.Table.from_arrays(columns, schema=schema)
 
 
