@@ -3,6 +3,8 @@ to the rows, filters on them, and the version frozen in the plan."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -62,6 +64,27 @@ def test_the_plan_reads_its_version_after_writers_moved_on(tmp_path: Path) -> No
     )
     DeltaTable(tmp_path / "t").delete("id = 0")
     assert [r["id"] for r in rows(tmp_path / "t", plan)] == list(range(7))
+
+
+def test_a_timestamp_reads_the_version_current_then(tmp_path: Path) -> None:
+    """Time travel: the version the table was at that moment, frozen in the plan; a moment
+    before the table was made is an error (deltalake would read its first version)."""
+    root = tmp_path / "t"
+    write_deltalake(str(root), pa.table({"id": [0, 1], "day": [1, 1], "x": [0.5, 0.5]}))
+    time.sleep(0.05)
+    between = datetime.now(UTC)
+    time.sleep(0.05)
+    write_deltalake(str(root), pa.table({"id": [2], "day": [2], "x": [1.5]}), mode="append")
+    plan = plan_of(root, timestamp=between.isoformat())
+    assert plan.schema.metadata[VERSION_KEY] == b"0"
+    assert [r["id"] for r in rows(root, plan)] == [0, 1]
+    assert (
+        plan_of(root, timestamp=datetime.now(UTC).isoformat()).schema.metadata[VERSION_KEY] == b"1"
+    )
+    with pytest.raises(
+        SourceError, match=r"source\.options\.timestamp: .* no version as early as 2001"
+    ):
+        plan_of(root, timestamp="2001-01-01T00:00:00Z")
 
 
 def test_no_table_and_both_pins_are_errors(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import unquote
 
@@ -137,7 +137,22 @@ class DeltaSource:
                 table.load_as_version(self.options.timestamp)
         except Exception as exc:  # deltalake's: no table there, no such version
             raise SourceError(f"source.uri: cannot open the Delta table {self.uri}: {exc}") from exc
+        if self.options.timestamp is not None:
+            self._check_made_by(table, self.options.timestamp)
         return table
+
+    def _check_made_by(self, table: DeltaTable, moment: datetime) -> None:
+        """deltalake loads the first version for a moment before it: a table read as it
+        was then would hold rows written later, so that is refused. (The history is read
+        from the latest version: deltalake numbers it wrongly from an older one.)"""
+        history = DeltaTable(self.uri).history()
+        made = next(c for c in history if c.get("version") == table.version())
+        at = datetime.fromtimestamp(made["timestamp"] / 1000, UTC)
+        if at > (moment if moment.tzinfo else moment.replace(tzinfo=UTC)):
+            raise SourceError(
+                f"source.options.timestamp: the Delta table {self.uri} has no version as"
+                f" early as {moment.isoformat()} (the earliest it holds is of {at.isoformat()})"
+            )
 
     def _files(
         self, table: DeltaTable, partition_columns: list[str], read: ChangesRead | None
