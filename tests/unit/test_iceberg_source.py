@@ -168,6 +168,26 @@ def test_missing_tables_namespaces_and_catalogs_are_spec_errors(tmp_path: Path) 
         open_source(empty).plan()
 
 
+def test_a_catalog_that_does_not_answer_is_a_spec_error_of_source_and_sink() -> None:
+    """A REST catalog on a port nothing listens on: the plan (source) and the job's start
+    (sink) each stop with a spec error naming the field and the catalog, before any work."""
+    import socket
+
+    from thresher.sinks import open_sink
+    from thresher.spec import SinkSection
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    down = {"type": "rest", "uri": f"http://127.0.0.1:{port}"}
+    said = f"catalog: cannot open the Iceberg rest catalog http://127.0.0.1:{port}"
+    with pytest.raises(SpecError, match=re.escape(f"source.options.{said}")):
+        source(down).plan()
+    sink = open_sink(SinkSection(uri="db.c", format="iceberg", options={"catalog": down}))
+    with pytest.raises(SpecError, match=re.escape(f"sink.options.{said}")):
+        sink.start("20260101-000000-000001", 1, resume=False)
+
+
 def test_the_docs_spec_resolves_the_catalog_not_the_table_names(tmp_path: Path) -> None:
     page = Path(__file__).parents[2] / "docs" / "sources" / "iceberg.md"
     section = page.read_text(encoding="utf-8").split("# Apache Iceberg", 1)[1]
