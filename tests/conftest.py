@@ -23,6 +23,7 @@ SLOW_UNIT_MODULES = {
     "test_shard_lifecycle.py",
     "test_predict_models.py",
     "test_vision.py",  # resnet18, ViT and CLIP built with random weights
+    "test_tables_api.py",  # whole jobs through thresher.run
 }
 
 
