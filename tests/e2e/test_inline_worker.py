@@ -45,14 +45,16 @@ class Scaled:
 """
 
 
-def write_job(root: Path, shards: int = 1, batch: int = 1000, **options: float) -> Path:
-    x = np.arange(ROWS, dtype=np.float64)
-    pq.write_table(pa.table({"id": np.arange(ROWS), "x": x}), root / "in.parquet")
+def write_job(
+    root: Path, shards: int = 1, batch: int = 1000, rows: int = ROWS, **options: float
+) -> Path:
+    x = np.arange(rows, dtype=np.float64)
+    pq.write_table(pa.table({"id": np.arange(rows), "x": x}), root / "in.parquet")
     (root / "model.py").write_text(MODEL)
     options_toml = ", ".join(f"{k} = {v!r}" for k, v in options.items())
     spec = root / "job.toml"
     spec.write_text(
-        f'[source]\nuri = "in.parquet"\nid_column = "id"\nshard_rows = {ROWS // shards}\n'
+        f'[source]\nuri = "in.parquet"\nid_column = "id"\nshard_rows = {rows // shards}\n'
         '[model]\nkind = "python"\nuri = "model.py:Scaled"\nbatch_format = "numpy"\n'
         f'options = {{ pid_file = "{root / "pids"}"{", " if options else ""}{options_toml} }}\n'
         f"[batch]\nsize = {batch}\n"
@@ -102,8 +104,9 @@ def test_a_stuck_inline_shard_fails_at_the_timeout_not_retried(tmp_path: Path) -
 
 def test_a_cancel_stops_an_inline_shard_at_its_next_chunk(tmp_path: Path) -> None:
     # Chunks of 8,192 rows (worker.shard.READ_WINDOW) in batches of 4,096, half a second
-    # each: a chunk a second, 3 in all, so the cancel lands mid-shard.
-    spec = write_job(tmp_path, batch=4096, per_batch=0.5)
+    # each: a chunk a second, 8 in all, so the cancel lands mid-shard even when the
+    # `thresher cancel` process takes seconds to start (3 chunks were too few under CI's load).
+    spec = write_job(tmp_path, batch=4096, rows=60_000, per_batch=0.5)
     proc = start_run(tmp_path, spec)
     deadline = time.monotonic() + 60
     while not (tmp_path / "pids").exists() and time.monotonic() < deadline:

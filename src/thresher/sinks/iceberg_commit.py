@@ -156,7 +156,7 @@ def _delete_keys(txn: Any, parts: Sequence[str], key: str, properties: dict[str,
     for part in parts:
         fs, path = filesystem(part)
         with fs.open(path, "rb") as f:
-            chunks += pq.read_table(f, columns=[key]).column(key).chunks
+            chunks += pq.ParquetFile(f).read(columns=[key]).column(key).chunks
     values = pa.chunked_array(chunks).drop_null().unique().to_pylist() if chunks else []
     if values:
         with warnings.catch_warnings():  # "did not match any records": every key is new
@@ -235,7 +235,7 @@ def _groups(parts: Sequence[str]) -> Iterator[pa.Table]:
     for part in parts:
         fs, path = filesystem(part)
         with fs.open(path, "rb") as f:
-            rows = pq.read_table(f)
+            rows = pq.ParquetFile(f).read()
         group.append(rows)
         size += rows.nbytes
         if size >= GROUP_BYTES:

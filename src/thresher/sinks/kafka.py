@@ -163,7 +163,7 @@ class KafkaSink:
         fs, side = filesystem(self.side_dir)
         for path in sorted(fs.glob(f"{side}/part-*.parquet")):
             with fs.open(path, "rb") as f:
-                yield pq.read_table(f)
+                yield pq.ParquetFile(f).read()
 
     def read_errors(self, shard: int | None = None) -> Iterator[dict[str, Any]]:
         part = None if shard is None else self._errors().final(shard)

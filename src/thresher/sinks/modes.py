@@ -58,7 +58,7 @@ def check_unique_keys(parts: Sequence[str], fs: Any, key: str, shown: str) -> No
     columns = []
     for path in parts:
         with fs.open(path, "rb") as f:
-            columns.append(pq.read_table(f, columns=[key]).column(key))
+            columns.append(pq.ParquetFile(f).read(columns=[key]).column(key))
     if not columns:
         return
     keys = pa.chunked_array([c for column in columns for c in column.chunks], columns[0].type)

@@ -114,7 +114,11 @@ class FilePartWriter:
 
 
 def read_part(path: str | os.PathLike[str], file_format: str) -> pa.Table:
-    """One part file (local path or URL) as an Arrow table."""
+    """One part file (local path or URL) as an Arrow table. Parquet is read with
+    `ParquetFile`, not `pq.read_table`: that goes through pyarrow.dataset's scanner
+    (importing pandas), whose threads outliving a script can abort its exit
+    ("terminate called without an active exception", apache/arrow#34314; seen once in
+    CI after `result.to_pandas()`)."""
     fs, where = filesystem(str(path))
     if file_format == "arrow" and is_local(fs):
         with pa.memory_map(where) as mapped:  # the table's buffers stay mapped, not copied
@@ -123,7 +127,7 @@ def read_part(path: str | os.PathLike[str], file_format: str) -> pa.Table:
         if file_format == "arrow":
             return pa.ipc.open_file(pa.py_buffer(f.read())).read_all()
         if file_format == "parquet":
-            return pq.read_table(f)
+            return pq.ParquetFile(f).read()
         if file_format == "csv":
             return pacsv.read_csv(f)
         data = f.read()
