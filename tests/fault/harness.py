@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -186,10 +187,12 @@ def make_job(root: Path, sink: str, source: str = "parquet", pace: float = 0.0) 
     table = pa.table(data)
     if source == "parquet":
         pq.write_table(table, root / "input.parquet", row_group_size=2_000)
-        uri, shard_bytes = "input.parquet", 1_024
-    else:
+        source_toml = 'uri = "input.parquet"\nshard_bytes = 1024'
+    elif source == "csv":
         pacsv.write_csv(table, root / "input.csv")
-        uri, shard_bytes = "input.csv", 200_000
+        source_toml = 'uri = "input.csv"\nshard_bytes = 200000'
+    else:
+        source_toml = table_input(root, source, table)
     (root / "model.py").write_text(MODEL.replace("PACE", repr(pace)))
     sink_uri = {
         "parquet": 'uri = "out/"',
@@ -205,12 +208,84 @@ def make_job(root: Path, sink: str, source: str = "parquet", pace: float = 0.0) 
         load_catalog("default", **iceberg_catalog(root)).create_namespace_if_not_exists("db")
     spec = root / "job.toml"
     spec.write_text(
-        f'[source]\nuri = "{uri}"\nid_column = "id"\nshard_bytes = {shard_bytes}\n'
+        f'[source]\n{source_toml}\nid_column = "id"\n'
         '[model]\nkind = "python"\nuri = "model.py:Scorer"\nbatch_format = "numpy"\n'
         "[batch]\nsize = 500\n[run]\nworkers = 2\nshard_timeout = 60\n"
         f"[sink]\n{sink_uri}\n"
     )
     return FaultJob(root, spec, f"sqlite:///{root / 'store.db'}", sink)
+
+
+def table_input(root: Path, source: str, table: pa.Table) -> str:
+    """The input as a table of `source`'s kind, in about twelve shards; its `[source]`
+    lines. Delta and Iceberg: twelve commits of 2,000 rows, a file (and a shard) each (the
+    plan freezes the version); SQLite and DuckDB: a query in key ranges of 2,000 ids."""
+    twelfths = [table.slice(n * 2_000, 2_000) for n in range(12)]
+    if source == "features":  # the ids as entities, their x's joined from a feature table
+        return feature_input(root, table)
+    if source == "delta":
+        from deltalake import write_deltalake
+
+        for rows in twelfths:
+            write_deltalake(root / "input", rows, mode="append")
+        return 'uri = "input"\nformat = "delta"\nshard_bytes = 1024'
+    if source == "iceberg":
+        from pyiceberg.catalog import load_catalog
+
+        catalog = load_catalog("default", **iceberg_catalog(root))
+        catalog.create_namespace_if_not_exists("db")
+        made = catalog.create_table("db.input", schema=table.schema)
+        for rows in twelfths:
+            made.append(rows)
+        return (
+            'uri = "db.input"\nformat = "iceberg"\noptions.catalog = '
+            '{ type = "sql", uri = "sqlite:///catalog.db", warehouse = "lake" }'
+        )
+    database = root / f"input.{source}"
+    if source == "duckdb":
+        with closing(duckdb.connect(str(database))) as conn:
+            conn.register("rows", table)
+            conn.execute("CREATE TABLE input AS SELECT * FROM rows")
+    else:
+        with closing(sqlite3.connect(database)) as db:
+            columns = ", ".join(f"{name} REAL" for name in FEATURES)
+            db.execute(f"CREATE TABLE input (id INTEGER, {columns})")
+            marks = ", ".join("?" for _ in table.column_names)
+            values = [tuple(row.values()) for row in table.to_pylist()]
+            db.executemany(f"INSERT INTO input VALUES ({marks})", values)
+            db.commit()
+    return (
+        f'uri = "{source}:///{database.name}"\nquery = "SELECT * FROM input"\n'
+        'key_column = "id"\nshard_rows = 2000'
+    )
+
+
+def feature_input(root: Path, table: pa.Table) -> str:
+    """Entities (the ids, as of a day) and a feature table holding each id's x's as of
+    that day, beside an older row and a later one of other values that a right join never
+    picks; its `[source]` lines."""
+    day = 1_704_067_200_000_000  # 2024-01-01, in µs
+    second = 1_000_000
+
+    def at(micros: int) -> pa.Array:
+        return pa.array([micros] * table.num_rows, pa.timestamp("us"))
+
+    entities = pa.table({"id": table["id"], "as_of": at(day)})
+    pq.write_table(entities, root / "entities.parquet", row_group_size=2_000)
+    rows = [table.append_column("event_time", at(day))]
+    for shift, offset in ((-second, 100.0), (second, -100.0)):  # older, and later than as_of
+        moved = table.append_column("event_time", at(day + shift))
+        for name in FEATURES:
+            moved = moved.set_column(
+                moved.schema.get_field_index(name), name, pc.add(moved[name], offset)
+            )
+        rows.append(moved)
+    pq.write_table(pa.concat_tables(rows), root / "features.parquet", row_group_size=8_000)
+    return (
+        'uri = "entities.parquet"\nformat = "features"\nshard_bytes = 1024\n'
+        'options = { timestamp = "as_of", tables = [{ uri = "features.parquet",'
+        ' key = "id", timestamp = "event_time" }] }'
+    )
 
 
 def iceberg_catalog(root: Path) -> dict[str, str]:
