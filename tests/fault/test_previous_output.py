@@ -69,7 +69,7 @@ def test_killed_run_leaves_previous_output(
     check_exact(job, new_golden, f"previous kept, then resume ({sink}, {fault})")
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite", "delta", "iceberg"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta", "iceberg"])
 def test_killed_while_publishing_rolls_forward(
     tmp_path: Path, sink: str, new_golden: tuple[Counter[int], Counter[int]]
 ) -> None:
@@ -94,7 +94,7 @@ def run_with(job: FaultJob, *overrides: str) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.mark.parametrize("sink", ["parquet", "duckdb", "delta", "iceberg"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta", "iceberg"])
 def test_failed_job_leaves_previous_output(tmp_path: Path, sink: str) -> None:
     job, before = first_run(tmp_path, sink)
     failed = run_with(job, "errors.max_error_rate=0.0")
@@ -111,7 +111,7 @@ def test_misspelt_model_kind_exits_2_and_keeps_output(tmp_path: Path, sink: str)
     assert published(job) == before
 
 
-@pytest.mark.parametrize("sink", ["parquet", "iceberg"])
+@pytest.mark.parametrize("sink", ["parquet", "sqlite", "duckdb", "delta", "iceberg"])
 def test_cancelled_job_leaves_previous_output(
     tmp_path: Path, sink: str, new_golden: tuple[Counter[int], Counter[int]]
 ) -> None:
