@@ -34,13 +34,25 @@ MEDIA_TYPES = {
 
 def output_of(section: SinkSection) -> FileSink:
     """The sink a service job wrote (a local file sink): it lists what it published. A
-    job that sent its output to a Kafka topic kept it as Parquet in its staging folder."""
+    job that sent its output to a Kafka topic kept it as Parquet in its staging folder;
+    one that wrote a table has no results download (SinkError naming the table)."""
     if section.format == "kafka" and section.staging is not None:
         return FileSink(section.staging.rstrip("/"), "parquet")
     sink = open_sink(section)
     if not isinstance(sink, FileSink):
-        raise SinkError(f"sink.uri: a download needs a file output, not {section.uri}")
+        raise SinkError(
+            f"the job wrote its results to the {section.format} table {section.uri}; read them"
+            " there (its status says the version it made)"
+        )
     return sink
+
+
+def errors_of(section: SinkSection) -> FileSink:
+    """Where a service job's bad records are: its output folder's `_errors/`, or a table
+    output's side folder's (`_thresher/` in the table's location)."""
+    if section.format in ("delta", "iceberg"):
+        return FileSink(open_sink(section).side_dir, "parquet")  # type: ignore[attr-defined]
+    return output_of(section)
 
 
 def result_parts(sink: FileSink) -> list[Path]:

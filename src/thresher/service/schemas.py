@@ -78,6 +78,11 @@ class JobInfo(BaseModel):
     model: str | None = Field(description="The registered model it runs.")
     priority: int
     output_format: str | None
+    output_table: dict[str, Any] | None = Field(
+        None,
+        description="A job writing a table: its format, uri, mode and the version (Delta) or"
+        " snapshot id (Iceberg) it made, once published.",
+    )
     request_counts: RequestCounts
     errors: int = Field(description="Bad input rows, each a record in the errors download.")
     progress: Progress

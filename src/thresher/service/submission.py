@@ -31,6 +31,7 @@ from thresher.service.policies.roots import (
     check_source_files,
     check_under_roots,
 )
+from thresher.service.table_outputs import TableOutput, table_sink
 from thresher.service.uploads import find_file
 from thresher.spec import BatchSection, JobSpec, parse_spec
 from thresher.store import IdempotencyConflict
@@ -127,6 +128,11 @@ class JobRequest(_Strict):
         description="Input columns copied beside the predictions.",
     )
     output_format: Literal["jsonl", "csv", "parquet"] = "jsonl"
+    output_table: TableOutput | None = Field(
+        None,
+        description="Write the predictions to this Delta or Iceberg table (under allowed_roots)"
+        " instead of the results download; the job's status says the version it made.",
+    )
     output_topic: Text | None = Field(
         None,
         description="Also send each prediction to this Kafka topic (kafka://host:port/topic,"
@@ -161,6 +167,12 @@ class JobRequest(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _one_output(self) -> JobRequest:
+        if self.output_table is not None and self.output_topic is not None:
+            raise ValueError("output_table: give at most one of output_table and output_topic")
+        return self
+
+    @model_validator(mode="after")
     def _no_code_of_tenants(self) -> JobRequest:
         # A custom check is a Python function the server would import and call: code a
         # tenant must not choose. The other checks are data.
@@ -189,7 +201,8 @@ def submit_job(
 ) -> str:
     """Validate a job submission (the JSON body of `POST /v1/jobs`: `input_file_id`,
     `source.uri` or `source.files`, `model` by registered name, optional `columns`,
-    `id_column`, `keep_columns`, `output_format`, `priority`, `workers`, `notify`, `batch`,
+    `id_column`, `keep_columns`, `output_format` or `output_table`, `priority`, `workers`,
+    `notify`, `batch`,
     `publish_checks`,
     `name`), build the whole job spec on the server's side, and queue it. Returns the job
     id; with an `idempotency_key` the tenant's earlier job with that key, if any, instead (422 when
@@ -280,7 +293,11 @@ def build_spec(state: ServiceState, tenant: str, body: dict[str, Any], job_id: s
 
 def _sink(state: ServiceState, request: JobRequest, job_id: str) -> dict[str, Any]:
     """The job's output folder; with an `output_topic`, the Kafka sink's staging folder
-    (it keeps the job's output there as Parquet, for the download)."""
+    (it keeps the job's output there as Parquet, for the download); with an
+    `output_table`, the table (`table_outputs.py`)."""
+    if request.output_table is not None:
+        roots = list(state.config.allowed_roots)
+        return table_sink(request.output_table, request.keep_columns, roots)
     folder = f"{state.output_dir(job_id)}/"
     sink = {"uri": folder, "format": request.output_format, "keep_columns": request.keep_columns}
     if request.output_topic is not None:

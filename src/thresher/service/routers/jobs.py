@@ -11,13 +11,14 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from thresher.coordinator import gate
-from thresher.errors import ThresherError
+from thresher.errors import SinkError, ThresherError
 from thresher.service import submission
 from thresher.service.background.job_process import retry_in_background
 from thresher.service.background.slots import capacity, retry_request
 from thresher.service.downloads import (
     MEDIA_TYPES,
     error_parts,
+    errors_of,
     output_of,
     result_parts,
     stream_errors,
@@ -29,6 +30,7 @@ from thresher.service.policies.disclosure import private_roots, public_message
 from thresher.service.schemas import JobInfo, JobList, Progress, RequestCounts
 from thresher.service.state import ServiceState, StateDep
 from thresher.service.submission import JobRequest
+from thresher.service.table_outputs import written_table
 from thresher.spec import ModelSection
 from thresher.store import JobRecord, JobState, Lease, ShardState, StoreError, retry_lease
 
@@ -63,6 +65,7 @@ def describe(state: ServiceState, record: JobRecord, held: list[Lease] | None = 
         model=_model_name(state, record.spec.model),
         priority=record.priority,
         output_format=record.spec.sink.format,
+        output_table=written_table(record.spec.sink, manifest),
         request_counts=RequestCounts(
             total=totals.rows_in, completed=totals.rows_out, failed=totals.rows_error
         ),
@@ -276,7 +279,10 @@ def get_results(
     record = tenant_job(state, tenant, job_id)
     if record.state != JobState.SUCCEEDED:
         raise Conflict(f"job {job_id} is {record.state.value}; results come when it succeeds")
-    output = output_of(record.spec.sink)
+    try:
+        output = output_of(record.spec.sink)
+    except SinkError as exc:
+        raise Conflict(str(exc)) from None
     stored, parts = output.file_format, result_parts(output)
     wanted = fmt or stored
     return _download(stream_parts(parts, stored, wanted), wanted, f"{job_id}-results")
@@ -295,7 +301,7 @@ def get_errors(
     if not record.state.finished:
         raise Conflict(f"job {job_id} is {record.state.value}; errors come when it ends")
     wanted = fmt or "jsonl"
-    chunks = stream_errors(error_parts(output_of(record.spec.sink)), wanted, private_roots(state))
+    chunks = stream_errors(error_parts(errors_of(record.spec.sink)), wanted, private_roots(state))
     return _download(chunks, wanted, f"{job_id}-errors")
 
 
