@@ -39,9 +39,11 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     server.stop()
 
 
-def submit(service: Site, ids: range, table: dict[str, Any], name: str) -> httpx.Response:
-    """A job over `ids` (x = id; the id 7's x missing: one bad record) into `table`."""
-    rows = pa.table({"id": list(ids), "x": [None if i == 7 else float(i) for i in ids]})
+def submit(
+    service: Site, ids: range, table: dict[str, Any], name: str, bad: int = 7
+) -> httpx.Response:
+    """A job over `ids` (x = id; the id `bad`'s x missing: one bad record) into `table`."""
+    rows = pa.table({"id": list(ids), "x": [None if i == bad else float(i) for i in ids]})
     source = service.site.shared / f"{name}.parquet"
     pq.write_table(rows, source)
     body = {"source": {"uri": str(source)}, "model": "double", "id_column": "id"}
@@ -66,11 +68,13 @@ def test_a_delta_table_appended_to_then_merged_into_by_id(service: Site) -> None
     assert [json.loads(line)["id"] for line in errors.text.splitlines()] == [7]
 
     merge = {"format": "delta", "uri": uri, "mode": "merge"}
-    second = finished(service, submit(service, range(5, 15), merge, "b"))
+    second = finished(service, submit(service, range(5, 15), merge, "b", bad=12))
     assert second["output_table"]["version"] == 1
+    errors = service.acme.get(f"/v1/jobs/{second['id']}/errors")  # its own, not the first's
+    assert [json.loads(line)["id"] for line in errors.text.splitlines()] == [12]
     table = DeltaTable(uri).to_pyarrow_table().sort_by("id")
-    assert table.column("id").to_pylist() == [i for i in range(15) if i != 7]  # each id once
-    assert table.column("prediction").to_pylist() == [2.0 * i for i in range(15) if i != 7]
+    assert table.column("id").to_pylist() == [i for i in range(15) if i != 12]  # each id once
+    assert table.column("prediction").to_pylist() == [2.0 * i for i in range(15) if i != 12]
     assert [c["thresher.job_id"] for c in DeltaTable(uri).history()] == [second["id"], first["id"]]
 
 
@@ -88,6 +92,18 @@ def test_an_iceberg_table_in_a_sql_catalog(service: Site) -> None:
 def test_a_table_or_option_it_may_not_use_is_refused_naming_it(service: Site) -> None:
     outside = str(service.site.root / "private-scores")
     refused = submit(service, range(3), {"format": "delta", "uri": outside}, "d")
+    assert refused.status_code == 403 and "output_table.uri" in refused.text, refused.text
+    for sly in (  # read as URLs by deltalake: an escape decoded, a query dropped
+        f"{service.site.shared}/%2e%2e/private-scores",
+        f"file://{service.site.shared}/x?/../../private-scores",
+    ):
+        refused = submit(service, range(3), {"format": "delta", "uri": sly}, "g")
+        assert refused.status_code == 400 and "output_table.uri" in refused.text, refused.text
+    (service.site.shared / "lake2").mkdir()
+    props, catalog = lake(service.site.shared / "lake2")
+    catalog.create_namespace("elsewhere", {"location": str(service.site.root / "outside")})
+    table = {"format": "iceberg", "uri": "elsewhere.scores", "options": {"catalog": props}}
+    refused = submit(service, range(3), table, "h")  # a new table would go outside
     assert refused.status_code == 403 and "output_table.uri" in refused.text, refused.text
     (service.site.root / "private-lake").mkdir()
     props, _ = lake(service.site.root / "private-lake")

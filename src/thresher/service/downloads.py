@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from thresher.errors import SinkError
+from thresher.errors import SinkError, SpecError
 from thresher.service.policies.disclosure import hide_private_paths
 from thresher.sinks import open_sink
 from thresher.sinks.files import FileSink
@@ -47,12 +47,20 @@ def output_of(section: SinkSection) -> FileSink:
     return sink
 
 
-def errors_of(section: SinkSection) -> FileSink:
-    """Where a service job's bad records are: its output folder's `_errors/`, or a table
-    output's side folder's (`_thresher/` in the table's location)."""
-    if section.format in ("delta", "iceberg"):
-        return FileSink(open_sink(section).side_dir, "parquet")  # type: ignore[attr-defined]
-    return output_of(section)
+def job_error_parts(section: SinkSection, job_id: str) -> list[Path]:
+    """Job `job_id`'s published error parts (JSONL), in name order: its output folder's
+    `_errors/`, or, for a table output, its own parts of the table's side folder (other
+    jobs writing the table keep theirs there too). SinkError when the table cannot be
+    found (its catalog gone)."""
+    if section.format not in ("delta", "iceberg"):
+        return error_parts(output_of(section))
+    try:
+        side = open_sink(section).side_dir  # type: ignore[attr-defined]
+    except (SpecError, SinkError) as exc:
+        raise SinkError(f"the job's table {section.uri} cannot be read now: {exc}") from None
+    ours = (f"part-{job_id}-", f"part-{job_id}.r")  # the job's, and its retry rounds'
+    found = error_parts(FileSink(side, "parquet"))
+    return [part for part in found if part.name.startswith(ours)]
 
 
 def result_parts(sink: FileSink) -> list[Path]:

@@ -5,13 +5,16 @@ a SQLite file, each under the server's `allowed_roots` as every path a tenant na
 The table is written as the `delta` and `iceberg` sinks write one (exactly once, at the
 job's end, `append`, `overwrite` or `merge` by id) and never with `sink.force`: a table
 thresher did not write stays refused. An existing Iceberg table's files must lie under
-the roots too (its location is the catalog's, which a tenant does not choose). The job's
+the roots too (its location is the catalog's, which a tenant does not choose), as must a
+new one's (the catalog's rule). The roots are shared by every tenant of the server: any
+may write a table thresher made under them (as any may read what lies there). The job's
 status names the table and the version it made; its bad records download as any job's,
 its results are read from the table.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["TableOutput", "table_sink", "written_table"]
 
 WHERE = "output_table"
+# an Iceberg table's properties that send its files elsewhere than its location
+WRITE_PATHS = ("write.data.path", "write.metadata.path", "write.object-storage.path")
 
 
 class TableOutput(BaseModel):
@@ -64,15 +69,18 @@ def table_sink(table: TableOutput, keep_columns: list[str], roots: list[str]) ->
         raise Unprocessable(
             [f"{WHERE}.options.{unknown[0]}: a {table.format} output takes {takes}"]
         )
+    uri = table.uri
     if table.format == "delta":
-        _under_roots(table.uri, roots, f"{WHERE}.uri")
+        _under_roots(uri, roots, f"{WHERE}.uri")
+        if uri.startswith("file://") or "://" not in uri:  # as checked: links followed
+            uri = os.path.realpath(uri.removeprefix("file://"))
     else:
         try:
             check_catalog(options.get("catalog"), roots)
         except ServiceError as exc:
             raise type(exc)(str(exc).replace(FIELD, f"{WHERE}.options.catalog")) from None
         _iceberg_files_under_roots(options["catalog"], table.uri, roots)
-    sink = {"uri": table.uri, "format": table.format, "mode": table.mode}
+    sink = {"uri": uri, "format": table.format, "mode": table.mode}
     return sink | {"keep_columns": keep_columns, "options": options}
 
 
@@ -93,15 +101,24 @@ def _under_roots(path: str, roots: list[str], field: str) -> None:
 
 
 def _iceberg_files_under_roots(catalog: dict[str, Any], uri: str, roots: list[str]) -> None:
-    """An existing table's location under the roots (a new one goes under the catalog's
-    warehouse, which `check_catalog` confined)."""
+    """Where the table's files would be written, under the roots: a new table's location
+    (the catalog's rule: its namespace's location, else under the warehouse), or an
+    existing one's with the places its properties send data and metadata files."""
     from thresher.errors import SpecError
-    from thresher.sources.iceberg_catalog import open_catalog, table_exists
+    from thresher.sources.iceberg_catalog import new_table_location, open_catalog, table_exists
 
+    field = f"{WHERE}.uri"
     try:
         opened = open_catalog(catalog, f"{WHERE}.options.catalog")
-        if table_exists(opened, uri, f"{WHERE}.uri", catalog):
-            location = str(opened.load_table(uri).location())
-            _under_roots(location, roots, f"{WHERE}.uri ({uri}'s location)")
+        if not table_exists(opened, uri, field, catalog):
+            places = [new_table_location(opened, uri, field)]
+        else:
+            made = opened.load_table(uri)
+            places = [str(made.location())]
+            places += [made.properties[k] for k in WRITE_PATHS if k in made.properties]
     except SpecError as exc:
         raise Unprocessable(exc.problems) from None
+    except Exception as exc:  # pyiceberg's: metadata it cannot read
+        raise Unprocessable([f"{field}: cannot read the Iceberg table {uri}: {exc}"]) from None
+    for place in places:
+        _under_roots(place, roots, f"{field} ({uri}'s files at {place})")

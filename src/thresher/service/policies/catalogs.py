@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thresher.service.errors import Forbidden
+from thresher.service.errors import BadRequest, Forbidden
 from thresher.service.policies.roots import check_under_roots
 
 __all__ = ["check_catalog"]
@@ -37,7 +37,10 @@ def check_catalog(setting: Any, allowed_roots: list[str]) -> None:
     if not isinstance(warehouse, str):
         raise Forbidden(f"{FIELD}.warehouse: the catalog's files' root, under allowed_roots")
     for key, place in (("uri", uri.removeprefix("sqlite:///")), ("warehouse", warehouse)):
+        # SQLAlchemy and pyiceberg read both as URLs: a `?` would end the path they open
+        if any(c in place for c in "?#%"):
+            raise Forbidden(f"{FIELD}.{key}: {place} holds ?, # or %; give the plain path")
         try:
             check_under_roots(place, allowed_roots)
-        except Forbidden as exc:
-            raise Forbidden(str(exc).replace("source.uri", f"{FIELD}.{key}", 1)) from None
+        except (Forbidden, BadRequest) as exc:
+            raise type(exc)(str(exc).replace("source.uri", f"{FIELD}.{key}", 1)) from None

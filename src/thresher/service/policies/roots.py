@@ -7,6 +7,9 @@ from inside a root to a file outside gets through. The job's spec carries the ro
 (`source.allowed_roots`), and its planner checks the files again when it lists them: a
 link planted after the submission is refused then.
 A URL root (`s3://bucket/shared/`) admits URLs under that prefix with no `..` segment.
+A local path with `%` or `#`, or a `file://` URI with `?` too, is refused: some readers
+and writers (deltalake, SQLAlchemy, pyiceberg) take the path as a URL and decode an
+escape or drop a query, so `/srv/shared/%2e%2e/x` would reach `/srv/x`.
 The roots are judged before existence, so an answer never tells whether a server path
 outside them exists (403 for each, whatever is there).
 """
@@ -21,6 +24,17 @@ from thresher.service.errors import BadRequest, Forbidden
 from thresher.sources.files import confine, list_files
 
 GLOB_CHARS = "*?["
+URL_CHARS = "%#"  # in any local path; `?` too in a file:// URI (in a path: a glob's)
+
+
+def local_path(uri: str, field: str = "source.uri") -> str:
+    """`uri` as a local path (a `file://` URI's path); BadRequest (400) when it holds a
+    character a reader might take as a URL's (an escape, a fragment, a query)."""
+    path = uri.removeprefix("file://")
+    refused = URL_CHARS + ("?" if uri.startswith("file://") else "")
+    if any(c in path for c in refused):
+        raise BadRequest(f"{field}: {uri} holds % or # (or a file:// URI ?); give the plain path")
+    return path
 
 
 def check_source_uri(uri: str, allowed_roots: list[str]) -> str:
@@ -31,8 +45,8 @@ def check_source_uri(uri: str, allowed_roots: list[str]) -> str:
             "source.uri: this server reads no server-side paths (allowed_roots is empty); "
             "upload the file with POST /v1/files and pass input_file_id"
         )
-    if uri.startswith("file://"):
-        uri = uri.removeprefix("file://")
+    if uri.startswith("file://") or "://" not in uri:
+        uri = local_path(uri)
     if "://" in uri:
         return _check_url(uri, allowed_roots)
     return _check_path(uri, [r for r in allowed_roots if "://" not in r or r.startswith("file://")])
@@ -58,7 +72,8 @@ def check_under_roots(uri: str, allowed_roots: list[str]) -> None:
     looking for the files: a schedule's input (`/data/{date}/`) may not exist yet."""
     if not allowed_roots:
         check_source_uri(uri, allowed_roots)
-    uri = uri.removeprefix("file://")
+    if uri.startswith("file://") or "://" not in uri:
+        uri = local_path(uri)
     if "://" in uri:
         _check_url(uri, allowed_roots)
     else:
@@ -96,6 +111,8 @@ def check_source_files(files: list[str], allowed_roots: list[str]) -> list[str]:
     checked = []
     for file in files:
         uri = file.removeprefix("file://")
+        if file.startswith("file://") or "://" not in file:
+            uri = local_path(file, "source.files")
         if "://" in uri:
             try:
                 checked.append(_check_url(uri, allowed_roots))

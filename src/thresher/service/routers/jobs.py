@@ -17,8 +17,7 @@ from thresher.service.background.job_process import retry_in_background
 from thresher.service.background.slots import capacity, retry_request
 from thresher.service.downloads import (
     MEDIA_TYPES,
-    error_parts,
-    errors_of,
+    job_error_parts,
     output_of,
     result_parts,
     stream_errors,
@@ -301,7 +300,11 @@ def get_errors(
     if not record.state.finished:
         raise Conflict(f"job {job_id} is {record.state.value}; errors come when it ends")
     wanted = fmt or "jsonl"
-    chunks = stream_errors(error_parts(errors_of(record.spec.sink)), wanted, private_roots(state))
+    try:
+        parts = job_error_parts(record.spec.sink, record.id)
+    except SinkError as exc:
+        raise Conflict(str(exc)) from None
+    chunks = stream_errors(parts, wanted, private_roots(state))
     return _download(chunks, wanted, f"{job_id}-errors")
 
 

@@ -22,7 +22,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
-from thresher.service.downloads import error_parts, output_of, stream_errors
+from thresher.errors import SinkError
+from thresher.service.downloads import job_error_parts, stream_errors
 from thresher.service.errors import NotFound, ServiceError
 from thresher.service.policies.auth import tenant_of
 from thresher.service.policies.disclosure import private_roots
@@ -205,7 +206,11 @@ def _placement(record: Any) -> str | None:
 
 def _first_bad(state: ServiceState, record: Any) -> list[dict[str, Any]]:
     """The job's first bad records (file, line or row, stage, error, message)."""
-    chunks = stream_errors(error_parts(output_of(record.spec.sink)), "jsonl", private_roots(state))
+    try:
+        parts = job_error_parts(record.spec.sink, record.id)
+    except SinkError:
+        return []  # a table output whose catalog cannot be read now: none to show
+    chunks = stream_errors(parts, "jsonl", private_roots(state))
     text = b"".join(itertools.islice(chunks, 4)).decode("utf-8", errors="replace")
     return [json.loads(line) for line in text.splitlines()[:BAD_SHOWN] if line.strip()]
 
