@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,7 +22,7 @@ SECOND = 10**9
 TTL = 2 * 86_400 * SECOND
 
 
-def brute_force(ents: pa.Table, feats: pa.Table) -> list[Any]:
+def brute_force(ents: pa.Table, feats: pa.Table, ttl: int | None = TTL) -> list[Any]:
     """Each entity's value: the latest row of its key at or before its time (the last of a
     tie in file order), None if none or more than TTL older; all in integer ns."""
     rows = list(zip(feats["k"].to_pylist(), _ns(feats["t"]), feats["v"].to_pylist(), strict=True))
@@ -31,12 +32,14 @@ def brute_force(ents: pa.Table, feats: pa.Table) -> list[Any]:
         for k, t, v in rows:
             if k == key and t <= as_of and (best is None or t >= best[0]):
                 best = (t, v)
-        got.append(best[1] if best is not None and as_of - best[0] <= TTL else None)
+        fresh = best is not None and (ttl is None or as_of - best[0] <= ttl)
+        got.append(best[1] if best is not None and fresh else None)
     return got
 
 
 def _ns(column: pa.ChunkedArray) -> list[int]:
-    return [int(v) for v in column.cast(pa.timestamp("ns")).cast(pa.int64()).to_pylist()]
+    per = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[column.type.unit]
+    return [int(v) * per for v in column.cast(pa.int64()).to_pylist()]
 
 
 def tables(rng: np.random.Generator, whole_seconds: bool) -> tuple[pa.Table, pa.Table]:
@@ -107,3 +110,41 @@ def test_ns_times_join_exactly(
     want = brute_force(ents, feats)
     assert got["v"].to_pylist() == want
     assert sum(v is None for v in want) > 30 and sum(v is not None for v in want) > 100
+
+
+def test_a_us_feature_table_with_a_date_outside_the_ns_range_joins_ns_entities(
+    tmp_path: Path,
+) -> None:
+    """A "valid since 0001-01-01" row of a µs feature table, beside ns entities (the key
+    then counts in ns): no cast to ns fails, and with no ttl every entity gets at least
+    that row's value."""
+    ents, feats = tables(np.random.default_rng(8), whole_seconds=False)
+    feats = feats.filter(pc.less(feats["v"], 60))  # the random rows: few ids have one
+    feats = feats.set_column(1, "t", feats["t"].cast(pa.timestamp("us"), safe=False))
+    since = pa.table(
+        {
+            "k": np.arange(300),
+            "t": pa.array([-62_135_596_800_000_000] * 300, pa.timestamp("us")),  # 0001-01-01
+            "v": np.full(300, -1.0),
+        }
+    )
+    feats = pa.concat_tables([since, feats])
+    ents = ents.append_column("n", pa.array(np.arange(ents.num_rows)))
+    pq.write_table(ents, tmp_path / "e.parquet", coerce_timestamps=None)
+    pq.write_table(feats, tmp_path / "f.parquet", row_group_size=200, coerce_timestamps=None)
+    table = {"uri": str(tmp_path / "f.parquet"), "key": "k", "timestamp": "t"}
+    source = open_source(
+        SourceSection.model_validate(
+            {
+                "uri": str(tmp_path / "e.parquet"),
+                "format": "features",
+                "id_column": "n",
+                "options": {"timestamp": "as_of", "tables": [table]},
+            }
+        )
+    )
+    plan = source.plan()
+    reader = source.reader(plan.schema, plan.schema.names)
+    got = pa.concat_tables(c.table for s in plan.shards for c in reader.read(s, 1_000))
+    assert got["v"].to_pylist() == brute_force(ents, feats, ttl=None)
+    assert -1.0 in got["v"].to_pylist()  # some entity has only the old row

@@ -29,6 +29,7 @@ from thresher.postgres import quote_ident
 from thresher.sources.asof_order import (
     HUGE,
     MISFIT,
+    Clock,
     OrderKey,
     guessed_key,
     order_key,
@@ -191,9 +192,9 @@ def _outputs(read: TableRead, fresh: str) -> str:
 def _by_file_order(conn: Any, read: TableRead, probe: pa.Table) -> pa.Table:
     """The join whose ties go to the last row in file order: on the key guessed from the
     entities if every feature row fits it, else on the one a scan of the rows finds."""
-    nanos = read.nanoseconds or nanoseconds(probe["__ts"].type)
-    span = probe_span(conn, PROBE, nanos)
-    guess = guessed_key(span, len(read.files), read.ttl_us, nanos=nanos)
+    clock = Clock(read.nanoseconds, nanoseconds(probe["__ts"].type))
+    span = probe_span(conn, PROBE, clock)
+    guess = guessed_key(span, len(read.files), read.ttl_us, clock=clock)
     if guess is not None:
         try:
             return conn.sql(join_sql(read, probe, guess)).to_arrow_table()
@@ -202,7 +203,7 @@ def _by_file_order(conn: Any, read: TableRead, probe: pa.Table) -> pa.Table:
                 raise
     matching = f"{_relation(read)} AS src WHERE {' AND '.join(bounds_sql(read, probe))}"
     timestamp, files = quote_ident(read.timestamp), len(read.files)
-    order = order_key(conn, matching, timestamp, files, span, nanos=nanos)
+    order = order_key(conn, matching, timestamp, files, span, clock=clock)
     return conn.sql(join_sql(read, probe, order)).to_arrow_table()
 
 
