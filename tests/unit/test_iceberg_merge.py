@@ -139,3 +139,18 @@ def test_a_merge_spec_takes_the_id_column_and_needs_one() -> None:
     assert parse_spec(spec).sink.options["merge_on"] == "id"
     with pytest.raises(SpecError, match=r"source\.id_column"):
         parse_spec({**spec, "source": {"uri": "in.parquet"}})
+
+
+def test_a_job_with_a_row_of_no_id_is_refused_before_it_publishes(tmp_path: Path) -> None:
+    """A row with no id could never be matched again: each merge would add it anew."""
+    props, catalog = lake(tmp_path)
+    run_job(props, "20260101-000000-000001", {0: [1, 2]})
+    made = sink(props)
+    made.start("20260102-000000-000002", 1, resume=False)
+    writer = made.part_target().open(0, "a1")
+    ids = pa.array([3, None], pa.int64())
+    writer.write(pa.table({"id": ids, "region": ["eu", "eu"], "score": [2.0, 2.0]}))
+    made.commit(writer.close(), None)
+    with pytest.raises(SinkError, match="1 row\\(s\\) have no id"):
+        made.finish({"job_id": "20260102-000000-000002"})
+    assert scores(catalog) == {1: 1.0, 2: 1.0}

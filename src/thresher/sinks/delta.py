@@ -141,6 +141,8 @@ class DeltaSink:
             return  # appended, and the part removed, by an earlier commit
         if not self._has_transaction(app_id):
             metadata = {"thresher.job_id": job.job_id, "thresher.shard": str(staged.shard)}
+            if self.mode == "merge" and self.merge_on is not None:
+                check_unique_keys([path], fs, self.merge_on, self.uri)
             with fs.open(path, "rb") as f:
                 data = parquet_reader([pq.ParquetFile(f)])
                 assert data is not None

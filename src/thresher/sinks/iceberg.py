@@ -179,7 +179,10 @@ class IcebergSink:
                 "thresher.job_id": job.job_id,
                 "thresher.shard": str(staged.shard),
             }
-            self._commit([staged.path], False, properties, merge_on=self._merge_key())
+            merge_on = self._merge_key()
+            if merge_on is not None:
+                check_unique_keys([path], fs, merge_on, self.uri)
+            self._commit([staged.path], False, properties, merge_on=merge_on)
             crash_point("after_table_commit", staged.shard)
         fs.rm(path)
 

@@ -50,7 +50,8 @@ def complete_merge_spec(spec: JobSpec) -> None:
 
 def check_unique_keys(parts: Sequence[str], fs: Any, key: str, shown: str) -> None:
     """Raise SinkError naming a `key` value that more than one row of the Parquet files
-    `parts` holds (only the key column is read): a merge takes each key once."""
+    `parts` holds, or rows that have none (only the key column is read): a merge takes
+    each key once."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -62,6 +63,11 @@ def check_unique_keys(parts: Sequence[str], fs: Any, key: str, shown: str) -> No
     if not columns:
         return
     keys = pa.chunked_array([c for column in columns for c in column.chunks], columns[0].type)
+    if keys.null_count:
+        raise SinkError(
+            f"sink.mode: cannot merge into {shown}: {keys.null_count} row(s) have no {key},"
+            f" and a merge matches rows by {key}; give every row one"
+        )
     counts = pc.value_counts(keys)
     repeated = counts.filter(pc.greater(counts.field("counts"), 1))
     if len(repeated):

@@ -146,7 +146,9 @@ class DeltaSource:
         was then would hold rows written later, so that is refused. (The history is read
         from the latest version: deltalake numbers it wrongly from an older one.)"""
         history = DeltaTable(self.uri).history()
-        made = next(c for c in history if c.get("version") == table.version())
+        made = next((c for c in history if c.get("version") == table.version()), None)
+        if made is None or made.get("timestamp") is None:
+            return  # its commit is no longer in the log: nothing to judge it by
         at = datetime.fromtimestamp(made["timestamp"] / 1000, UTC)
         if at > (moment if moment.tzinfo else moment.replace(tzinfo=UTC)):
             raise SourceError(
