@@ -154,3 +154,37 @@ def test_a_job_with_a_row_of_no_id_is_refused_before_it_publishes(tmp_path: Path
     with pytest.raises(SinkError, match="1 row\\(s\\) have no id"):
         made.finish({"job_id": "20260102-000000-000002"})
     assert scores(catalog) == {1: 1.0, 2: 1.0}
+
+
+def test_a_merge_of_many_ids_reads_no_file_outside_their_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past 200 ids pyiceberg's file statistics judge any file as holding one; the ids'
+    range still keeps a file of other ids from being read (or rewritten)."""
+    from pyiceberg.io import pyarrow as iceberg_arrow
+
+    props, catalog = lake(tmp_path)
+    run_job(props, "20260101-000000-000001", {0: list(range(300))})
+    run_job(props, "20260102-000000-000002", {0: list(range(1_000, 1_300))})
+
+    def live() -> set[str]:
+        return {task.file.file_path for task in catalog.load_table("db.scores").scan().plan_files()}
+
+    read: list[str] = []
+    to_table = iceberg_arrow.ArrowScan.to_table
+
+    def reading(scan: Any, tasks: Any) -> Any:
+        tasks = list(tasks)
+        read.extend(task.file.file_path for task in tasks)
+        return to_table(scan, tasks)
+
+    monkeypatch.setattr(iceberg_arrow.ArrowScan, "to_table", reading)
+    before = live()
+    run_job(props, "20260103-000000-000003", {0: list(range(250))})
+    after = live()
+    kept = before & after
+    assert len(kept) == 1 and not kept & set(read)  # ids 1000..1299's file: not even read
+    assert len(read) == 1  # ids 0..299's file: read, and rewritten without ids 0..249
+    got = scores(catalog)
+    assert {got[i] for i in range(250)} == {3.0} and {got[i] for i in range(250, 300)} == {1.0}
+    assert {got[i] for i in range(1_000, 1_300)} == {2.0}

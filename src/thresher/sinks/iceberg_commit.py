@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from thresher.errors import SinkError
@@ -149,21 +150,30 @@ def _check_fits(txn: Any, schema: pa.Schema) -> None:
 
 def _delete_keys(txn: Any, parts: Sequence[str], key: str, properties: dict[str, str]) -> None:
     """The table's rows whose `key` the parts hold, deleted in the transaction (only the
-    parts' key column is read; pyiceberg's delete rewrites just the files that hold one)."""
-    from pyiceberg.expressions import In
+    parts' key column is read; pyiceberg's delete rewrites just the files that hold one).
+    The keys' range goes with them: past 200 keys pyiceberg's file statistics judge an
+    `In` as "might match" and every data file would be read; the range still skips the
+    files whose keys lie outside it."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 
     chunks: list[pa.Array] = []
     for part in parts:
         fs, path = filesystem(part)
         with fs.open(path, "rb") as f:
             chunks += pq.ParquetFile(f).read(columns=[key]).column(key).chunks
-    values = pa.chunked_array(chunks).drop_null().unique().to_pylist() if chunks else []
-    if values:
-        with warnings.catch_warnings():  # "did not match any records": every key is new
-            warnings.simplefilter("ignore")
-            # In(term, literals) is its __new__'s signature; mypy reads its pydantic fields
-            matching = In(key, values)  # type: ignore[call-arg, arg-type]
-            txn.delete(matching, snapshot_properties=properties)
+    keys = pa.chunked_array(chunks).drop_null().unique() if chunks else pa.array([])
+    if not len(keys):
+        return
+    low, high = (v.as_py() for v in pc.min_max(keys).values())
+    # pyiceberg's predicates take (term, literal...) in __init__/__new__; mypy reads their
+    # pydantic fields instead
+    among = In(key, keys.to_pylist())  # type: ignore[call-arg, arg-type]
+    above = GreaterThanOrEqual(key, low)  # type: ignore[call-arg, arg-type]
+    below = LessThanOrEqual(key, high)  # type: ignore[call-arg, arg-type]
+    matching = And(above, below, among)
+    with warnings.catch_warnings():  # "did not match any records": every key is new
+        warnings.simplefilter("ignore")
+        txn.delete(matching, snapshot_properties=properties)
 
 
 def _registered(txn: Any, parts: Sequence[str]) -> list[Any] | None:
