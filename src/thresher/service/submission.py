@@ -21,7 +21,7 @@ from thresher.notify.urls import check_webhook_url
 from thresher.plan.inputs import missing_columns
 from thresher.profiles.gate_settings import PublishChecks
 from thresher.service.background.isolated import input_columns
-from thresher.service.errors import ServiceError, Unprocessable
+from thresher.service.errors import Unprocessable
 from thresher.service.limits import MAX_COLUMNS, PRIORITY_LIMIT, LongText, Text
 from thresher.service.logs import current_request_id
 from thresher.service.policies.catalogs import check_catalog
@@ -301,10 +301,7 @@ def _sink(state: ServiceState, request: JobRequest, job_id: str) -> dict[str, An
     folder = f"{state.output_dir(job_id)}/"
     sink = {"uri": folder, "format": request.output_format, "keep_columns": request.keep_columns}
     if request.output_topic is not None:
-        try:
-            check_under_roots(request.output_topic, state.config.allowed_roots)
-        except ServiceError as exc:
-            raise type(exc)(str(exc).replace("source.uri", "output_topic", 1)) from None
+        check_under_roots(request.output_topic, state.config.allowed_roots, "output_topic")
         sink |= {"uri": request.output_topic, "format": "kafka", "staging": folder}
     return sink
 
@@ -377,11 +374,8 @@ def _source_options(state: ServiceState, source: SourceRequest) -> dict[str, Any
         for at, table in enumerate(tables):
             uri = table.get("uri") if isinstance(table, dict) else None
             if isinstance(uri, str):
-                try:
-                    check_under_roots(uri, state.config.allowed_roots)
-                except ServiceError as exc:
-                    where = f"source.options.tables.{at}.uri"
-                    raise type(exc)(str(exc).replace("source.uri", where, 1)) from None
+                where = f"source.options.tables.{at}.uri"
+                check_under_roots(uri, state.config.allowed_roots, where)
     return options
 
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from thresher.service.errors import ServiceError, Unprocessable
+from thresher.service.errors import Unprocessable
 from thresher.service.limits import LongText
-from thresher.service.policies.catalogs import FIELD, check_catalog
-from thresher.service.policies.roots import check_under_roots
+from thresher.service.policies.catalogs import check_catalog
+from thresher.service.policies.roots import check_under_roots, local_path
 
 if TYPE_CHECKING:
     from thresher.spec import SinkSection
@@ -71,14 +71,12 @@ def table_sink(table: TableOutput, keep_columns: list[str], roots: list[str]) ->
         )
     uri = table.uri
     if table.format == "delta":
-        _under_roots(uri, roots, f"{WHERE}.uri")
-        if uri.startswith("file://") or "://" not in uri:  # as checked: links followed
-            uri = os.path.realpath(uri.removeprefix("file://"))
+        check_under_roots(uri, roots, f"{WHERE}.uri")
+        path = local_path(uri)
+        if "://" not in path:  # written where it was checked: links followed
+            uri = os.path.realpath(path)
     else:
-        try:
-            check_catalog(options.get("catalog"), roots)
-        except ServiceError as exc:
-            raise type(exc)(str(exc).replace(FIELD, f"{WHERE}.options.catalog")) from None
+        check_catalog(options.get("catalog"), roots, f"{WHERE}.options.catalog")
         _iceberg_files_under_roots(options["catalog"], table.uri, roots)
     sink = {"uri": uri, "format": table.format, "mode": table.mode}
     return sink | {"keep_columns": keep_columns, "options": options}
@@ -91,13 +89,6 @@ def written_table(sink: SinkSection, manifest: dict[str, Any]) -> dict[str, Any]
         return None
     made = manifest.get("delta_version", manifest.get("iceberg_snapshot_id"))
     return {"format": sink.format, "uri": sink.uri, "mode": sink.mode, "version": made}
-
-
-def _under_roots(path: str, roots: list[str], field: str) -> None:
-    try:
-        check_under_roots(path, roots)
-    except ServiceError as exc:
-        raise type(exc)(str(exc).replace("source.uri", field, 1)) from None
 
 
 def _iceberg_files_under_roots(catalog: dict[str, Any], uri: str, roots: list[str]) -> None:
@@ -121,4 +112,4 @@ def _iceberg_files_under_roots(catalog: dict[str, Any], uri: str, roots: list[st
     except Exception as exc:  # pyiceberg's: metadata it cannot read
         raise Unprocessable([f"{field}: cannot read the Iceberg table {uri}: {exc}"]) from None
     for place in places:
-        _under_roots(place, roots, f"{field} ({uri}'s files at {place})")
+        check_under_roots(place, roots, f"{field} ({uri}'s files at {place})")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from thresher.service.errors import BadRequest, Forbidden
-from thresher.service.policies.roots import check_under_roots
+from thresher.service.errors import Forbidden
+from thresher.service.policies.roots import URL_CHARS, check_under_roots
 
 __all__ = ["check_catalog"]
 
@@ -18,29 +18,27 @@ FIELD = "source.options.catalog"
 ALLOWED = frozenset({"type", "uri", "warehouse", "name"})
 
 
-def check_catalog(setting: Any, allowed_roots: list[str]) -> None:
-    """Forbidden (403) unless `setting` is a SQL catalog on SQLite under the roots."""
+def check_catalog(setting: Any, allowed_roots: list[str], field: str = FIELD) -> None:
+    """Forbidden (403), naming `field`, unless `setting` is a SQL catalog on SQLite under
+    the roots."""
     if not isinstance(setting, dict):
         raise Forbidden(
-            f"{FIELD}: this server reads Iceberg tables from a SQL catalog on a SQLite file"
+            f"{field}: this server reads Iceberg tables from a SQL catalog on a SQLite file"
             " under its allowed_roots, given by its properties (type, uri, warehouse)"
         )
     uri = setting.get("uri")
     if setting.get("type") != "sql" or not isinstance(uri, str) or not uri.startswith("sqlite:///"):
-        raise Forbidden(f'{FIELD}: type must be "sql" and uri a sqlite:/// file')
+        raise Forbidden(f'{field}: type must be "sql" and uri a sqlite:/// file')
     extra = sorted(set(setting) - ALLOWED)
     if extra:
         raise Forbidden(
-            f"{FIELD}: {', '.join(extra)}: not allowed here ({', '.join(sorted(ALLOWED))})"
+            f"{field}: {', '.join(extra)}: not allowed here ({', '.join(sorted(ALLOWED))})"
         )
     warehouse = setting.get("warehouse")
     if not isinstance(warehouse, str):
-        raise Forbidden(f"{FIELD}.warehouse: the catalog's files' root, under allowed_roots")
+        raise Forbidden(f"{field}.warehouse: the catalog's files' root, under allowed_roots")
     for key, place in (("uri", uri.removeprefix("sqlite:///")), ("warehouse", warehouse)):
         # SQLAlchemy and pyiceberg read both as URLs: a `?` would end the path they open
-        if any(c in place for c in "?#%"):
-            raise Forbidden(f"{FIELD}.{key}: {place} holds ?, # or %; give the plain path")
-        try:
-            check_under_roots(place, allowed_roots)
-        except (Forbidden, BadRequest) as exc:
-            raise type(exc)(str(exc).replace("source.uri", f"{FIELD}.{key}", 1)) from None
+        if any(c in place for c in URL_CHARS + "?"):
+            raise Forbidden(f"{field}.{key}: {place} holds ?, # or %; give the plain path")
+        check_under_roots(place, allowed_roots, f"{field}.{key}")

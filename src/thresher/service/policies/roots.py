@@ -28,8 +28,11 @@ URL_CHARS = "%#"  # in any local path; `?` too in a file:// URI (in a path: a gl
 
 
 def local_path(uri: str, field: str = "source.uri") -> str:
-    """`uri` as a local path (a `file://` URI's path); BadRequest (400) when it holds a
-    character a reader might take as a URL's (an escape, a fragment, a query)."""
+    """`uri` as a local path (a `file://` URI's path; another URL as it is); BadRequest
+    (400) when it holds a character a reader might take as a URL's (an escape, a
+    fragment, a query)."""
+    if "://" in uri and not uri.startswith("file://"):
+        return uri
     path = uri.removeprefix("file://")
     refused = URL_CHARS + ("?" if uri.startswith("file://") else "")
     if any(c in path for c in refused):
@@ -41,51 +44,58 @@ def check_source_uri(uri: str, allowed_roots: list[str]) -> str:
     """The input `uri` as the server will read it, if it lies under an allowed root;
     Forbidden (403) when it does not, BadRequest (400) when it is not there at all."""
     if not allowed_roots:
-        raise Forbidden(
-            "source.uri: this server reads no server-side paths (allowed_roots is empty); "
-            "upload the file with POST /v1/files and pass input_file_id"
-        )
-    if uri.startswith("file://") or "://" not in uri:
-        uri = local_path(uri)
+        raise _no_roots("source.uri")
+    uri = local_path(uri)
     if "://" in uri:
         return _check_url(uri, allowed_roots)
-    return _check_path(uri, [r for r in allowed_roots if "://" not in r or r.startswith("file://")])
+    return _check_path(uri, _local_roots(allowed_roots))
 
 
-def _outside(uri: str, roots: list[str]) -> Forbidden:
+def _no_roots(field: str) -> Forbidden:
     return Forbidden(
-        f"source.uri: {uri} is outside the paths this server may read "
+        f"{field}: this server reads no server-side paths (allowed_roots is empty); "
+        "upload the file with POST /v1/files and pass input_file_id"
+    )
+
+
+def _outside(uri: str, roots: list[str], field: str) -> Forbidden:
+    return Forbidden(
+        f"{field}: {uri} is outside the paths this server may read "
         f"({', '.join(roots) or 'none'}); upload the file with POST /v1/files instead"
     )
 
 
-def _check_url(uri: str, roots: list[str]) -> str:
+def _local_roots(roots: list[str]) -> list[str]:
+    return [r for r in roots if "://" not in r or r.startswith("file://")]
+
+
+def _check_url(uri: str, roots: list[str], field: str = "source.uri") -> str:
     url_roots = [r if r.endswith("/") else f"{r}/" for r in roots if "://" in r]
     path = uri.split("://", 1)[1]
     if ".." in path.split("/") or not any(uri.startswith(r) for r in url_roots):
-        raise _outside(uri, [r for r in roots if "://" in r])
+        raise _outside(uri, [r for r in roots if "://" in r], field)
     return uri
 
 
-def check_under_roots(uri: str, allowed_roots: list[str]) -> None:
-    """Raise as `check_source_uri` does when `uri` is not under an allowed root, without
-    looking for the files: a schedule's input (`/data/{date}/`) may not exist yet."""
+def check_under_roots(uri: str, allowed_roots: list[str], field: str = "source.uri") -> None:
+    """Raise as `check_source_uri` does, naming `field`, when `uri` is not under an
+    allowed root, without looking for the files: a schedule's input (`/data/{date}/`)
+    may not exist yet."""
     if not allowed_roots:
-        check_source_uri(uri, allowed_roots)
-    if uri.startswith("file://") or "://" not in uri:
-        uri = local_path(uri)
+        raise _no_roots(field)
+    uri = local_path(uri, field)
     if "://" in uri:
-        _check_url(uri, allowed_roots)
+        _check_url(uri, allowed_roots, field)
     else:
-        _check_local(uri, [r for r in allowed_roots if "://" not in r or r.startswith("file://")])
+        _check_local(uri, _local_roots(allowed_roots), field)
 
 
-def _check_local(uri: str, roots: list[str]) -> None:
+def _check_local(uri: str, roots: list[str], field: str = "source.uri") -> None:
     if not os.path.isabs(uri):
-        raise BadRequest(f"source.uri: {uri} is not an absolute path")
+        raise BadRequest(f"{field}: {uri} is not an absolute path")
     real_roots = [os.path.realpath(r.removeprefix("file://")) for r in roots]
     if not _under(os.path.realpath(uri), real_roots):
-        raise _outside(uri, roots)
+        raise _outside(uri, roots, field)
 
 
 def _check_path(uri: str, roots: list[str]) -> str:
@@ -110,16 +120,11 @@ def check_source_files(files: list[str], allowed_roots: list[str]) -> list[str]:
         raise Forbidden("source.files: this server reads no server-side paths (no allowed_roots)")
     checked = []
     for file in files:
-        uri = file.removeprefix("file://")
-        if file.startswith("file://") or "://" not in file:
-            uri = local_path(file, "source.files")
+        uri = local_path(file, "source.files")
         if "://" in uri:
-            try:
-                checked.append(_check_url(uri, allowed_roots))
-            except Forbidden as exc:
-                raise Forbidden(str(exc).replace("source.uri", "source.files", 1)) from None
+            checked.append(_check_url(uri, allowed_roots, "source.files"))
             continue
-        local_roots = [r for r in allowed_roots if "://" not in r or r.startswith("file://")]
+        local_roots = _local_roots(allowed_roots)
         if not os.path.isabs(uri):
             raise BadRequest(f"source.files: {file} is not an absolute path")
         real = os.path.realpath(uri)
