@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from thresher.errors import SinkError
+from thresher.sinks.modes import read_keys
 from thresher.sources.files import filesystem
 
 COMMIT_KEY = "thresher.commit"  # a snapshot summary property: the commit's identity
@@ -156,12 +157,10 @@ def _delete_keys(txn: Any, parts: Sequence[str], key: str, properties: dict[str,
     files whose keys lie outside it."""
     from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 
-    chunks: list[pa.Array] = []
-    for part in parts:
-        fs, path = filesystem(part)
-        with fs.open(path, "rb") as f:
-            chunks += pq.ParquetFile(f).read(columns=[key]).column(key).chunks
-    keys = pa.chunked_array(chunks).drop_null().unique() if chunks else pa.array([])
+    if not parts:
+        return
+    fs, _ = filesystem(parts[0])  # the parts lie together
+    keys = read_keys([filesystem(part)[1] for part in parts], fs, key).drop_null().unique()
     if not len(keys):
         return
     low, high = (v.as_py() for v in pc.min_max(keys).values())

@@ -22,7 +22,7 @@ from thresher.errors import SinkError
 if TYPE_CHECKING:
     from thresher.spec import JobSpec
 
-__all__ = ["check_unique_keys", "complete_merge_spec"]
+__all__ = ["check_unique_keys", "complete_merge_spec", "read_keys"]
 
 
 def complete_merge_spec(spec: JobSpec) -> None:
@@ -52,17 +52,11 @@ def check_unique_keys(parts: Sequence[str], fs: Any, key: str, shown: str) -> No
     """Raise SinkError naming a `key` value that more than one row of the Parquet files
     `parts` holds, or rows that have none (only the key column is read): a merge takes
     each key once."""
-    import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    columns = []
-    for path in parts:
-        with fs.open(path, "rb") as f:
-            columns.append(pq.ParquetFile(f).read(columns=[key]).column(key))
-    if not columns:
+    keys = read_keys(parts, fs, key)
+    if keys is None:
         return
-    keys = pa.chunked_array([c for column in columns for c in column.chunks], columns[0].type)
     if keys.null_count:
         raise SinkError(
             f"sink.mode: cannot merge into {shown}: {keys.null_count} row(s) have no {key},"
@@ -77,3 +71,18 @@ def check_unique_keys(parts: Sequence[str], fs: Any, key: str, shown: str) -> No
             f" {first['values']!r} ({len(repeated)} values repeat), and a merge takes each"
             f" {key} once; make {key} unique in the input"
         )
+
+
+def read_keys(parts: Sequence[str], fs: Any, key: str) -> Any:
+    """Column `key` of the Parquet files `parts` (paths in `fs`), only it read, as one
+    ChunkedArray; None when there are no parts."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = []
+    for path in parts:
+        with fs.open(path, "rb") as f:
+            columns.append(pq.ParquetFile(f).read(columns=[key]).column(key))
+    if not columns:
+        return None
+    return pa.chunked_array([c for column in columns for c in column.chunks], columns[0].type)

@@ -109,10 +109,10 @@ class QueryReader:
             f" WHERE {key} >= {int(shard.start)} AND {key} < {int(shard.stop)} ORDER BY {key}"
         )
         position = 0
+        where = self.database.describe(self.query)  # for a schema changed since the plan
         with self.database.stream(sql) as result:
             for batch in result:
                 rows = pa.Table.from_batches([batch])
-                where = self.database.describe(self.query)
                 table = conform(rows, self.schema, where, "source.query")
                 for offset in range(0, table.num_rows, rows_per_chunk):
                     piece = table.slice(offset, rows_per_chunk)
