@@ -172,6 +172,26 @@ class Server:
             self.kill()
 
 
+@dataclass
+class TenantSite:
+    """A running server's folder and one tenant's (acme's) client."""
+
+    site: ServiceSite
+    acme: httpx.Client
+
+
+@contextmanager
+def one_tenant(folder: Path) -> Iterator[TenantSite]:
+    """A server on a new site in `folder`, with acme's client; stopped at the end."""
+    site = ServiceSite(folder)
+    server = Server(site)
+    try:
+        with server.client(site.token("acme")) as acme:
+            yield TenantSite(site, acme)
+    finally:
+        server.stop()
+
+
 def wait_for_job(client: httpx.Client, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
     """Poll a job until it ends; its last status."""
     deadline = time.monotonic() + timeout

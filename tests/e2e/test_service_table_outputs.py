@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -19,28 +18,19 @@ from deltalake import DeltaTable
 
 from iceberg_lake import lake
 
-from .servers import Server, ServiceSite, wait_for_job
+from .servers import TenantSite, one_tenant, wait_for_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-@dataclass
-class Site:
-    site: ServiceSite
-    acme: httpx.Client
-
-
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    site = ServiceSite(tmp_path_factory.mktemp("table-outputs"))
-    server = Server(site)
-    with server.client(site.token("acme")) as acme:
-        yield Site(site, acme)
-    server.stop()
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantSite]:
+    with one_tenant(tmp_path_factory.mktemp("table-outputs")) as made:
+        yield made
 
 
 def submit(
-    service: Site, ids: range, table: dict[str, Any], name: str, bad: int = 7
+    service: TenantSite, ids: range, table: dict[str, Any], name: str, bad: int = 7
 ) -> httpx.Response:
     """A job over `ids` (x = id; the id `bad`'s x missing: one bad record) into `table`."""
     rows = pa.table({"id": list(ids), "x": [None if i == bad else float(i) for i in ids]})
@@ -50,14 +40,14 @@ def submit(
     return service.acme.post("/v1/jobs", json={**body, "output_table": table})
 
 
-def finished(service: Site, response: httpx.Response) -> dict[str, Any]:
+def finished(service: TenantSite, response: httpx.Response) -> dict[str, Any]:
     assert response.status_code == 201, response.text
     job = wait_for_job(service.acme, response.json()["id"])
     assert job["status"] == "succeeded", job
     return job
 
 
-def test_a_delta_table_appended_to_then_merged_into_by_id(service: Site) -> None:
+def test_a_delta_table_appended_to_then_merged_into_by_id(service: TenantSite) -> None:
     uri = str(service.site.shared / "scores")
     first = finished(service, submit(service, range(10), {"format": "delta", "uri": uri}, "a"))
     assert first["output_table"] == {"format": "delta", "uri": uri, "mode": "append", "version": 0}
@@ -78,7 +68,7 @@ def test_a_delta_table_appended_to_then_merged_into_by_id(service: Site) -> None
     assert [c["thresher.job_id"] for c in DeltaTable(uri).history()] == [second["id"], first["id"]]
 
 
-def test_an_iceberg_table_in_a_sql_catalog(service: Site) -> None:
+def test_an_iceberg_table_in_a_sql_catalog(service: TenantSite) -> None:
     (service.site.shared / "iceberg").mkdir()
     props, catalog = lake(service.site.shared / "iceberg")
     table = {"format": "iceberg", "uri": "db.scores", "options": {"catalog": props}}
@@ -89,7 +79,7 @@ def test_an_iceberg_table_in_a_sql_catalog(service: Site) -> None:
     assert rows.column("prediction").to_pylist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
 
 
-def test_a_table_or_option_it_may_not_use_is_refused_naming_it(service: Site) -> None:
+def test_a_table_or_option_it_may_not_use_is_refused_naming_it(service: TenantSite) -> None:
     outside = str(service.site.root / "private-scores")
     refused = submit(service, range(3), {"format": "delta", "uri": outside}, "d")
     assert refused.status_code == 403 and "output_table.uri" in refused.text, refused.text

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import httpx
@@ -16,38 +15,29 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 
-from .servers import Server, ServiceSite, wait_for_job
+from .servers import TenantSite, one_tenant, wait_for_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-@dataclass
-class Site:
-    site: ServiceSite
-    acme: httpx.Client
-
-
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    site = ServiceSite(tmp_path_factory.mktemp("tables"))
-    server = Server(site)
-    with server.client(site.token("acme")) as acme:
-        yield Site(site, acme)
-    server.stop()
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantSite]:
+    with one_tenant(tmp_path_factory.mktemp("tables")) as made:
+        yield made
 
 
-def submit(service: Site, source: dict[str, object]) -> httpx.Response:
+def submit(service: TenantSite, source: dict[str, object]) -> httpx.Response:
     body = {"source": source, "model": "double", "id_column": "id", "output_format": "parquet"}
     return service.acme.post("/v1/jobs", json=body)
 
 
-def results(service: Site, job_id: str) -> pa.Table:
+def results(service: TenantSite, job_id: str) -> pa.Table:
     response = service.acme.get(f"/v1/jobs/{job_id}/results")
     assert response.status_code == 200, response.text
     return pq.read_table(io.BytesIO(response.content)).sort_by("id")
 
 
-def test_a_delta_table_at_a_pinned_version(service: Site) -> None:
+def test_a_delta_table_at_a_pinned_version(service: TenantSite) -> None:
     table = service.site.shared / "customers"
     for version in range(3):  # versions 0, 1, 2: ten rows each
         ids = list(range(version * 10, version * 10 + 10))
@@ -63,7 +53,7 @@ def test_a_delta_table_at_a_pinned_version(service: Site) -> None:
     assert got.column("prediction").to_pylist() == [2.0 * i for i in range(20)]
 
 
-def test_a_table_or_option_it_may_not_use_is_refused_naming_it(service: Site) -> None:
+def test_a_table_or_option_it_may_not_use_is_refused_naming_it(service: TenantSite) -> None:
     outside = service.site.root / "private"
     write_deltalake(str(outside), pa.table({"id": [1], "x": [1.0]}))
     refused = submit(service, {"uri": str(outside), "format": "delta"})
@@ -77,7 +67,7 @@ def test_a_table_or_option_it_may_not_use_is_refused_naming_it(service: Site) ->
     assert "versoin" in json.dumps(misspelt.json()["detail"])
 
 
-def features_source(service: Site, feature_uri: str) -> dict[str, object]:
+def features_source(service: TenantSite, feature_uri: str) -> dict[str, object]:
     start = datetime(2026, 1, 1)
     entities = pa.table({"id": [1, 2, 3], "as_of": [start + timedelta(days=d) for d in (1, 2, 3)]})
     uri = service.site.shared / "entities.parquet"
@@ -90,7 +80,7 @@ def features_source(service: Site, feature_uri: str) -> dict[str, object]:
     }
 
 
-def test_entities_joined_point_in_time_with_a_feature_table(service: Site) -> None:
+def test_entities_joined_point_in_time_with_a_feature_table(service: TenantSite) -> None:
     start = datetime(2026, 1, 1)
     features = pa.table(
         {

@@ -72,6 +72,21 @@ def tables(rng: np.random.Generator, whole_seconds: bool) -> tuple[pa.Table, pa.
     return pa.table({"k": keys, "as_of": pa.array(as_of, pa.timestamp("ns"))}), feats
 
 
+def joined(root: Path, ents: pa.Table, feats: pa.Table, ttl: str | None = None) -> pa.Table:
+    """The features source's rows for `ents` joined with `feats` (written as Parquet in
+    `root`, each timestamp in its own unit), keyed by `k`, with `ttl`."""
+    pq.write_table(ents, root / "e.parquet", coerce_timestamps=None)
+    pq.write_table(feats, root / "f.parquet", row_group_size=200, coerce_timestamps=None)
+    table = {"uri": str(root / "f.parquet"), "key": "k", "timestamp": "t"}
+    table |= {} if ttl is None else {"ttl": ttl}
+    options = {"timestamp": "as_of", "tables": [table]}
+    section = {"uri": str(root / "e.parquet"), "format": "features", "options": options}
+    source = open_source(SourceSection.model_validate(section))
+    plan = source.plan()
+    reader = source.reader(plan.schema, plan.schema.names)
+    return pa.concat_tables(c.table for s in plan.shards for c in reader.read(s, 1_000))
+
+
 @pytest.mark.parametrize(
     "units",  # the entities', the features', and whether the features are whole seconds
     [("ns", "ns", False), ("ns", "ns", True), ("us", "ns", False), ("ns", "us", False)],
@@ -89,24 +104,8 @@ def test_ns_times_join_exactly(
     # a side in µs holds its times truncated to µs, as a µs file would
     ents = ents.set_column(1, "as_of", ents["as_of"].cast(pa.timestamp(entity_unit), safe=False))
     feats = feats.set_column(1, "t", feats["t"].cast(pa.timestamp(feature_unit), safe=False))
-    ents = ents.append_column("n", pa.array(np.arange(ents.num_rows)))
-    pq.write_table(ents, tmp_path / "e.parquet", coerce_timestamps=None)
-    pq.write_table(feats, tmp_path / "f.parquet", row_group_size=200, coerce_timestamps=None)
+    got = joined(tmp_path, ents, feats, ttl="2d")
     assert pq.read_schema(tmp_path / "f.parquet").field("t").type == pa.timestamp(feature_unit)
-    table = {"uri": str(tmp_path / "f.parquet"), "key": "k", "timestamp": "t", "ttl": "2d"}
-    source = open_source(
-        SourceSection.model_validate(
-            {
-                "uri": str(tmp_path / "e.parquet"),
-                "format": "features",
-                "id_column": "n",
-                "options": {"timestamp": "as_of", "tables": [table]},
-            }
-        )
-    )
-    plan = source.plan()
-    reader = source.reader(plan.schema, plan.schema.names)
-    got = pa.concat_tables(c.table for s in plan.shards for c in reader.read(s, 1_000))
     want = brute_force(ents, feats)
     assert got["v"].to_pylist() == want
     assert sum(v is None for v in want) > 30 and sum(v is not None for v in want) > 100
@@ -129,22 +128,6 @@ def test_a_us_feature_table_with_a_date_outside_the_ns_range_joins_ns_entities(
         }
     )
     feats = pa.concat_tables([since, feats])
-    ents = ents.append_column("n", pa.array(np.arange(ents.num_rows)))
-    pq.write_table(ents, tmp_path / "e.parquet", coerce_timestamps=None)
-    pq.write_table(feats, tmp_path / "f.parquet", row_group_size=200, coerce_timestamps=None)
-    table = {"uri": str(tmp_path / "f.parquet"), "key": "k", "timestamp": "t"}
-    source = open_source(
-        SourceSection.model_validate(
-            {
-                "uri": str(tmp_path / "e.parquet"),
-                "format": "features",
-                "id_column": "n",
-                "options": {"timestamp": "as_of", "tables": [table]},
-            }
-        )
-    )
-    plan = source.plan()
-    reader = source.reader(plan.schema, plan.schema.names)
-    got = pa.concat_tables(c.table for s in plan.shards for c in reader.read(s, 1_000))
+    got = joined(tmp_path, ents, feats)
     assert got["v"].to_pylist() == brute_force(ents, feats, ttl=None)
     assert -1.0 in got["v"].to_pylist()  # some entity has only the old row
